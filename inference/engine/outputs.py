@@ -1,0 +1,38 @@
+"""What the engine hands back per request per step."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TokenLogprob:
+    """The chosen token's log-probability and the top-N alternatives at that position."""
+
+    token_id: int
+    token: str
+    logprob: float
+    top: list[tuple[int, str, float]] = field(default_factory=list)  # (token_id, token text, logprob)
+
+
+@dataclass
+class RequestOutput:
+    """One step's increment for one request.
+
+    `text` and `token_ids` are deltas: concatenating every output's `text` gives the full
+    completion. Timings are `time.monotonic()` seconds, so the serving layer can compute
+    queue time and time to first token without asking the engine again.
+    """
+
+    request_id: str
+    text: str
+    token_ids: list[int]
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    logprobs: list[TokenLogprob] | None = None
+    error: str | None = None
+    arrival_time: float = 0.0
+    scheduled_time: float | None = None  # first time the request got a batch slot
+    first_token_time: float | None = None
+    finished_time: float | None = None

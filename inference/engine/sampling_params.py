@@ -1,0 +1,97 @@
+"""Per-request sampling parameters and their validation.
+
+Validation lives here, in one place, so the engine, the HTTP layer and the CLI all
+reject bad input with the same message naming the offending parameter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+
+class SamplingParamsError(ValueError):
+    """An invalid sampling parameter; `param` names it for API error bodies."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
+        self.message = message
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1 disables top-k
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    min_tokens: int = 0
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = None  # number of top alternatives to return per token
+
+    MAX_LOGPROBS = 20
+
+    def __post_init__(self):
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.validate()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}
+
+    def validate(self) -> None:
+        _check_int("max_tokens", self.max_tokens, low=1)
+        _check_int("min_tokens", self.min_tokens, low=0)
+        if self.min_tokens > self.max_tokens:
+            raise SamplingParamsError(
+                "min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})"
+            )
+        _check_float("temperature", self.temperature, low=0.0, high=100.0)
+        _check_float("top_p", self.top_p, low=0.0, high=1.0, low_open=True)
+        _check_int("top_k", self.top_k, low=-1)
+        _check_float("min_p", self.min_p, low=0.0, high=1.0)
+        _check_float("repetition_penalty", self.repetition_penalty, low=0.0, high=100.0, low_open=True)
+        _check_float("presence_penalty", self.presence_penalty, low=-2.0, high=2.0)
+        _check_float("frequency_penalty", self.frequency_penalty, low=-2.0, high=2.0)
+        if self.seed is not None:
+            _check_int("seed", self.seed, low=-(2**63), high=2**63 - 1)
+        if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
+            raise SamplingParamsError("stop", "stop must be a non-empty string or a list of non-empty strings")
+        if not isinstance(self.stop_token_ids, list):
+            raise SamplingParamsError("stop_token_ids", "stop_token_ids must be a list of integers")
+        for token_id in self.stop_token_ids:
+            _check_int("stop_token_ids", token_id, low=0)
+        if not isinstance(self.ignore_eos, bool):
+            raise SamplingParamsError("ignore_eos", "ignore_eos must be a boolean")
+        if self.logprobs is not None:
+            _check_int("logprobs", self.logprobs, low=0, high=self.MAX_LOGPROBS)
+
+
+def _check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SamplingParamsError(name, f"{name} must be an integer, got {type(value).__name__}")
+    if low is not None and value < low:
+        raise SamplingParamsError(name, f"{name} must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise SamplingParamsError(name, f"{name} must be <= {high}, got {value}")
+
+
+def _check_float(name: str, value, *, low: float, high: float, low_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SamplingParamsError(name, f"{name} must be a number, got {type(value).__name__}")
+    if value != value:  # NaN
+        raise SamplingParamsError(name, f"{name} must be a number, got NaN")
+    too_low = value <= low if low_open else value < low
+    if too_low or value > high:
+        bracket = "(" if low_open else "["
+        raise SamplingParamsError(name, f"{name} must be in {bracket}{low}, {high}], got {value}")
