@@ -1,0 +1,22 @@
+"""Our own model implementations, keyed by the HF config's `model_type`."""
+from ..errors import UnsupportedModelError
+from .gpt2 import GPT2LMHeadModel
+from .llama import LlamaForCausalLM
+
+MODEL_CLASSES = {
+    "llama": LlamaForCausalLM,
+    "mistral": LlamaForCausalLM,
+    "qwen2": LlamaForCausalLM,
+    "gpt2": GPT2LMHeadModel,
+}
+
+
+def model_class_for(hf_config):
+    model_type = getattr(hf_config, "model_type", None)
+    try:
+        return MODEL_CLASSES[model_type]
+    except KeyError:
+        supported = ", ".join(sorted(MODEL_CLASSES))
+        raise UnsupportedModelError(
+            f"model type {model_type!r} is not supported; mini-vLLM implements: {supported}"
+        ) from None

@@ -1,0 +1,51 @@
+"""EngineConfig: every engine knob, with defaults that run well on a 2-core CPU."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass
+class EngineConfig:
+    model: str | None = None  # None: the embedded SmolLM2-135M-Instruct GGUF
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    device: str = "auto"  # auto | cpu | cuda
+    block_size: int = 16
+    kv_cache_mb: int = 256  # KV pool size on CPU
+    gpu_memory_fraction: float = 0.5  # share of *free* GPU memory given to the KV pool
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 512
+    max_model_len: int | None = None  # None: the model's own context length
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self):
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        for name in ("block_size", "kv_cache_mb", "max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if not 0.0 < self.gpu_memory_fraction <= 0.95:
+            raise ValueError("gpu_memory_fraction must be in (0, 0.95]")
+
+    @classmethod
+    def from_env(cls, environ: dict | None = None) -> "EngineConfig":
+        env = os.environ if environ is None else environ
+
+        def get(name, cast, default):
+            raw = env.get(name)
+            return default if raw in (None, "") else cast(raw)
+
+        return cls(
+            model=get("MINIVLLM_MODEL", str, None),
+            dtype=get("MINIVLLM_DTYPE", str, "auto"),
+            device=get("MINIVLLM_DEVICE", str, "auto"),
+            block_size=get("MINIVLLM_BLOCK_SIZE", int, 16),
+            kv_cache_mb=get("MINIVLLM_KV_CACHE_MB", int, 256),
+            gpu_memory_fraction=get("MINIVLLM_GPU_MEMORY_FRACTION", float, 0.5),
+            max_num_seqs=get("MINIVLLM_MAX_NUM_SEQS", int, 8),
+            max_num_batched_tokens=get("MINIVLLM_MAX_NUM_BATCHED_TOKENS", int, 512),
+            max_model_len=get("MINIVLLM_MAX_MODEL_LEN", int, None),
+            enable_prefix_caching=get("MINIVLLM_PREFIX_CACHING", lambda v: v.lower() not in ("0", "false", "no"), True),
+        )

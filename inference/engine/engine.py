@@ -1,0 +1,275 @@
+"""LLMEngine: requests in, one scheduled forward pass per `step()`, per-request deltas out.
+
+Synchronous and single-threaded on purpose: `engine_thread.EngineThread` drives it from a
+background thread, tests and `manage.py runengine` drive it directly.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from .config import EngineConfig
+from .detokenizer import IncrementalDetokenizer
+from .errors import PromptTooLongError
+from .kv_cache import BlockManager, plan_num_blocks
+from .loader import ModelBundle, load_model
+from .model_runner import ModelRunner
+from .outputs import RequestOutput
+from .sampler import Sampler, SamplingContext, make_generator
+from .sampling_params import SamplingParams, SamplingParamsError
+from .scheduler import ScheduledBatch, Scheduler
+from .sequence import Sequence
+
+log = logging.getLogger("minivllm.engine")
+
+THROUGHPUT_WINDOW_S = 10.0
+
+
+@dataclass
+class StepTrace:
+    """What one step ran, by request id: tests and the dashboard read it."""
+
+    decodes: list[str] = field(default_factory=list)
+    prefills: list[tuple[str, int]] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, batch: ScheduledBatch) -> "StepTrace":
+        return cls(
+            decodes=[s.request_id for s in batch.decodes],
+            prefills=[(s.request_id, n) for s, n in batch.prefills],
+            preempted=[s.request_id for s in batch.preempted],
+        )
+
+    @property
+    def request_ids(self) -> set[str]:
+        return set(self.decodes) | {r for r, _ in self.prefills}
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig | None = None, bundle: ModelBundle | None = None):
+        self.config = config or EngineConfig()
+        self.bundle = bundle or load_model(self.config)
+        model = self.bundle.model
+        self.tokenizer = self.bundle.tokenizer
+        self.max_model_len = self.bundle.max_model_len
+        num_blocks = plan_num_blocks(
+            model.kv_shape,
+            self.config.block_size,
+            self.bundle.dtype,
+            self.bundle.device,
+            self.config.kv_cache_mb,
+            self.config.gpu_memory_fraction,
+        )
+        self.block_manager = BlockManager(num_blocks, self.config.block_size, self.config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, self.config.max_num_seqs, self.config.max_num_batched_tokens)
+        self.runner = ModelRunner(model, num_blocks, self.config.block_size, self.bundle.dtype, self.bundle.device)
+        self.sampler = Sampler()
+        self.sequences: dict[str, Sequence] = {}
+        self._pending: list[RequestOutput] = []  # outputs of aborts, delivered by the next step
+        self.last_trace = StepTrace()
+        self.started_at = time.monotonic()
+        self.num_steps = 0
+        self.total_prompt_tokens = 0
+        self.total_generated_tokens = 0
+        self._recent_tokens: deque[tuple[float, int]] = deque()
+        log.info(
+            "engine ready: %s on %s (%s), %d KV blocks of %d tokens, %d slots",
+            self.model_name, self.device, self.dtype, num_blocks, self.config.block_size, self.config.max_num_seqs,
+        )
+
+    @property
+    def model_name(self) -> str:
+        return self.bundle.name
+
+    @property
+    def device(self) -> str:
+        return str(self.bundle.device)
+
+    @property
+    def dtype(self) -> str:
+        return self.bundle.dtype_name
+
+    # -- requests -------------------------------------------------------------------------
+
+    def tokenize(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return list(self.tokenizer(prompt).input_ids)
+        return list(prompt)
+
+    def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Rejects what could never finish: an empty prompt, or one that cannot fit the context or the pool."""
+        if not prompt_token_ids:
+            raise SamplingParamsError("prompt", "prompt must not be empty")
+        vocab = self.bundle.model.vocab_size
+        if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= vocab:
+            raise SamplingParamsError("prompt", f"prompt token ids must be in [0, {vocab})")
+        needed = len(prompt_token_ids) + params.max_tokens
+        if needed > self.max_model_len:
+            raise PromptTooLongError(len(prompt_token_ids), params.max_tokens, self.max_model_len)
+        capacity = self.block_manager.num_blocks * self.block_manager.block_size
+        if needed > capacity:
+            raise PromptTooLongError(len(prompt_token_ids), params.max_tokens, capacity)
+
+    def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None) -> None:
+        params = params or SamplingParams()
+        if request_id in self.sequences:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        token_ids = self.tokenize(prompt)
+        self.check_request(token_ids, params)
+        seq = Sequence(request_id, token_ids, params)
+        seq.generator = make_generator(params.seed, self.bundle.device)
+        seq.detokenizer = IncrementalDetokenizer(self.tokenizer, token_ids, stop=params.stop)
+        self.sequences[request_id] = seq
+        self.scheduler.add(seq)
+        self.total_prompt_tokens += len(token_ids)
+
+    def abort(self, request_id: str) -> bool:
+        """Frees the request's slot and blocks now; its final output comes with the next step."""
+        seq = self.sequences.pop(request_id, None)
+        if seq is None:
+            return False
+        self.scheduler.finish(seq, "abort")
+        self._pending.append(self._output(seq, "", [], finished=True))
+        return True
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work() or bool(self._pending)
+
+    # -- the step -------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        outputs, self._pending = self._pending, []
+        batch = self.scheduler.schedule()
+        self.last_trace = StepTrace.of(batch)
+        if batch.is_empty:
+            return outputs
+        self.num_steps += 1
+        try:
+            logits, sampling_seqs = self.runner.run(batch)
+            for seq, n in [(s, 1) for s in batch.decodes] + batch.prefills:
+                seq.num_computed_tokens += n
+                self.block_manager.register_computed_blocks(seq)
+            if logits is not None:
+                outputs.extend(self._sample(logits, sampling_seqs))
+        except Exception as exc:  # a failed forward pass fails its requests, not the engine
+            log.exception("model step failed")
+            outputs.extend(self._fail(batch, exc))
+        return outputs
+
+    def _sample(self, logits, seqs: list[Sequence]) -> list[RequestOutput]:
+        contexts = [
+            SamplingContext(
+                params=seq.params,
+                prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
+                output_token_ids=seq.output_token_ids,
+                generator=seq.generator,
+                eos_token_ids=self.bundle.eos_token_ids,
+            )
+            for seq in seqs
+        ]
+        sampled = self.sampler(logits, contexts)
+        now = time.monotonic()
+        self._recent_tokens.append((now, len(seqs)))
+        self.total_generated_tokens += len(seqs)
+        outputs = []
+        for seq, token_id, logprob in zip(seqs, sampled.token_ids, sampled.logprobs):
+            outputs.append(self._append_token(seq, token_id, logprob, now))
+        return outputs
+
+    def _append_token(self, seq: Sequence, token_id: int, logprob, now: float) -> RequestOutput:
+        seq.token_ids.append(token_id)
+        if seq.first_token_time is None:
+            seq.first_token_time = now
+        text = seq.detokenizer.add_tokens([token_id])
+        if logprob is not None:
+            logprob.token = seq.detokenizer.token_text(token_id)
+            logprob.top = [(tid, seq.detokenizer.token_text(tid), lp) for tid, _, lp in logprob.top]
+        reason = self._finish_reason(seq, token_id)
+        if reason is not None:
+            if seq.detokenizer.stop_matched is None:
+                text += seq.detokenizer.finish()
+            self.scheduler.finish(seq, reason)
+            self.sequences.pop(seq.request_id, None)
+        return self._output(seq, text, [token_id], finished=reason is not None, logprobs=[logprob] if logprob else None)
+
+    def _finish_reason(self, seq: Sequence, token_id: int) -> str | None:
+        params = seq.params
+        if seq.detokenizer.stop_matched is not None:
+            return "stop"
+        if token_id in self.bundle.eos_token_ids and not params.ignore_eos:
+            return "stop"
+        if token_id in params.stop_token_ids:
+            return "stop"
+        if seq.num_output_tokens >= params.max_tokens or len(seq) >= self.max_model_len:
+            return "length"
+        return None
+
+    def _fail(self, batch: ScheduledBatch, exc: Exception) -> list[RequestOutput]:
+        outputs = []
+        for seq in batch.decodes + [s for s, _ in batch.prefills]:
+            if seq.is_finished:
+                continue
+            self.scheduler.finish(seq, "error")
+            self.sequences.pop(seq.request_id, None)
+            outputs.append(self._output(seq, "", [], finished=True, error=f"{type(exc).__name__}: {exc}"))
+        return outputs
+
+    def _output(self, seq: Sequence, text: str, token_ids: list[int], *, finished: bool, logprobs=None, error=None) -> RequestOutput:
+        return RequestOutput(
+            request_id=seq.request_id,
+            text=text,
+            token_ids=token_ids,
+            finished=finished,
+            finish_reason=seq.finish_reason if finished else None,
+            prompt_tokens=seq.num_prompt_tokens,
+            completion_tokens=seq.num_output_tokens,
+            logprobs=logprobs,
+            error=error,
+            arrival_time=seq.arrival_time,
+            scheduled_time=seq.scheduled_time,
+            first_token_time=seq.first_token_time,
+            finished_time=seq.finished_time,
+        )
+
+    # -- observation ----------------------------------------------------------------------
+
+    def tokens_per_second(self) -> float:
+        now = time.monotonic()
+        while self._recent_tokens and now - self._recent_tokens[0][0] > THROUGHPUT_WINDOW_S:
+            self._recent_tokens.popleft()
+        if not self._recent_tokens:
+            return 0.0
+        span = max(now - self._recent_tokens[0][0], 1.0)
+        return sum(n for _, n in self._recent_tokens) / span
+
+    def stats(self) -> dict:
+        blocks = self.block_manager
+        slots = [
+            {"request_id": seq.request_id, "tokens": seq.num_output_tokens} if seq else {"request_id": None, "tokens": 0}
+            for seq in self.scheduler.slots
+        ]
+        return {
+            "model": self.model_name,
+            "device": self.device,
+            "dtype": self.dtype,
+            "num_slots": self.config.max_num_seqs,
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "slots": slots,
+            "kv_blocks_used": blocks.num_used_blocks,
+            "kv_blocks_total": blocks.num_blocks,
+            "kv_cache_usage": blocks.num_used_blocks / blocks.num_blocks,
+            "prefix_cache_queries": blocks.prefix_queries,
+            "prefix_cache_hits": blocks.prefix_hits,
+            "prefix_cache_hit_rate": blocks.prefix_hits / blocks.prefix_queries if blocks.prefix_queries else 0.0,
+            "num_preemptions": self.scheduler.num_preemptions,
+            "tokens_per_second": self.tokens_per_second(),
+            "total_tokens_generated": self.total_generated_tokens,
+            "total_prompt_tokens": self.total_prompt_tokens,
+            "uptime_seconds": time.monotonic() - self.started_at,
+            "steps": self.num_steps,
+        }

@@ -1,0 +1,153 @@
+"""Llama-family decoder (Llama, TinyLlama, SmolLM2, Mistral, Qwen2) over the paged KV cache.
+
+Q/K/V and gate/up projections are fused into one matmul each: on a small model the number
+of kernel launches, not FLOPs, dominates a decode step.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from ..attention import AttentionMetadata, paged_attention
+from .rope import RotaryEmbedding, rope_parameters
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, cfg, rotary: RotaryEmbedding):
+        super().__init__()
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        bias = cfg.qkv_bias
+        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
+        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=cfg.o_bias)
+        self.rotary = rotary
+        self.scale = self.head_dim**-0.5
+
+    def forward(self, x, positions, kv_cache, meta: AttentionMetadata):
+        tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(tokens, self.num_heads, self.head_dim)
+        k = k.view(tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(tokens, self.num_kv_heads, self.head_dim)
+        q, k = self.rotary(positions, q, k)
+        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
+        return self.o_proj(out.reshape(tokens, self.q_size))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.intermediate = cfg.intermediate_size
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, cfg, rotary):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = LlamaAttention(cfg, rotary)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = LlamaMLP(cfg)
+
+    def forward(self, x, positions, kv_cache, meta):
+        x = x + self.self_attn(self.input_layernorm(x), positions, kv_cache, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaArgs:
+    """The few config fields our code reads, normalised across Llama/Mistral/Qwen2 configs."""
+
+    def __init__(self, hf_config, max_positions: int):
+        self.vocab_size = hf_config.vocab_size
+        self.hidden_size = hf_config.hidden_size
+        self.intermediate_size = hf_config.intermediate_size
+        self.num_hidden_layers = hf_config.num_hidden_layers
+        self.num_attention_heads = hf_config.num_attention_heads
+        self.num_key_value_heads = getattr(hf_config, "num_key_value_heads", None) or self.num_attention_heads
+        self.head_dim = getattr(hf_config, "head_dim", None) or self.hidden_size // self.num_attention_heads
+        self.rms_norm_eps = hf_config.rms_norm_eps
+        self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
+        is_qwen2 = hf_config.model_type == "qwen2"
+        self.qkv_bias = is_qwen2 or bool(getattr(hf_config, "attention_bias", False))
+        self.o_bias = bool(getattr(hf_config, "attention_bias", False))
+        self.mlp_bias = bool(getattr(hf_config, "mlp_bias", False))
+        self.rope = rope_parameters(hf_config)
+        self.max_positions = max_positions
+        act = getattr(hf_config, "hidden_act", "silu")
+        if act != "silu":
+            raise ValueError(f"hidden_act {act!r} is not supported by our Llama code (only silu)")
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, hf_config, max_positions: int):
+        super().__init__()
+        cfg = LlamaArgs(hf_config, max_positions)
+        self.cfg = cfg
+        self.vocab_size = cfg.vocab_size
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.rope)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, rotary) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    @property
+    def kv_shape(self) -> tuple[int, int, int]:
+        """(layers, kv_heads, head_dim): what the KV pool must hold per token slot."""
+        return self.cfg.num_hidden_layers, self.cfg.num_key_value_heads, self.cfg.head_dim
+
+    def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        for layer, kv_cache in zip(self.layers, kv_caches):
+            x = layer(x, positions, kv_cache, meta)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)
+
+    def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Maps HF parameter names onto ours, fusing q/k/v and gate/up."""
+        ours = {}
+        for name, tensor in state.items():
+            if name.startswith("model."):
+                name = name[len("model.") :]
+            if name.endswith("rotary_emb.inv_freq"):
+                continue
+            ours[name] = tensor
+        for i in range(self.cfg.num_hidden_layers):
+            attn, mlp = f"layers.{i}.self_attn.", f"layers.{i}.mlp."
+            for kind in ("weight", "bias"):
+                parts = [ours.pop(f"{attn}{p}_proj.{kind}", None) for p in "qkv"]
+                if parts[0] is not None:
+                    ours[f"{attn}qkv_proj.{kind}"] = torch.cat(parts, dim=0)
+                parts = [ours.pop(f"{mlp}{p}_proj.{kind}", None) for p in ("gate", "up")]
+                if parts[0] is not None:
+                    ours[f"{mlp}gate_up_proj.{kind}"] = torch.cat(parts, dim=0)
+        if self.cfg.tie_word_embeddings:
+            ours.pop("lm_head.weight", None)
+            ours["lm_head.weight"] = ours["embed_tokens.weight"]
+        missing, unexpected = self.load_state_dict(ours, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"checkpoint does not match the Llama layout: missing {missing[:5]}, unexpected {unexpected[:5]}")

@@ -1,0 +1,64 @@
+"""Rotary position embeddings (the rotate-half layout HF Llama/Qwen2 checkpoints use)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def rope_parameters(hf_config) -> dict:
+    """transformers 5 keeps theta and scaling in `rope_parameters`; older configs use rope_theta/rope_scaling."""
+    params = dict(getattr(hf_config, "rope_parameters", None) or {})
+    scaling = getattr(hf_config, "rope_scaling", None) or {}
+    params = {**scaling, **params}
+    params.setdefault("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
+    params.setdefault("rope_type", params.get("type", "default"))
+    return params
+
+
+def inverse_frequencies(head_dim: int, params: dict) -> torch.Tensor:
+    base = float(params["rope_theta"])
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    kind = params["rope_type"]
+    if kind == "default":
+        return inv_freq
+    if kind == "linear":
+        return inv_freq / float(params["factor"])
+    if kind == "llama3":
+        return _llama3_frequencies(inv_freq, params)
+    raise ValueError(f"rope type {kind!r} is not supported (supported: default, linear, llama3)")
+
+
+def _llama3_frequencies(inv_freq: torch.Tensor, params: dict) -> torch.Tensor:
+    """Llama 3.x: long wavelengths are slowed by `factor`, short ones kept, the band between blended."""
+    factor = float(params["factor"])
+    low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
+    old_len = float(params["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (old_len / wavelen - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    out = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    in_band = (wavelen <= old_len / low) & (wavelen >= old_len / high)
+    return torch.where(in_band, blended, out)
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """Precomputes cos/sin for every position once; a step only indexes them."""
+
+    def __init__(self, head_dim: int, max_positions: int, params: dict):
+        super().__init__()
+        inv_freq = inverse_frequencies(head_dim, params)
+        angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, positions: torch.Tensor, *tensors: torch.Tensor) -> list[torch.Tensor]:
+        """Rotates each [T, heads, head_dim] tensor by its token's position."""
+        cos = self.cos[positions].unsqueeze(1)  # [T, 1, head_dim/2]
+        sin = self.sin[positions].unsqueeze(1)
+        rotated = []
+        for x in tensors:
+            x1, x2 = x.float().chunk(2, dim=-1)
+            y = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+            rotated.append(y.to(x.dtype))
+        return rotated

@@ -1,0 +1,131 @@
+"""Continuous batching: which sequences run this step, and how many of their tokens.
+
+Each step spends a token budget: running sequences first (a decode costs one token, an
+unfinished prefill takes what is left of the budget, so long prompts are chunked and never
+stall the decodes), then waiting requests are admitted into free slots. When the pool runs
+out of blocks, the newest running sequence is preempted and later recomputed.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from .kv_cache import BlockManager
+from .sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledBatch:
+    decodes: list[Sequence] = field(default_factory=list)  # one token each
+    prefills: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, tokens this step)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.decodes and not self.prefills
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.decodes) + sum(n for _, n in self.prefills)
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+        self.blocks = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # admission order: the last one is the first to preempt
+        self.slots: list[Sequence | None] = [None] * max_num_seqs
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def find(self, request_id: str) -> Sequence | None:
+        for seq in self.running:
+            if seq.request_id == request_id:
+                return seq
+        for seq in self.waiting:
+            if seq.request_id == request_id:
+                return seq
+        return None
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """Frees the slot and blocks at once, so the very next step can admit someone else."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+            self._release(seq)
+        elif seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+            self.blocks.free(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        seq.finished_time = time.monotonic()
+
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        budget = self.max_num_batched_tokens
+        for seq in list(self.running):
+            if budget == 0:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            wanted = min(seq.num_uncomputed_tokens, budget)
+            if not self._make_room(seq, wanted, batch):
+                continue  # seq itself was preempted
+            self.blocks.grow(seq, wanted)
+            budget -= wanted
+            if seq.num_uncomputed_tokens == 1 and wanted == 1 and seq.num_computed_tokens > 0:
+                batch.decodes.append(seq)
+            else:
+                batch.prefills.append((seq, wanted))
+
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not batch.preempted:
+            seq = self.waiting[0]
+            if not seq.block_table:
+                self.blocks.reuse_cached_prefix(seq)
+            wanted = min(seq.num_uncomputed_tokens, budget)
+            if not self.blocks.can_grow(seq, wanted):
+                break  # wait for running sequences to finish rather than evict them for a newcomer
+            self.waiting.popleft()
+            self.blocks.grow(seq, wanted)
+            self._admit(seq)
+            budget -= wanted
+            batch.prefills.append((seq, wanted))
+        return batch
+
+    def _make_room(self, seq: Sequence, wanted: int, batch: ScheduledBatch) -> bool:
+        """Preempts the newest running sequences until `seq` can grow; False if `seq` itself went."""
+        while not self.blocks.can_grow(seq, wanted):
+            victim = self.running[-1]
+            self._preempt(victim)
+            batch.preempted.append(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def _admit(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.RUNNING
+        seq.slot = self.slots.index(None)
+        self.slots[seq.slot] = seq
+        if seq.scheduled_time is None:
+            seq.scheduled_time = time.monotonic()
+        self.running.append(seq)
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self._release(seq)
+        seq.reset_for_recompute()
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def _release(self, seq: Sequence) -> None:
+        self.blocks.free(seq)
+        if seq.slot is not None:
+            self.slots[seq.slot] = None
+            seq.slot = None

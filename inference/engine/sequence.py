@@ -1,0 +1,62 @@
+"""A request's state inside the engine: its tokens, progress through the cache, and its blocks."""
+from __future__ import annotations
+
+import enum
+import time
+
+from .sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Sequence:
+    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams):
+        self.request_id = request_id
+        self.params = params
+        self.token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.status = SequenceStatus.WAITING
+        self.num_computed_tokens = 0  # tokens whose K/V are in the cache
+        self.num_cached_prompt_tokens = 0  # of those, how many came from the prefix cache
+        self.block_table: list[int] = []
+        self.block_hashes: list[int] = []  # hashes of this sequence's full, computed blocks
+        self.slot: int | None = None  # batch slot index while running
+        self.finish_reason: str | None = None
+        self.arrival_time = time.monotonic()
+        self.scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.finished_time: float | None = None
+        # set by the engine: per-request sampler RNG and incremental detokenizer
+        self.generator = None
+        self.detokenizer = None
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def reset_for_recompute(self) -> None:
+        """Preemption drops the cache; the sequence's tokens so far become its new prompt to prefill."""
+        self.num_computed_tokens = 0
+        self.block_table = []
+        self.block_hashes = []
+        self.status = SequenceStatus.WAITING
+        self.slot = None

@@ -1,0 +1,89 @@
+"""Session-wide model fixtures: tiny random checkpoints made in-process, and the real SmolLM2 loaded once."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference.engine.config import EngineConfig
+from inference.engine.loader import build_bundle, embedded_model_source
+
+TINY_COMMON = dict(vocab_size=49152, max_position_embeddings=512, bos_token_id=1, eos_token_id=2)
+
+
+@pytest.fixture(scope="session")
+def smollm_tokenizer():
+    from transformers import AutoTokenizer
+
+    source = embedded_model_source()
+    return AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+
+
+def _save_tiny(tmp_path_factory, tokenizer, name, hf_model):
+    folder = tmp_path_factory.mktemp(name)
+    hf_model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def _peaked(hf_model):
+    """Random weights with a wide spread, so greedy choices are not near-ties that rounding could flip."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in hf_model.named_parameters():
+            if param.dim() >= 2:
+                param.normal_(0.0, 0.08)
+    return hf_model.eval()
+
+
+def tiny_llama_hf(**overrides):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, tie_word_embeddings=False, **{**TINY_COMMON, **overrides})
+    return _peaked(LlamaForCausalLM(cfg))
+
+
+def tiny_qwen2_hf():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, tie_word_embeddings=True, **TINY_COMMON)
+    model = _peaked(Qwen2ForCausalLM(cfg))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("_proj.bias"):
+                param.normal_(0.0, 0.5)  # make the qkv bias matter
+    return model
+
+
+def tiny_gpt2_hf():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=49152, n_positions=512, n_embd=64, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2)
+    return _peaked(GPT2LMHeadModel(cfg))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory, smollm_tokenizer):
+    return _save_tiny(tmp_path_factory, smollm_tokenizer, "tiny-llama", tiny_llama_hf())
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory, smollm_tokenizer):
+    return _save_tiny(tmp_path_factory, smollm_tokenizer, "tiny-gpt2", tiny_gpt2_hf())
+
+
+@pytest.fixture(scope="session")
+def real_hf_model():
+    """HF's own SmolLM2 in float32: the numerical reference (never used by the product)."""
+    from transformers import AutoModelForCausalLM
+
+    source = embedded_model_source()
+    return AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def real_bundle(real_hf_model, smollm_tokenizer):
+    """Our SmolLM2, float32, built from the reference's weights (read from the GGUF once per session)."""
+    return build_bundle(real_hf_model.config, smollm_tokenizer, real_hf_model.state_dict(),
+                        name="SmolLM2-135M-Instruct.Q4_1", config=EngineConfig(dtype="float32", device="cpu"))
