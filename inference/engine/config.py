@@ -17,6 +17,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None  # None: the model's own context length
     enable_prefix_caching: bool = True
+    num_kv_blocks: int | None = None  # exact pool size, overriding the memory-based plan (tests, tuning)
 
     def __post_init__(self):
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -47,5 +48,6 @@ class EngineConfig:
             max_num_seqs=get("MINIVLLM_MAX_NUM_SEQS", int, 8),
             max_num_batched_tokens=get("MINIVLLM_MAX_NUM_BATCHED_TOKENS", int, 512),
             max_model_len=get("MINIVLLM_MAX_MODEL_LEN", int, None),
+            num_kv_blocks=get("MINIVLLM_NUM_KV_BLOCKS", int, None),
             enable_prefix_caching=get("MINIVLLM_PREFIX_CACHING", lambda v: v.lower() not in ("0", "false", "no"), True),
         )

@@ -56,7 +56,7 @@ class LLMEngine:
         model = self.bundle.model
         self.tokenizer = self.bundle.tokenizer
         self.max_model_len = self.bundle.max_model_len
-        num_blocks = plan_num_blocks(
+        num_blocks = self.config.num_kv_blocks or plan_num_blocks(
             model.kv_shape,
             self.config.block_size,
             self.bundle.dtype,

@@ -87,11 +87,14 @@ class Scheduler:
 
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not batch.preempted:
             seq = self.waiting[0]
-            if not seq.block_table:
-                self.blocks.reuse_cached_prefix(seq)
+            self.blocks.reuse_cached_prefix(seq)
             wanted = min(seq.num_uncomputed_tokens, budget)
             if not self.blocks.can_grow(seq, wanted):
-                break  # wait for running sequences to finish rather than evict them for a newcomer
+                # Wait for running sequences to finish rather than evict them for a newcomer, and
+                # hold no blocks while waiting: the cached ones stay findable for the next try.
+                self.blocks.free(seq)
+                seq.reset_for_recompute()
+                break
             self.waiting.popleft()
             self.blocks.grow(seq, wanted)
             self._admit(seq)

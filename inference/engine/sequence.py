@@ -56,6 +56,7 @@ class Sequence:
     def reset_for_recompute(self) -> None:
         """Preemption drops the cache; the sequence's tokens so far become its new prompt to prefill."""
         self.num_computed_tokens = 0
+        self.num_cached_prompt_tokens = 0
         self.block_table = []
         self.block_hashes = []
         self.status = SequenceStatus.WAITING
