@@ -1,0 +1,238 @@
+"""EngineThread: runs LLMEngine's step loop in a background thread and streams to asyncio consumers.
+
+The engine is only touched from its own thread. Callers on event loops hand requests in
+through a queue; each step's outputs go back with one `call_soon_threadsafe` per event loop,
+carrying every output for that loop (one call per token would cost several times more).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+import traceback
+from collections import defaultdict
+from typing import Callable
+
+from .config import EngineConfig
+from .engine import LLMEngine
+from .errors import EngineNotReadyError, QueueFullError
+from .outputs import RequestOutput
+from .sampling_params import SamplingParams
+
+log = logging.getLogger("minivllm.engine")
+
+IDLE_WAIT_S = 0.05
+
+
+class RequestStream:
+    """Async iterator over one request's outputs; ends after the finished one."""
+
+    def __init__(self, runner: "EngineThread", request_id: str, prompt_tokens: int):
+        self.runner = runner
+        self.request_id = request_id
+        self.prompt_tokens = prompt_tokens
+        self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        self.loop = asyncio.get_running_loop()
+        self.finished = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        output = await self.queue.get()
+        self.finished = output.finished
+        return output
+
+    def abort(self) -> None:
+        if not self.finished:
+            self.runner.abort(self.request_id)
+
+
+class EngineThread:
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        engine_factory: Callable[[], LLMEngine] | None = None,
+        max_queue: int = 64,
+    ):
+        self.config = config or EngineConfig()
+        self._factory = engine_factory or (lambda: LLMEngine(self.config))
+        self.max_queue = max_queue
+        self.engine: LLMEngine | None = None
+        self.state = "new"  # new -> loading -> ready -> stopped | dead
+        self.error: str | None = None
+        self.last_loop_at = time.monotonic()
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._streams: dict[str, RequestStream] = {}
+        self._streams_lock = threading.Lock()
+        self._snapshot: dict = {}
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> "EngineThread":
+        self.state = "loading"
+        self._thread = threading.Thread(target=self._main, name="minivllm-engine", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready" and self._thread is not None and self._thread.is_alive()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.state in ("new", "loading"):
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return self.ready
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Ends every in-flight request with a final `abort` output, then stops the loop."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        if self.state not in ("dead",):
+            self.state = "stopped"
+
+    # -- requests (any thread with a running event loop) ---------------------------------
+
+    def submit(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> RequestStream:
+        if not self.ready or self._stop.is_set():
+            raise EngineNotReadyError(self.not_ready_reason())
+        if self.num_waiting() >= self.max_queue:
+            raise QueueFullError(f"the waiting queue is full ({self.max_queue} requests)")
+        token_ids = self.engine.tokenize(prompt)
+        self.engine.check_request(token_ids, params)
+        stream = RequestStream(self, request_id, len(token_ids))
+        with self._streams_lock:
+            if request_id in self._streams:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            self._streams[request_id] = stream
+        self._inbox.put(("add", request_id, token_ids, params))
+        self._wake.set()
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(("abort", request_id))
+        self._wake.set()
+
+    def num_waiting(self) -> int:
+        engine = self.engine
+        return (len(engine.scheduler.waiting) if engine else 0) + self._inbox.qsize()
+
+    def stats(self) -> dict:
+        return dict(self._snapshot)
+
+    def not_ready_reason(self) -> str:
+        if self.state in ("new", "loading"):
+            return "the model is loading"
+        if self.state == "dead":
+            return f"the engine loop died: {self.error}"
+        if self._stop.is_set() or self.state == "stopped":
+            return "the engine is shutting down"
+        return "the engine is not running"
+
+    # -- the engine thread ----------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self.engine = self._factory()
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.error("model failed to load: %s", self.error)
+            self.state = "dead"
+            return
+        self._refresh_snapshot()
+        self.state = "ready"
+        try:
+            while not self._stop.is_set():
+                self.last_loop_at = time.monotonic()
+                self._drain_inbox()
+                if self.engine.has_work():
+                    self._dispatch(self.engine.step())
+                    self._refresh_snapshot()
+                else:
+                    self._refresh_snapshot()
+                    self._wake.wait(IDLE_WAIT_S)
+                    self._wake.clear()
+            self._abort_everything()
+            self.state = "stopped"
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.error("engine loop died:\n%s", traceback.format_exc())
+            self.state = "dead"
+            self._fail_all_streams(self.error)
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                command = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if command[0] == "add":
+                _, request_id, token_ids, params = command
+                if request_id not in self._streams:
+                    continue  # aborted before it reached the engine
+                try:
+                    self.engine.add_request(request_id, token_ids, params)
+                except Exception as exc:
+                    self._end_stream(request_id, "error", str(exc))
+            else:
+                _, request_id = command
+                if not self.engine.abort(request_id):
+                    self._end_stream(request_id, "abort", None)  # never reached the engine
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
+        with self._streams_lock:
+            for output in outputs:
+                stream = self._streams.get(output.request_id)
+                if stream is None:
+                    continue
+                if output.finished:
+                    del self._streams[output.request_id]
+                by_loop[stream.loop].append((stream.queue, output))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:
+                pass  # that event loop has closed; nobody is listening
+
+    def _end_stream(self, request_id: str, reason: str, error: str | None) -> None:
+        self._dispatch([RequestOutput(request_id, "", [], finished=True, finish_reason=reason, error=error)])
+
+    def _abort_everything(self) -> None:
+        for request_id in list(self.engine.sequences):
+            self.engine.abort(request_id)
+        self._dispatch(self.engine.step())
+        with self._streams_lock:
+            leftovers = list(self._streams)
+        for request_id in leftovers:
+            self._end_stream(request_id, "abort", None)
+        self._refresh_snapshot()
+
+    def _fail_all_streams(self, error: str) -> None:
+        with self._streams_lock:
+            leftovers = list(self._streams)
+        for request_id in leftovers:
+            self._end_stream(request_id, "error", error)
+
+    def _refresh_snapshot(self) -> None:
+        snapshot = self.engine.stats()
+        snapshot["last_step_at"] = self.last_loop_at
+        self._snapshot = snapshot
+
+
+def _deliver(items) -> None:
+    for q, output in items:
+        q.put_nowait(output)
