@@ -1,0 +1,261 @@
+"""Batched, per-request sampling.
+
+One call turns a step's logits [B, V] into one token per row. Every row carries its own
+parameters; they become [B]-shaped tensors so the arithmetic runs once for the whole batch.
+
+Randomness uses the Gumbel-max trick: argmax(logits / T + G) with G = -log(-log U) is a draw
+from softmax(logits / T). A seeded row draws its V uniforms only from its own generator, so its
+tokens do not depend on what else is in the batch or at which row it sits.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from .outputs import TokenLogprob
+from .sampling_params import SamplingParams
+
+# Temperatures below this are treated as greedy: dividing by them overflows float32.
+_MIN_TEMPERATURE = 1e-5
+# Tokens sorted for a top-p row without top-k before falling back to a full-vocabulary sort.
+_TOP_P_CANDIDATES = 1024
+
+
+@dataclass
+class SamplingContext:
+    """One row of the batch: the request's parameters and the tokens it has seen."""
+
+    params: SamplingParams
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]  # generated so far (before this step)
+    generator: torch.Generator | None  # from make_generator(params.seed, device); None = unseeded
+    eos_token_ids: set[int]
+
+
+@dataclass
+class SamplerOutput:
+    token_ids: list[int]
+    logprobs: list[TokenLogprob | None]  # None for rows that did not ask; token text left ""
+
+
+def make_generator(seed: int | None, device) -> torch.Generator | None:
+    """A per-request generator, created once when the request arrives."""
+    if seed is None:
+        return None
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator
+
+
+def _is_greedy(params: SamplingParams) -> bool:
+    return params.temperature < _MIN_TEMPERATURE
+
+
+def _has_penalty(params: SamplingParams) -> bool:
+    return (
+        params.repetition_penalty != 1.0
+        or params.presence_penalty != 0.0
+        or params.frequency_penalty != 0.0
+    )
+
+
+def _min_tokens_active(ctx: SamplingContext) -> bool:
+    return len(ctx.output_token_ids) < ctx.params.min_tokens
+
+
+class Sampler:
+    """Callable turning logits [B, V] plus one SamplingContext per row into tokens."""
+
+    def __call__(self, logits: torch.Tensor, contexts: list[SamplingContext]) -> SamplerOutput:
+        if logits.dim() != 2 or logits.shape[0] != len(contexts):
+            raise ValueError(f"logits {tuple(logits.shape)} do not match {len(contexts)} contexts")
+        if all(_is_greedy(c.params) and not _has_penalty(c.params) and not _min_tokens_active(c) for c in contexts):
+            # Hot path for plain greedy decoding: one argmax, one transfer.
+            token_ids = logits.argmax(dim=-1).tolist()
+        else:
+            token_ids = self._sample(logits, contexts)
+        return SamplerOutput(token_ids=token_ids, logprobs=compute_logprobs(logits, contexts, token_ids))
+
+    def _sample(self, logits: torch.Tensor, contexts: list[SamplingContext]) -> list[int]:
+        x = logits.float()
+        if any(_has_penalty(c.params) or _min_tokens_active(c) for c in contexts):
+            x = x.clone() if x is logits else x  # never edit the caller's tensor
+            apply_penalties(x, contexts)
+            apply_min_tokens(x, contexts)
+
+        greedy = [i for i, c in enumerate(contexts) if _is_greedy(c.params)]
+        drawn = [i for i, c in enumerate(contexts) if not _is_greedy(c.params)]
+        if not drawn:
+            return x.argmax(dim=-1).tolist()
+        sub = [contexts[i] for i in drawn]
+        scores = filtered_logits(x if not greedy else x[drawn], sub)
+        scores += draw_gumbel(scores.shape, [c.generator for c in sub], scores.device)
+        sampled = scores.argmax(dim=-1)
+        if not greedy:
+            return sampled.tolist()
+        chosen = torch.empty(len(contexts), dtype=torch.long, device=x.device)
+        chosen[greedy] = x[greedy].argmax(dim=-1)
+        chosen[drawn] = sampled
+        return chosen.tolist()
+
+
+def _row_param(contexts: list[SamplingContext], name: str, device) -> torch.Tensor:
+    return torch.tensor([getattr(c.params, name) for c in contexts], dtype=torch.float32, device=device)
+
+
+def _scatter_index(rows_of_ids: list[tuple[int, list[int]]], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, token) index tensors for every token of every listed row."""
+    rows: list[int] = []
+    cols: list[int] = []
+    for row, ids in rows_of_ids:
+        rows.extend([row] * len(ids))
+        cols.extend(ids)
+    return torch.tensor(rows, dtype=torch.long, device=device), torch.tensor(cols, dtype=torch.long, device=device)
+
+
+def apply_penalties(x: torch.Tensor, contexts: list[SamplingContext]) -> None:
+    """In place: repetition penalty (HF: prompt + output), then frequency/presence (OpenAI: output only).
+
+    Only the logits of seen tokens are read and written, so the cost follows the number of
+    distinct seen tokens rather than batch x vocabulary.
+    """
+    seen = [
+        (i, list(set(c.prompt_token_ids).union(c.output_token_ids)))
+        for i, c in enumerate(contexts)
+        if c.params.repetition_penalty != 1.0
+    ]
+    if seen:
+        rows, cols = _scatter_index(seen, x.device)
+        penalty = _row_param(contexts, "repetition_penalty", x.device)[rows]
+        values = x[rows, cols]
+        x[rows, cols] = torch.where(values > 0, values / penalty, values * penalty)
+
+    counted = [
+        (i, Counter(c.output_token_ids))
+        for i, c in enumerate(contexts)
+        if (c.params.frequency_penalty != 0.0 or c.params.presence_penalty != 0.0) and c.output_token_ids
+    ]
+    if counted:
+        rows, cols = _scatter_index([(i, list(counts)) for i, counts in counted], x.device)
+        counts = torch.tensor([n for _, c in counted for n in c.values()], dtype=x.dtype, device=x.device)
+        frequency = _row_param(contexts, "frequency_penalty", x.device)[rows]
+        presence = _row_param(contexts, "presence_penalty", x.device)[rows]
+        x[rows, cols] -= frequency * counts + presence
+
+
+def apply_min_tokens(x: torch.Tensor, contexts: list[SamplingContext]) -> None:
+    """In place: forbid EOS and stop_token_ids until a row has min_tokens outputs.
+
+    ignore_eos is not handled here: it only means EOS does not end the request, which is
+    the engine's decision.
+    """
+    banned = [
+        (i, list(set(c.eos_token_ids).union(c.params.stop_token_ids)))
+        for i, c in enumerate(contexts)
+        if _min_tokens_active(c)
+    ]
+    banned = [(i, [t for t in ids if t < x.shape[1]]) for i, ids in banned]
+    if any(ids for _, ids in banned):
+        rows, cols = _scatter_index(banned, x.device)
+        x[rows, cols] = float("-inf")
+
+
+def filtered_logits(x: torch.Tensor, contexts: list[SamplingContext]) -> torch.Tensor:
+    """A new tensor of logits / temperature with tokens removed by top-k, top-p and min-p at -inf."""
+    scores = x / _row_param(contexts, "temperature", x.device).unsqueeze(1)
+    vocab = x.shape[1]
+    if any(0 < c.params.top_k < vocab or c.params.top_p < 1.0 for c in contexts):
+        scores.masked_fill_(~keep_mask(scores, contexts), float("-inf"))
+    if any(c.params.min_p > 0 for c in contexts):
+        # p / p_max < min_p, in log space; relative to the top token, so earlier masks do not move it.
+        log_min_p = _row_param(contexts, "min_p", x.device).log().unsqueeze(1)
+        cut = scores.max(dim=-1, keepdim=True).values + log_min_p
+        scores.masked_fill_(scores < cut, float("-inf"))
+    return scores
+
+
+def keep_mask(x: torch.Tensor, contexts: list[SamplingContext]) -> torch.Tensor:
+    """Boolean [B, V]: tokens surviving top-k then top-p on already temperature-scaled logits.
+
+    top-k keeps the k largest logits; top-p then keeps the smallest set of those, most probable
+    first, whose probability (renormalised over the top-k survivors) reaches p. A full sort of
+    the vocabulary is slow on CPU, so only the best candidates are sorted (topk) and the sort is
+    widened to the whole vocabulary only when some nucleus does not fit in them. Rows with both
+    filters off keep everything, whatever their neighbours use.
+    """
+    vocab = x.shape[1]
+    top_k = [c.params.top_k if 0 < c.params.top_k < vocab else vocab for c in contexts]
+    top_p = [float(c.params.top_p) for c in contexts]
+    if all(row_k == vocab for row_k in top_k) and all(row_p >= 1.0 for row_p in top_p):
+        return torch.ones_like(x, dtype=torch.bool)
+    k_on = torch.tensor([row_k < vocab for row_k in top_k], device=x.device)
+    p_on = torch.tensor([row_p < 1.0 for row_p in top_p], device=x.device)
+
+    k = torch.tensor(top_k, device=x.device).unsqueeze(1)
+    p = torch.tensor(top_p, dtype=torch.float32, device=x.device).unsqueeze(1)
+    wanted = max(row_k if row_k < vocab else (_TOP_P_CANDIDATES if row_p < 1.0 else 1) for row_k, row_p in zip(top_k, top_p))
+    candidates = min(vocab, wanted)
+    while True:
+        values, order = x.topk(candidates, dim=-1)  # sorted, largest first
+        remove = torch.arange(candidates, device=x.device).unsqueeze(0) >= k
+        if all(row_p >= 1.0 for row_p in top_p):
+            break
+        # Normalise over the top-k survivors, or over the whole vocabulary when top-k is off.
+        lse = torch.where(
+            k_on.unsqueeze(1),
+            torch.logsumexp(values.masked_fill(remove, float("-inf")), dim=-1, keepdim=True),
+            torch.logsumexp(x, dim=-1, keepdim=True),
+        )
+        probs = (values - lse).exp()
+        cumulative = probs.cumsum(dim=-1)
+        remove |= (cumulative - probs >= p) & p_on.unsqueeze(1)
+        too_narrow = p_on & ~k_on & (cumulative[:, -1] < p.squeeze(1))
+        if candidates == vocab or not bool(too_narrow.any()):
+            break
+        candidates = vocab
+    remove[:, 0] = False  # the most likely token always survives
+    keep = torch.zeros_like(x, dtype=torch.bool).scatter_(1, order, ~remove)
+    return keep | ~(k_on | p_on).unsqueeze(1)
+
+
+def draw_gumbel(shape, generators: list[torch.Generator | None], device) -> torch.Tensor:
+    """Gumbel noise [B, V] = -log(-log U): seeded rows from their own generator, the rest from the global RNG.
+
+    argmax(logits / T + Gumbel) is a draw from softmax(logits / T) (the Gumbel-max trick), so no
+    softmax or renormalisation is needed and masked (-inf) tokens can never win.
+    """
+    uniform = torch.empty(shape, dtype=torch.float32, device=device)
+    unseeded = [i for i, g in enumerate(generators) if g is None]
+    if unseeded:
+        uniform[unseeded] = torch.rand((len(unseeded), shape[1]), dtype=torch.float32, device=device)
+    for i, generator in enumerate(generators):
+        if generator is not None:
+            torch.rand(shape[1], generator=generator, device=device, out=uniform[i])
+    # U in [0, 1): U = 0 gives -inf, which merely makes that token lose.
+    return uniform.log_().neg_().log_().neg_()
+
+
+def compute_logprobs(
+    logits: torch.Tensor, contexts: list[SamplingContext], token_ids: list[int]
+) -> list[TokenLogprob | None]:
+    """Raw model log-probabilities (before penalties, temperature and filters), like vLLM's default."""
+    result: list[TokenLogprob | None] = [None] * len(contexts)
+    rows = [i for i, c in enumerate(contexts) if c.params.logprobs is not None]
+    if not rows:
+        return result
+    index = torch.tensor(rows, device=logits.device)
+    logp = torch.log_softmax(logits[index].float(), dim=-1)
+    chosen = torch.tensor([token_ids[i] for i in rows], device=logits.device)
+    chosen_lp = logp.gather(1, chosen.unsqueeze(1)).squeeze(1).tolist()
+    n = max(contexts[i].params.logprobs for i in rows)
+    top_lp, top_ids = ([[]] * len(rows), [[]] * len(rows))
+    if n:
+        values, indices = logp.topk(n, dim=-1)  # sorted, most likely first
+        top_lp, top_ids = values.tolist(), indices.tolist()
+    for j, i in enumerate(rows):
+        want = contexts[i].params.logprobs
+        top = [(tid, "", lp) for tid, lp in zip(top_ids[j][:want], top_lp[j][:want])]
+        result[i] = TokenLogprob(token_id=token_ids[i], token="", logprob=chosen_lp[j], top=top)
+    return result
