@@ -1,0 +1,80 @@
+"""Model loading: the embedded GGUF, local HF folders, hub ids, and clear errors for the rest."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from inference.engine.config import EngineConfig
+from inference.engine.device import cpu_has_native_bf16, resolve_dtype
+from inference.engine.errors import UnsupportedModelError
+from inference.engine.loader import EMBEDDED_GGUF, ModelLoadError, load_model, resolve_source
+
+
+def test_default_is_the_embedded_smollm2_gguf():
+    source = resolve_source(None)
+    assert source.gguf_file == EMBEDDED_GGUF and os.path.isfile(os.path.join(source.path, EMBEDDED_GGUF))
+    assert source.display_name == "SmolLM2-135M-Instruct.Q4_1"
+
+
+def test_gguf_path_and_hub_id_are_told_apart(tmp_path):
+    gguf = resolve_source(os.path.join(resolve_source(None).path, EMBEDDED_GGUF))
+    assert gguf.gguf_file == EMBEDDED_GGUF and not gguf.is_hub_id
+    assert resolve_source("TinyLlama/TinyLlama-1.1B-Chat-v1.0").is_hub_id
+    assert resolve_source(str(tmp_path)).path == str(tmp_path)
+    with pytest.raises(ModelLoadError, match="GGUF file not found"):
+        resolve_source(str(tmp_path / "missing.gguf"))
+    with pytest.raises(ModelLoadError, match="not found"):
+        resolve_source("./no/such/folder")
+
+
+@pytest.mark.parametrize("fixture", ["tiny_llama_dir", "tiny_gpt2_dir"])
+def test_local_hf_folder_loads_into_our_model_code(fixture, request):
+    folder = request.getfixturevalue(fixture)
+    bundle = load_model(EngineConfig(model=folder, dtype="float32", device="cpu"))
+    assert type(bundle.model).__module__.startswith("inference.engine.models")
+    assert bundle.name == os.path.basename(folder) and bundle.max_model_len == 512
+    assert bundle.eos_token_ids == {2} and bundle.dtype == torch.float32
+
+
+def test_max_model_len_setting_caps_the_context(tiny_llama_dir):
+    bundle = load_model(EngineConfig(model=tiny_llama_dir, dtype="float32", max_model_len=128))
+    assert bundle.max_model_len == 128
+
+
+def test_unsupported_architecture_names_what_is_supported(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
+    with pytest.raises(UnsupportedModelError, match="gpt2, llama, mistral, qwen2"):
+        load_model(EngineConfig(model=str(tmp_path)))
+
+
+def test_hub_id_without_network_says_so():
+    """The real hub code path runs; offline mode only spares the test the HTTP retries."""
+    code = (
+        "from inference.engine.loader import load_model, ModelLoadError\n"
+        "from inference.engine.config import EngineConfig\n"
+        "try:\n    load_model(EngineConfig(model='gpt2'))\n"
+        "except ModelLoadError as exc:\n    print('ERROR', exc)\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert "ERROR could not fetch 'gpt2' from the Hugging Face hub (no network access" in result.stdout
+
+
+def test_auto_dtype_follows_the_cpu():
+    expected = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+    assert resolve_dtype("auto", torch.device("cpu")) == expected
+    assert resolve_dtype("float16", torch.device("cpu")) == torch.float16
+
+
+def test_config_reads_the_environment():
+    cfg = EngineConfig.from_env({"MINIVLLM_MODEL": "/models/x.gguf", "MINIVLLM_MAX_NUM_SEQS": "4",
+                                 "MINIVLLM_PREFIX_CACHING": "0", "MINIVLLM_DTYPE": "float32"})
+    assert (cfg.model, cfg.max_num_seqs, cfg.enable_prefix_caching, cfg.dtype) == ("/models/x.gguf", 4, False, "float32")
+    assert EngineConfig.from_env({}).block_size == 16
+    with pytest.raises(ValueError, match="dtype"):
+        EngineConfig(dtype="int3")
