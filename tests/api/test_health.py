@@ -1,0 +1,63 @@
+"""GET /health: 503 with a reason until the model is loaded and the loop runs, 200 while it does."""
+import threading
+
+import pytest
+
+from inference import runtime
+from inference.engine.engine_thread import EngineThread
+from tests.serving import start_runner, tiny_engine_config, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def gated_runner(session_runner, tiny_llama_dir):
+    """A real engine thread whose model load waits for the test to open the gate."""
+    gate = threading.Event()
+    runner = start_runner(tiny_engine_config(tiny_llama_dir), bundle=session_runner.engine.bundle, gate=gate)
+    previous = runtime.install(runner)
+    yield runner, gate
+    gate.set()
+    runtime.install(previous)
+    runner.shutdown()
+
+
+async def test_503_while_loading_then_200_then_503_when_stopped(async_client, gated_runner):
+    runner, gate = gated_runner
+    resp = await async_client.get("/health")
+    assert resp.status_code == 503
+    assert resp.json() == {"status": "unavailable", "state": "loading", "reason": "the model is loading"}
+
+    generate = await async_client.post("/generate", {"prompt": "x"}, content_type="application/json")
+    assert generate.status_code == 503 and generate.json()["error"]["code"] == "engine_not_ready"
+    assert (await async_client.get("/v1/models")).status_code == 503
+
+    gate.set()
+    assert wait_until(lambda: runner.ready)
+    resp = await async_client.get("/health")
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["status"] == "ok" and body["model"] == runner.engine.model_name and body["device"] == "cpu"
+
+    runner.shutdown()
+    resp = await async_client.get("/health")
+    assert resp.status_code == 503 and resp.json()["state"] == "stopped"
+
+
+async def test_503_when_no_engine_was_started(async_client, no_engine):
+    resp = await async_client.get("/health")
+    assert resp.status_code == 503
+    assert resp.json()["state"] == "not_started" and resp.json()["reason"]
+
+
+async def test_503_when_the_model_failed_to_load(async_client, tmp_path):
+    runner = EngineThread(tiny_engine_config(str(tmp_path / "missing"))).start()
+    wait_until(lambda: runner.state != "loading")
+    previous = runtime.install(runner)
+    try:
+        resp = await async_client.get("/health")
+        assert resp.status_code == 503
+        body = resp.json()
+        assert body["state"] == "dead" and body["reason"]
+    finally:
+        runtime.install(previous)

@@ -1,0 +1,175 @@
+"""The real thing: Daphne in a subprocess, the official `openai` client, SIGTERM mid-stream."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+pytestmark = pytest.mark.live
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 180
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LiveServer:
+    def __init__(self, model_dir: str, workdir: Path):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.db = workdir / "db.sqlite3"
+        self.log = workdir / "daphne.log"
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": f"sqlite:///{self.db}",
+            "MINIVLLM_AUTOSTART": "1",
+            "MINIVLLM_MODEL": model_dir,
+            "MINIVLLM_DEVICE": "cpu",
+            "MINIVLLM_DTYPE": "float32",
+            "MINIVLLM_KV_CACHE_MB": "8",
+            "MINIVLLM_MAX_NUM_SEQS": "4",
+            "PYTHONUNBUFFERED": "1",
+            # a tiny model gains nothing from intra-op threads, and they crawl on a busy 2-core box
+            "OMP_NUM_THREADS": "1",
+        }
+        self.process: subprocess.Popen | None = None
+        self.migrated = False
+
+    def manage(self, *args: str) -> None:
+        subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=self.env, check=True, capture_output=True)
+
+    def migrate(self) -> "LiveServer":
+        if not self.migrated:
+            self.manage("migrate", "--noinput")
+            self.migrated = True
+        return self
+
+    def start(self) -> "LiveServer":
+        self.migrate()
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "minivllm_site.asgi:application"],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"server did not become healthy:\n{self.log.read_text()}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def row(self, request_id: str) -> dict:
+        with sqlite3.connect(self.db) as conn:
+            conn.row_factory = sqlite3.Row
+            row = conn.execute("SELECT * FROM inference_generationrequest WHERE id = ?", (request_id,)).fetchone()
+        return dict(row) if row else {}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama_dir, tmp_path_factory):
+    live = LiveServer(tiny_llama_dir, tmp_path_factory.mktemp("live")).migrate()
+    # a row a crashed process left "running": start-up must repair it
+    live.manage("shell", "-c", "from inference.models import GenerationRequest as G; G.objects.create(id='crashed-1', endpoint='generate', status='running')")
+    live.start()
+    yield live
+    live.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=60)
+
+
+def test_startup_marks_crashed_rows_failed(server):
+    assert server.row("crashed-1")["status"] == "failed"
+
+
+def test_openai_client_models_and_completions(client, server):
+    [model] = client.models.list().data
+    whole = client.completions.create(model=model.id, prompt="The capital of France is", max_tokens=6, extra_body={"ignore_eos": True})
+    assert whole.object == "text_completion" and whole.choices[0].finish_reason == "length"
+    assert whole.usage.completion_tokens == 6
+    assert server.row(whole.id)["status"] == "completed"
+
+    chunks = list(client.completions.create(model=model.id, prompt="Hello", max_tokens=4, stream=True, extra_body={"ignore_eos": True}))
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert "".join(c.choices[0].text for c in chunks) == server.row(chunks[0].id)["output_text"]
+
+
+def test_openai_client_chat_whole_and_streamed(client, server):
+    model = client.models.list().data[0].id
+    messages = [{"role": "user", "content": "Say hi"}]
+    whole = client.chat.completions.create(model=model, messages=messages, max_tokens=5, temperature=0, extra_body={"ignore_eos": True})
+    assert whole.choices[0].message.role == "assistant"
+    assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 5
+
+    stream = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=5, temperature=0, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content  # greedy: same text streamed or not
+    assert chunks[-1].usage.completion_tokens == 5 and chunks[-1].choices == []
+
+
+def test_openai_client_sees_api_errors(client):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=client.models.list().data[0].id, prompt="x", temperature=-3)
+    assert info.value.body["param"] == "temperature"
+
+
+def test_sigterm_ends_in_flight_stream_and_records_it(tiny_llama_dir, tmp_path):
+    live = LiveServer(tiny_llama_dir, tmp_path).start()
+    try:
+        body = {"prompt": "A very long story", "max_new_tokens": 480, "ignore_eos": True}
+        events = []
+        with httpx.stream("POST", f"{live.url}/generate", json=body, timeout=60) as resp:
+            lines = resp.iter_lines()
+            for line in lines:
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    if events[-1]["type"] == "token":
+                        break
+            live.process.send_signal(signal.SIGTERM)
+            for line in lines:
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+        assert events[-1]["type"] == "done" and events[-1]["finish_reason"] == "abort"
+        assert live.process.wait(30) == 0
+        row = live.row(events[0]["request_id"])
+        assert row["status"] == "aborted" and row["finish_reason"] == "abort"
+        assert 0 < row["completion_tokens"] < 480
+    finally:
+        live.stop()

@@ -1,0 +1,112 @@
+"""OpenAI-compatible API: response shapes, streamed and whole, through the real engine."""
+import pytest
+
+from inference.models import GenerationRequest
+from tests.serving import read_stream
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def post(client, path, body):
+    return await client.post(path, body, content_type="application/json")
+
+
+async def test_models_lists_the_served_model(async_client, runner):
+    resp = await async_client.get("/v1/models")
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["object"] == "list"
+    [model] = body["data"]
+    assert model["object"] == "model" and model["id"] == runner.engine.model_name
+    assert model["max_model_len"] == runner.engine.max_model_len
+
+
+async def test_completion_whole(async_client, runner):
+    resp = await post(async_client, "/v1/completions", {"model": runner.engine.model_name, "prompt": "The sky is", "max_tokens": 5, "temperature": 0, "ignore_eos": True})
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["id"].startswith("cmpl-") and body["object"] == "text_completion"
+    assert body["model"] == runner.engine.model_name and isinstance(body["created"], int)
+    [choice] = body["choices"]
+    assert choice["index"] == 0 and isinstance(choice["text"], str)
+    assert choice["finish_reason"] == "length" and choice["logprobs"] is None
+    usage = body["usage"]
+    assert usage["completion_tokens"] == 5 and usage["total_tokens"] == usage["prompt_tokens"] + 5
+    row = await GenerationRequest.objects.aget(id=body["id"])
+    assert row.status == "completed" and row.output_text == choice["text"] and not row.stream
+
+
+async def test_completion_stream_with_usage(async_client, runner):
+    resp = await post(
+        async_client,
+        "/v1/completions",
+        {"prompt": "The sky is", "max_tokens": 4, "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}},
+    )
+    assert resp.status_code == 200 and resp["Content-Type"].startswith("text/event-stream")
+    events = await read_stream(resp)
+    assert events[-1] == "[DONE]"
+    *chunks, usage_chunk, _ = events
+    assert all(c["object"] == "text_completion" and c["usage"] is None for c in chunks)
+    assert len({c["id"] for c in chunks}) == 1
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "length"
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+    assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 4
+
+
+async def test_completion_stream_without_usage_ends_with_done(async_client, runner):
+    resp = await post(async_client, "/v1/completions", {"prompt": "A", "max_tokens": 2, "ignore_eos": True, "stream": True})
+    events = await read_stream(resp)
+    assert events[-1] == "[DONE]"
+    assert all(e["choices"] for e in events[:-1])
+
+
+async def test_completion_logprobs_shape(async_client, runner):
+    resp = await post(async_client, "/v1/completions", {"prompt": "A", "max_tokens": 3, "temperature": 0, "logprobs": 2, "ignore_eos": True})
+    logprobs = resp.json()["choices"][0]["logprobs"]
+    assert len(logprobs["tokens"]) == len(logprobs["token_logprobs"]) == len(logprobs["top_logprobs"]) == 3
+    assert all(len(top) <= 2 for top in logprobs["top_logprobs"])
+
+
+async def test_chat_whole_uses_the_chat_template(async_client, runner):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
+    resp = await post(async_client, "/v1/chat/completions", {"model": runner.engine.model_name, "messages": messages, "max_tokens": 5, "ignore_eos": True})
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
+    [choice] = body["choices"]
+    assert choice["message"]["role"] == "assistant" and isinstance(choice["message"]["content"], str)
+    assert choice["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 5
+    row = await GenerationRequest.objects.aget(id=body["id"])
+    expected = runner.engine.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert row.prompt == expected and row.messages == messages and row.endpoint == "chat.completions"
+
+
+async def test_chat_stream_shape(async_client, runner):
+    resp = await post(
+        async_client,
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 4, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}},
+    )
+    events = await read_stream(resp)
+    assert events[-1] == "[DONE]"
+    first, *middle, finish, usage_chunk, _ = events
+    assert first["object"] == "chat.completion.chunk"
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(set(c["choices"][0]["delta"]) == {"content"} for c in middle)
+    assert finish["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
+    assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 4
+
+
+async def test_chat_without_max_tokens_fills_the_context(async_client, runner):
+    resp = await post(async_client, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "stop": ["e", "a", "o", "i", " "]})
+    assert resp.status_code == 200
+    body = resp.json()
+    row = await GenerationRequest.objects.aget(id=body["id"])
+    assert row.sampling_params["max_tokens"] == runner.engine.max_model_len - body["usage"]["prompt_tokens"]
+
+
+async def test_chat_logprobs_shape(async_client, runner):
+    resp = await post(async_client, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "logprobs": True, "top_logprobs": 3, "ignore_eos": True})
+    content = resp.json()["choices"][0]["logprobs"]["content"]
+    assert len(content) == 2
+    assert all({"token", "logprob", "bytes", "top_logprobs"} <= set(item) and len(item["top_logprobs"]) == 3 for item in content)
