@@ -16,6 +16,7 @@ from .config import EngineConfig
 from .device import dtype_name, resolve_device, resolve_dtype
 from .errors import UnsupportedModelError
 from .models import model_class_for
+from .quantization import apply_quantization
 
 log = logging.getLogger("minivllm.engine")
 
@@ -103,6 +104,7 @@ def build_bundle(hf_config, tokenizer, state: dict, *, name: str, config: Engine
     model.load_hf_state_dict(state)
     model.to(device=device, dtype=dtype).eval()
     _keep_rope_tables_float32(model)
+    apply_quantization(model, config.quantization, device)
     return ModelBundle(
         model=model,
         tokenizer=tokenizer,
