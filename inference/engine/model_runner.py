@@ -39,11 +39,11 @@ class ModelRunner:
             slot_mapping=self._tensor(slots),
             num_decodes=len(batch.decodes),
             decode_slot_ids=None,
-            decode_mask=None,
+            decode_padding=None,
             prefills=[],
         )
         if batch.decodes:
-            meta.decode_slot_ids, meta.decode_mask = self._decode_context(batch.decodes)
+            meta.decode_slot_ids, meta.decode_padding = self._decode_context(batch.decodes)
         offset = len(batch.decodes)
         for seq, n in batch.prefills:
             meta.prefills.append(self._prefill_chunk(seq, offset, n))
@@ -67,8 +67,8 @@ class ModelRunner:
         lengths = self._tensor([seq.num_computed_tokens + 1 for seq in seqs])
         longest = int(lengths.max())
         slot_ids = self._context_slots([seq.block_table for seq in seqs], longest)
-        mask = torch.arange(longest, device=self.device)[None, :] < lengths[:, None]
-        return slot_ids, mask[:, None, None, :]
+        padding = torch.arange(longest, device=self.device)[None, :] >= lengths[:, None]
+        return slot_ids, padding[:, None, None, :]
 
     def _prefill_chunk(self, seq: Sequence, start: int, n: int) -> PrefillChunk:
         cached = seq.num_computed_tokens

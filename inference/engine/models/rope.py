@@ -52,13 +52,12 @@ class RotaryEmbedding(torch.nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def forward(self, positions: torch.Tensor, *tensors: torch.Tensor) -> list[torch.Tensor]:
-        """Rotates each [T, heads, head_dim] tensor by its token's position."""
-        cos = self.cos[positions].unsqueeze(1)  # [T, 1, head_dim/2]
-        sin = self.sin[positions].unsqueeze(1)
-        rotated = []
-        for x in tensors:
-            x1, x2 = x.float().chunk(2, dim=-1)
-            y = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-            rotated.append(y.to(x.dtype))
-        return rotated
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin rows for this step's positions: looked up once per step, shared by every layer."""
+        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotates a [T, heads, head_dim] tensor by its tokens' positions (rotate-half layout)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
