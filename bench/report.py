@@ -1,0 +1,126 @@
+"""Runs the sweep and writes docs/benchmarks.md, docs/throughput.png and docs/latency.png.
+
+Starts our server (Daphne, `MINIVLLM_AUTOSTART=1`) unless `--base-url` points at one already
+running, measures it over concurrency 1..32 for a uniform and a mixed output length, stops it,
+then runs the HF baselines over the same prompts. The full sweep is sized for ~30 minutes on
+the 2-core CPU; `--quick` is a few minutes.
+
+    python -m bench.report            # full sweep
+    python -m bench.report --quick    # concurrency 1 and 8, fewer prompts
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+
+from .sweep import Plan, Workload, run_engine_phase, run_hf_phase
+
+DEFAULT_SERVER_ENV = {"MINIVLLM_MAX_NUM_SEQS": "32", "MINIVLLM_KV_CACHE_MB": "1024"}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="concurrency 1,8; 4 prompts minimum, 1 per slot; 2 one-at-a-time")
+    p.add_argument("--concurrency", default=None, help="comma list (default 1,4,8,16,32)")
+    p.add_argument("--input-len", default="128")
+    p.add_argument("--output-len", default="64", help="the uniform workload's output length")
+    p.add_argument("--mixed-output-len", default="16-256", help="the mixed workload's output length range")
+    p.add_argument("--workloads", default="uniform,mixed")
+    p.add_argument("--prompts-per-slot", type=int, default=None)
+    p.add_argument("--min-prompts", type=int, default=None)
+    p.add_argument("--one-at-a-time-prompts", type=int, default=None)
+    p.add_argument("--dtypes", default="float32,bfloat16", help="HF baseline dtypes")
+    p.add_argument("--skip-baselines", action="store_true")
+    p.add_argument("--base-url", default=None, help="benchmark this running server instead of starting ours")
+    p.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE", help="extra env for our server")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--docs-dir", default="docs")
+    p.add_argument("--results-dir", default="bench/results")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def _given(value, default):
+    return default if value is None else value
+
+
+def make_plan(args) -> Plan:
+    quick = args.quick
+    lengths = {"uniform": args.output_len, "mixed": args.mixed_output_len}
+    workloads = [Workload(name, args.input_len, lengths[name]) for name in args.workloads.split(",")]
+    default_cs = "1,8" if quick else "1,4,8,16,32"
+    return Plan(
+        workloads=workloads,
+        concurrencies=[int(c) for c in (args.concurrency or default_cs).split(",")],
+        prompts_per_slot=_given(args.prompts_per_slot, 1 if quick else 2),
+        min_prompts=_given(args.min_prompts, 4 if quick else 8),
+        one_at_a_time_prompts=_given(args.one_at_a_time_prompts, 2 if quick else 8),
+        dtypes=[d for d in args.dtypes.split(",") if d],
+        seed=args.seed,
+    )
+
+
+def plan_json(plan: Plan) -> dict:
+    return {"concurrencies": plan.concurrencies, "workloads": [vars(w) for w in plan.workloads], "seed": plan.seed,
+            "prompts_per_slot": plan.prompts_per_slot, "min_prompts": plan.min_prompts,
+            "one_at_a_time_prompts": plan.one_at_a_time_prompts, "dtypes": plan.dtypes}
+
+
+def engine_entries(args, plan, tokenizer, results_dir) -> tuple[list[dict], dict, str | None]:
+    """(entries, server stats, server command) from our own server, or from `--base-url`."""
+    progress = not args.no_progress
+    if args.base_url:
+        return run_engine_phase(plan, tokenizer, args.base_url, results_dir=results_dir, show_progress=progress), {}, None
+    from .server import EngineServer
+
+    env = dict(DEFAULT_SERVER_ENV)
+    env.update(item.split("=", 1) for item in args.server_env)
+    with EngineServer(env, log_path=os.path.join(results_dir, "server.log")) as server:
+        print(f"server ready at {server.base_url}: {server.stats.get('dtype')} on {server.stats.get('device')}", flush=True)
+        entries = run_engine_phase(plan, tokenizer, server.base_url, results_dir=results_dir, show_progress=progress)
+        stats = {k: server.stats.get(k) for k in ("model", "device", "dtype", "num_slots")}
+        return entries, stats, server.command
+
+
+def main(argv=None) -> dict:
+    from .machine import machine_info
+    from .model_files import load_tokenizer
+    from .plots import latency_plot, throughput_plot
+    from .tables import render
+
+    args = parse_args(argv)
+    plan = make_plan(args)
+    os.makedirs(args.results_dir, exist_ok=True)
+    os.makedirs(args.docs_dir, exist_ok=True)
+    started = time.monotonic()
+    machine = machine_info()
+    tokenizer = load_tokenizer()
+    entries, server, server_command = engine_entries(args, plan, tokenizer, args.results_dir)
+    if not args.skip_baselines:
+        entries += run_hf_phase(plan, tokenizer, results_dir=args.results_dir, show_progress=not args.no_progress)
+    machine["load_average_at_end"] = os.getloadavg()
+    report = {
+        "command": "python -m bench.report " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "machine": machine,
+        "server": server,
+        "server_command": server_command,
+        "plan": plan_json(plan),
+        "entries": entries,
+        "elapsed_s": time.monotonic() - started,
+    }
+    with open(os.path.join(args.results_dir, "report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    with open(os.path.join(args.docs_dir, "benchmarks.md"), "w") as f:
+        f.write(render(report))
+    throughput_plot(report, os.path.join(args.docs_dir, "throughput.png"))
+    latency_plot(report, os.path.join(args.docs_dir, "latency.png"))
+    print(f"wrote {args.docs_dir}/benchmarks.md and plots in {report['elapsed_s'] / 60:.1f} min", flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()
