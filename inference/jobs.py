@@ -18,6 +18,7 @@ from . import services
 from .engine.errors import PromptTooLongError
 from .engine.outputs import RequestOutput, TokenLogprob
 from .engine.sampling_params import SamplingParams
+from .metrics import RequestMetrics
 from .models import GenerationRequest
 from .validation import GenerationInput
 
@@ -50,7 +51,7 @@ def submit_to_engine(runner, request_id: str, prompt, params: SamplingParams, *,
 
 
 class GenerationJob:
-    def __init__(self, *, runner, request_id: str, stream, params: SamplingParams):
+    def __init__(self, *, runner, request_id: str, stream, params: SamplingParams, model: str = ""):
         self.runner = runner
         self.request_id = request_id
         self.params = params
@@ -66,6 +67,7 @@ class GenerationJob:
         self.error: str | None = None
         self.done = False
         self._last: RequestOutput | None = None
+        self.metrics = RequestMetrics(model)
 
     # ---- start ----------------------------------------------------------------------------
 
@@ -83,7 +85,7 @@ class GenerationJob:
     ) -> "GenerationJob":
         """Submits to the engine (its errors propagate: nothing is recorded or queued then)."""
         stream, params = submit_to_engine(runner, request_id, prompt, inp.params, fill_context=inp.fill_context)
-        job = cls(runner=runner, request_id=request_id, stream=stream, params=params)
+        job = cls(runner=runner, request_id=request_id, stream=stream, params=params, model=model)
         _live.add(job)
         job._chain(
             services.request_create,
@@ -121,6 +123,8 @@ class GenerationJob:
     def _observe(self, out: RequestOutput) -> None:
         first = self._last is None
         self._last = out
+        if out.token_ids:
+            self.metrics.on_tokens(time.monotonic())
         if out.text:
             self.text_parts.append(out.text)
         if out.logprobs:
@@ -182,6 +186,17 @@ class GenerationJob:
         out, now = self._last, time.monotonic()
         arrival = out.arrival_time if out is not None and out.arrival_time else self._submitted_at
         finished = out.finished_time if out is not None and out.finished and out.finished_time else now
+        timings = dict(
+            queue_time=self._queue_time(),
+            time_to_first_token=_since(arrival, out.first_token_time if out is not None else None),
+            latency=max(0.0, finished - arrival),
+        )
+        self.metrics.on_finish(
+            finish_reason=finish_reason,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            **timings,
+        )
         self._chain(
             services.request_finish,
             request_id=self.request_id,
@@ -191,9 +206,7 @@ class GenerationJob:
             completion_tokens=self.completion_tokens,
             finish_reason=finish_reason,
             error=error,
-            queue_time=self._queue_time(),
-            time_to_first_token=_since(arrival, out.first_token_time if out is not None else None),
-            latency=max(0.0, finished - arrival),
+            **timings,
         )
 
     def _queue_time(self) -> float | None:
