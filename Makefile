@@ -6,7 +6,7 @@ HOST ?= 0.0.0.0
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install test run migrate clean-venv
+.PHONY: install test run migrate clean-venv bench bench-quick
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -30,3 +30,11 @@ run: migrate
 
 clean-venv:
 	rm -rf $(VENV)
+
+BENCH_ARGS ?=
+# Full sweep (~30 min on 2 idle cores): docs/benchmarks.md, docs/throughput.png, docs/latency.png
+bench: install
+	$(PY) -m bench.report $(BENCH_ARGS)
+
+bench-quick: install
+	$(PY) -m bench.report --quick $(BENCH_ARGS)
