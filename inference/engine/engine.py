@@ -76,10 +76,15 @@ class LLMEngine:
         self.total_prompt_tokens = 0
         self.total_generated_tokens = 0
         self._recent_tokens: deque[tuple[float, int]] = deque()
+        self.step_fault_hook = None  # tests: a callable raising here fails one step's requests
         log.info(
             "engine ready: %s on %s (%s), %d KV blocks of %d tokens, %d slots",
             self.model_name, self.device, self.dtype, num_blocks, self.config.block_size, self.config.max_num_seqs,
         )
+
+    def fresh_copy(self) -> "LLMEngine":
+        """A new engine over the same loaded weights: empty cache, queues and counters."""
+        return LLMEngine(self.config, bundle=self.bundle)
 
     @property
     def model_name(self) -> str:
@@ -149,6 +154,8 @@ class LLMEngine:
             return outputs
         self.num_steps += 1
         try:
+            if self.step_fault_hook is not None:
+                self.step_fault_hook()
             logits, sampling_seqs = self.runner.run(batch)
             for seq, n in [(s, 1) for s in batch.decodes] + batch.prefills:
                 seq.num_computed_tokens += n

@@ -24,6 +24,7 @@ from .sampling_params import SamplingParams
 log = logging.getLogger("minivllm.engine")
 
 IDLE_WAIT_S = 0.05
+RESTART_BUDGET_RESET_S = 600.0
 
 
 class RequestStream:
@@ -59,12 +60,15 @@ class EngineThread:
         *,
         engine_factory: Callable[[], LLMEngine] | None = None,
         max_queue: int = 64,
+        max_restarts: int = 3,
     ):
         self.config = config or EngineConfig()
         self._factory = engine_factory or (lambda: LLMEngine(self.config))
         self.max_queue = max_queue
+        self.max_restarts = max_restarts
+        self.loop_fault_hook: Callable[[], None] | None = None  # tests: raise here to kill the loop
         self.engine: LLMEngine | None = None
-        self.state = "new"  # new -> loading -> ready -> stopped | dead
+        self.state = "new"  # new -> loading -> ready (<-> restarting) -> stopped | dead
         self.error: str | None = None
         self.last_loop_at = time.monotonic()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -89,7 +93,7 @@ class EngineThread:
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.state in ("new", "loading"):
+        while self.state in ("new", "loading", "restarting"):
             if deadline is not None and time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
@@ -136,6 +140,8 @@ class EngineThread:
     def not_ready_reason(self) -> str:
         if self.state in ("new", "loading"):
             return "the model is loading"
+        if self.state == "restarting":
+            return f"the engine loop died and is restarting: {self.error}"
         if self.state == "dead":
             return f"the engine loop died: {self.error}"
         if self._stop.is_set() or self.state == "stopped":
@@ -152,26 +158,44 @@ class EngineThread:
             log.error("model failed to load: %s", self.error)
             self.state = "dead"
             return
-        self._refresh_snapshot()
-        self.state = "ready"
-        try:
-            while not self._stop.is_set():
-                self.last_loop_at = time.monotonic()
-                self._drain_inbox()
-                if self.engine.has_work():
-                    self._dispatch(self.engine.step())
-                    self._refresh_snapshot()
-                else:
-                    self._refresh_snapshot()
-                    self._wake.wait(IDLE_WAIT_S)
-                    self._wake.clear()
-            self._abort_everything()
-            self.state = "stopped"
-        except Exception as exc:
-            self.error = f"{type(exc).__name__}: {exc}"
-            log.error("engine loop died:\n%s", traceback.format_exc())
-            self.state = "dead"
-            self._fail_all_streams(self.error)
+        restarts = 0
+        while True:
+            self._refresh_snapshot()
+            self.state = "ready"
+            started = time.monotonic()
+            try:
+                self._loop()
+                break
+            except Exception as exc:
+                if time.monotonic() - started > RESTART_BUDGET_RESET_S:
+                    restarts = 0  # a loop that ran for a long while earns its retries back
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.error("engine loop died:\n%s", traceback.format_exc())
+                self.state = "restarting"
+                self._fail_all_streams(self.error)
+                if self._stop.is_set() or restarts >= self.max_restarts:
+                    log.error("engine loop died %d times; giving up", restarts + 1)
+                    self.state = "dead"
+                    return
+                restarts += 1
+                log.warning("restarting the engine loop (%d of %d)", restarts, self.max_restarts)
+                self.engine = self.engine.fresh_copy()
+        self._abort_everything()
+        self.state = "stopped"
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.last_loop_at = time.monotonic()
+            if self.loop_fault_hook is not None:
+                self.loop_fault_hook()
+            self._drain_inbox()
+            if self.engine.has_work():
+                self._dispatch(self.engine.step())
+                self._refresh_snapshot()
+            else:
+                self._refresh_snapshot()
+                self._wake.wait(IDLE_WAIT_S)
+                self._wake.clear()
 
     def _drain_inbox(self) -> None:
         while True:

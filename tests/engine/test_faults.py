@@ -1,0 +1,64 @@
+"""Fault isolation: a failing model step fails only its requests; a dying loop restarts, boundedly."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from inference.engine.engine_thread import EngineThread
+from tests.conftest import tiny_llama_hf
+from tests.engine.helpers import engine_for, generated_ids, greedy, run_to_completion
+
+
+@pytest.fixture(scope="module")
+def tiny_hf():
+    return tiny_llama_hf()
+
+
+def raise_once(message: str):
+    calls = []
+
+    def hook():
+        if not calls:
+            calls.append(1)
+            raise RuntimeError(message)
+
+    return hook
+
+
+def test_failing_step_fails_only_its_requests(tiny_hf, smollm_tokenizer):
+    engine = engine_for(tiny_hf, smollm_tokenizer)
+    engine.add_request("victim", "first request", greedy(5))
+    engine.step_fault_hook = raise_once("injected step failure")
+    outputs = engine.step()
+    assert [(o.request_id, o.finish_reason) for o in outputs] == [("victim", "error")]
+    assert "injected step failure" in outputs[0].error
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    engine.add_request("survivor", "second request", greedy(5))
+    result = run_to_completion(engine)["survivor"]
+    assert result[-1].finish_reason == "length" and len(generated_ids(result)) == 5
+
+
+async def test_dead_loop_ends_streams_with_error_and_restarts(tiny_hf, smollm_tokenizer):
+    runner = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer), max_restarts=1).start()
+    assert runner.wait_ready(60)
+    first_engine = runner.engine
+    stream = runner.submit("inflight", "a stream the crash interrupts", greedy(300))
+    await stream.__anext__()
+    runner.loop_fault_hook = raise_once("injected loop failure")
+    rest = [out async for out in stream]
+    assert rest[-1].finish_reason == "error" and "injected loop failure" in rest[-1].error
+    assert await asyncio.to_thread(runner.wait_ready, 30)
+    assert runner.engine is not first_engine and runner.engine.bundle is first_engine.bundle
+    again = [out async for out in runner.submit("after", "served after the restart", greedy(4))]
+    assert again[-1].finish_reason == "length"
+
+    def always_fail():
+        raise RuntimeError("broken for good")
+
+    runner.loop_fault_hook = always_fail
+    for _ in range(600):  # the one allowed restart is spent: dies, restarts, dies for good
+        if runner.state == "dead":
+            break
+        await asyncio.sleep(0.05)
+    assert runner.state == "dead" and not runner.ready and "broken for good" in runner.not_ready_reason()
