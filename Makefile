@@ -6,7 +6,7 @@ HOST ?= 0.0.0.0
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install test run migrate clean-venv bench bench-quick
+.PHONY: install test run migrate clean-venv chromium bench bench-quick
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -19,7 +19,17 @@ $(STAMP): requirements.txt | $(PY)
 
 install: $(STAMP)
 
-test: install
+# The dashboard's browser tests drive Debian's Chromium (Playwright's own download cannot work
+# here); installed only when missing. Needs root, as on the dev and CI machines.
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	DEBIAN_FRONTEND=noninteractive apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+
+chromium: $(CHROMIUM)
+
+test: install $(CHROMIUM)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 migrate: install

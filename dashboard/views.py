@@ -1,6 +1,12 @@
-"""The landing page; the live dashboard grows here in a later issue."""
+"""The live dashboard: one server-rendered page; static JS keeps it live over /ws/stats."""
 from django.shortcuts import render
+
+from inference.selectors import stats_snapshot
+
+from .page_config import page_config
 
 
 def index(request):
-    return render(request, "dashboard/index.html")
+    """The first paint comes from the current stats snapshot, so the page is useful before the
+    WebSocket connects (and still renders when no engine runs)."""
+    return render(request, "dashboard/index.html", {"config": page_config(), "stats": stats_snapshot()})

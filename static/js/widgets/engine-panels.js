@@ -1,0 +1,28 @@
+// The plain-number panels: model line, counters, KV-cache bar and prefix-cache hit rate.
+import { duration, num, pct, DASH } from "../format.js";
+
+const byId = (id) => document.getElementById(id);
+
+export function renderEngineInfo(stats) {
+  byId("model-name").textContent = stats.model ?? DASH;
+  byId("model-device").textContent = stats.device ?? DASH;
+  byId("model-dtype").textContent = stats.dtype ?? DASH;
+  byId("queue-depth").textContent = num(stats.queue_depth);
+  byId("running").textContent = stats.batch_size === null ? DASH : `${num(stats.batch_size)} / ${num(stats.num_slots)}`;
+  byId("total-tokens").textContent = num(stats.total_tokens_generated);
+  byId("uptime").textContent = stats.engine_state === "ready" ? duration(stats.uptime_seconds) : (stats.engine_state ?? DASH).replace("_", " ");
+}
+
+export function renderKvCache(stats) {
+  const used = stats.kv_cache_usage_pct;
+  const bar = byId("kv-bar");
+  bar.style.width = `${used ?? 0}%`;
+  bar.dataset.level = used > 90 ? "high" : used > 70 ? "mid" : "low";
+  bar.parentElement.setAttribute("aria-valuenow", String(used ?? 0));
+  byId("kv-label").textContent =
+    stats.kv_blocks_total === null ? DASH : `${pct(used)} · ${num(stats.kv_blocks_used)} / ${num(stats.kv_blocks_total)} blocks`;
+  const rate = stats.prefix_cache_hit_rate;
+  byId("prefix-hit-rate").textContent = rate === null ? DASH : pct(rate * 100);
+  byId("prefix-label").textContent =
+    stats.prefix_cache_queries === null ? DASH : `${num(stats.prefix_cache_hits)} of ${num(stats.prefix_cache_queries)} prompt blocks reused`;
+}

@@ -1,0 +1,84 @@
+"""GET /: the page, its context and the JS config it embeds; its static files, with no build step."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib.staticfiles import finders
+from django.urls import resolve
+
+from dashboard.page_config import REQUEST_ID_PLACEHOLDER
+from inference.routing import websocket_urlpatterns
+
+STATIC_JS = Path(__file__).resolve().parents[2] / "static" / "js"
+
+
+def embedded_json(html: str, element_id: str) -> dict:
+    match = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', html, re.S)
+    assert match, f"no #{element_id} in the page"
+    return json.loads(match.group(1))
+
+
+def test_page_renders_without_an_engine(client, no_engine):
+    resp = client.get("/")
+    assert resp.status_code == 200
+    assert [t.name for t in resp.templates][:2] == ["dashboard/index.html", "dashboard/_chat.html"]
+    html = resp.content.decode()
+    stats = embedded_json(html, "initial-stats")
+    assert stats == resp.context["stats"] and stats["engine_state"] == "not_started"
+    assert stats["slots"] == [] and '<li class="slot' not in html
+    # the banner is there for the JS to show while /health is not 200
+    assert re.search(r'id="offline-banner"[^>]*hidden', html)
+    assert embedded_json(html, "dashboard-config")["urls"]["health"] == "/health"
+
+
+def test_page_with_an_engine_shows_model_and_slots(client, runner):
+    html = client.get("/").content.decode()
+    stats = embedded_json(html, "initial-stats")
+    assert stats["model"] == runner.engine.model_name and stats["device"] == "cpu"
+    assert f'<dd id="model-name">{runner.engine.model_name}</dd>' in html
+    assert len(re.findall(r'<li class="slot', html)) == stats["num_slots"] == runner.config.max_num_seqs
+
+
+def test_config_points_at_live_routes(client, no_engine):
+    config = client.get("/").context["config"]
+    urls = config["urls"]
+    assert urls["health"] == "/health" and urls["stats"] == "/stats" and urls["chat"] == "/v1/chat/completions"
+    assert urls["requests"] == "/api/requests/" and urls["stats_socket"] == "/ws/stats"
+    assert client.get(urls["health"]).status_code == 503  # no engine: the page's JS shows "engine offline"
+    assert resolve(urls["stats"]).url_name == "stats" and resolve(urls["requests"]).url_name == "request-list"
+    assert resolve(urls["chat"]).url_name == "chat-completions"
+    assert [str(p.pattern) for p in websocket_urlpatterns] == [urls["stats_socket"].lstrip("/")]
+    admin = urls["admin_request"].replace(REQUEST_ID_PLACEHOLDER, "chatcmpl-abc")
+    assert resolve(admin).url_name == "inference_generationrequest_change"
+    assert resolve(urls["admin_requests"]).url_name == "inference_generationrequest_changelist"
+    assert urls["models"] == "/v1/models" and urls["admin"] == "/admin/"
+    assert config["recent_requests"] == 20 and config["sparkline_window_s"] == 60
+    assert 0 < config["reconnect_min_ms"] < config["reconnect_max_ms"] and config["health_poll_ms"] > 0
+
+
+@pytest.mark.django_db
+def test_admin_link_target_exists(client, no_engine):
+    """Recent-request rows link to the admin's change page (a login redirect when signed out)."""
+    urls = client.get("/").context["config"]["urls"]
+    resp = client.get(urls["admin_request"].replace(REQUEST_ID_PLACEHOLDER, "cmpl-1"))
+    assert resp.status_code == 302 and "/admin/login/" in resp["Location"]
+
+
+def test_page_assets_are_local_static_files(client, no_engine):
+    html = client.get("/").content.decode()
+    assets = re.findall(r'(?:src|href)="(/static/[^"]+)"', html)
+    assert {"/static/js/main.js", "/static/css/dashboard.css"} <= set(assets)
+    for asset in assets:
+        assert finders.find(asset.removeprefix("/static/")), asset
+    assert not re.search(r'(?:src|href)="(?:https?:)?//', html)  # no CDN, no external library
+
+
+def test_js_modules_import_only_files_that_exist():
+    """No bundler: every ES-module import is a relative path to a file under static/js."""
+    modules = sorted(STATIC_JS.rglob("*.js"))
+    assert modules
+    for module in modules:
+        for target in re.findall(r'^import .* from "([^"]+)";$', module.read_text(), re.M):
+            assert target.startswith("."), f"{module.name} imports {target}"
+            assert (module.parent / target).resolve().is_file(), f"{module.name} imports missing {target}"
