@@ -32,11 +32,19 @@ chromium: $(CHROMIUM)
 test: install $(CHROMIUM)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-migrate: install
-	$(PY) manage.py migrate --noinput
+# Django needs a secret key when DEBUG is off: a local run makes one once and keeps it in
+# .secret_key (git-ignored); production passes MINIVLLM_SECRET_KEY, which wins.
+SECRET_KEY_FILE := .secret_key
+WITH_KEY = MINIVLLM_SECRET_KEY="$${MINIVLLM_SECRET_KEY:-$$(cat $(SECRET_KEY_FILE))}"
+
+$(SECRET_KEY_FILE): | $(PY)
+	$(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
+
+migrate: install $(SECRET_KEY_FILE)
+	$(WITH_KEY) $(PY) manage.py migrate --noinput
 
 run: migrate
-	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) minivllm_site.asgi:application
+	$(WITH_KEY) $(VENV)/bin/daphne -b $(HOST) -p $(PORT) minivllm_site.asgi:application
 
 clean-venv:
 	rm -rf $(VENV)

@@ -6,6 +6,7 @@ into the developer's db.sqlite3. Ready means `GET /health` answers 200 (the mode
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import socket
 import subprocess
@@ -54,6 +55,7 @@ class EngineServer:
     def __enter__(self) -> Self:
         self._tmp = tempfile.TemporaryDirectory(prefix="minivllm-bench-")
         env = {**os.environ, **self.env, "MINIVLLM_SQLITE_PATH": os.path.join(self._tmp.name, "db.sqlite3")}
+        env.setdefault("MINIVLLM_SECRET_KEY", secrets.token_urlsafe(32))  # a throwaway server's own key
         subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO_ROOT, env=env, check=True, capture_output=True)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self._process = subprocess.Popen(self.argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
