@@ -8,6 +8,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.urls import reverse
 
+from inference.auth import keys_configured
+
 # The WebSocket route lives in inference/routing.py (Channels routes cannot be reversed).
 STATS_SOCKET_PATH = "/ws/stats"
 # A placeholder the JS swaps for a request id to link a history row to its admin page.
@@ -24,6 +26,7 @@ CHAT_DEFAULTS = {"temperature": 0.7, "top_p": 0.9, "max_tokens": 256}
 
 def page_config() -> dict:
     return {
+        "api_keys_required": keys_configured(),
         "urls": {
             "stats_socket": STATS_SOCKET_PATH,
             "stats": reverse("stats"),

@@ -1,11 +1,13 @@
 """The live dashboard: one server-rendered page; static JS keeps it live over /ws/stats."""
 from django.shortcuts import render
 
+from inference.auth import require_key_or_staff
 from inference.selectors import stats_snapshot
 
 from .page_config import page_config
 
 
+@require_key_or_staff(login_redirect=True)
 def index(request):
     """The first paint comes from the current stats snapshot, so the page is useful before the
     WebSocket connects (and still renders when no engine runs)."""

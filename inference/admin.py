@@ -1,9 +1,10 @@
 """Read-only admin over the request history: it is a log, not something to edit."""
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
-from .models import GenerationRequest
+from .auth import PREFIX_CHARS, generate_key, hash_key
+from .models import ApiKey, GenerationRequest
 
 
 def _ms(seconds: float | None) -> str:
@@ -24,9 +25,10 @@ class GenerationRequestAdmin(admin.ModelAdmin):
         "ttft_ms",
         "latency_ms",
         "client_address",
+        "api_key_label",
     )
-    list_filter = ("status", "finish_reason", "endpoint", "created")
-    search_fields = ("id", "prompt", "output_text")
+    list_filter = ("status", "finish_reason", "endpoint", "created", "api_key_label")
+    search_fields = ("id", "prompt", "output_text", "api_key_label")
     date_hierarchy = "created"
     list_per_page = 50
     show_full_result_count = False
@@ -51,3 +53,33 @@ class GenerationRequestAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """Create a key by name: the full key is shown once, in the message after saving; only its
+    SHA-256 and first characters are stored. Revoke (never edit) a key to stop it."""
+
+    list_display = ("name", "prefix", "created", "last_used_at", "revoked")
+    list_filter = ("revoked",)
+    search_fields = ("name", "prefix")
+    readonly_fields = ("prefix", "created", "last_used_at")
+    actions = ("revoke",)
+
+    def get_fields(self, request, obj=None):
+        return ("name",) if obj is None else ("name", "prefix", "created", "last_used_at", "revoked")
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            raw = generate_key()
+            obj.key_hash = hash_key(raw)
+            obj.prefix = raw[:PREFIX_CHARS]
+            super().save_model(request, obj, form, change)
+            messages.warning(request, f"The new API key for {obj.name!r} is {raw} — copy it now: it will not be shown again.")
+            return
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="Revoke selected API keys")
+    def revoke(self, request, queryset):
+        count = queryset.update(revoked=True)
+        self.message_user(request, f"Revoked {count} key(s).", messages.SUCCESS)

@@ -2,6 +2,7 @@
 
 Each connection's push loop is a task on the server's event loop (no thread, no
 async_to_sync); clients in the same tick share one snapshot (see selectors.stats_snapshot).
+Once API keys exist, a client needs a staff session or a key (auth.websocket_allowed).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import logging
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from . import auth
 from .selectors import stats_snapshot
 
 log = logging.getLogger("inference.consumers")
@@ -18,6 +20,9 @@ log = logging.getLogger("inference.consumers")
 
 class StatsConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
+        if not await auth.websocket_allowed(self.scope):
+            await self.close(code=4401)  # before accept: the handshake is refused (HTTP 403)
+            return
         await self.accept()
         self._pusher = asyncio.create_task(self._push_forever())
 

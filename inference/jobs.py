@@ -14,6 +14,8 @@ import logging
 import time
 import weakref
 
+from django.conf import settings
+
 from . import services
 from .engine.errors import PromptTooLongError
 from .engine.outputs import RequestOutput, TokenLogprob
@@ -46,7 +48,8 @@ def submit_to_engine(runner, request_id: str, prompt, params: SamplingParams, *,
         needed = max(1, params.min_tokens)
         if room < needed:
             raise PromptTooLongError(exc.prompt_tokens, needed, exc.max_model_len) from None
-        params = dataclasses.replace(params, max_tokens=room)
+        cap = settings.MINIVLLM_MAX_OUTPUT_TOKENS
+        params = dataclasses.replace(params, max_tokens=min(room, cap) if cap > 0 else room)
         return runner.submit(request_id, prompt, params), params
 
 
@@ -82,6 +85,7 @@ class GenerationJob:
         prompt_text: str,
         model: str,
         client_address: str,
+        caller=None,
     ) -> "GenerationJob":
         """Submits to the engine (its errors propagate: nothing is recorded or queued then)."""
         stream, params = submit_to_engine(runner, request_id, prompt, inp.params, fill_context=inp.fill_context)
@@ -97,6 +101,7 @@ class GenerationJob:
             prompt=prompt_text,
             messages=inp.messages,
             sampling_params=dataclasses.asdict(params),
+            **services.key_fields(caller),
         )
         return job
 

@@ -5,7 +5,8 @@ Daphne has no ASGI lifespan, so asgi.py calls `autostart()` at import. Shutdown,
 get a final "abort" output and finish their responses and rows), then stop the reactor; before
 that, Daphne would cancel the request coroutines mid-response. A "before shutdown" trigger
 covers other ways the reactor stops; the lifespan app serves lifespan-speaking servers
-(uvicorn); atexit is the last resort.
+(uvicorn); atexit is the last resort. In remote engine mode the same steps stop the
+RemoteEngine (in-flight streams end with "abort" and their engines are told to abort).
 """
 from __future__ import annotations
 
@@ -30,7 +31,11 @@ def autostart() -> None:
     if not settings.MINIVLLM_AUTOSTART:
         log.info("engine autostart is off (MINIVLLM_AUTOSTART=0)")
         return
-    services.requests_fail_interrupted()
+    if settings.MINIVLLM_ENGINE == "remote":
+        # other web workers may be streaming right now: their "running" rows are not stale
+        log.info("remote engine mode: start-up repair of interrupted rows is skipped")
+    else:
+        services.requests_fail_interrupted()
     runtime.start()
     install_shutdown_hooks()
 

@@ -41,6 +41,9 @@ class GenerationRequest(models.Model):
     queue_time = models.FloatField(null=True, blank=True)
     time_to_first_token = models.FloatField(null=True, blank=True)
     latency = models.FloatField(null=True, blank=True)
+    # Which API key made the request (blank when the server runs without keys).
+    api_key = models.ForeignKey("ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="requests")
+    api_key_label = models.CharField(max_length=64, blank=True, help_text="The key's prefix and name, or env:N.")
 
     class Meta:
         ordering = ["-created"]
@@ -48,3 +51,25 @@ class GenerationRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
+
+
+class ApiKey(models.Model):
+    """An API key created in the admin. Only its SHA-256 is stored; the key is shown once."""
+
+    name = models.CharField(max_length=100, help_text="Who or what uses this key.")
+    prefix = models.CharField(max_length=16, editable=False, help_text="The key's first characters, to recognise it.")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked = models.BooleanField(default=False, db_index=True, help_text="A revoked key is refused from now on.")
+
+    class Meta:
+        ordering = ["-created"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def label(self) -> str:
+        return f"{self.prefix}… {self.name}"[:64]

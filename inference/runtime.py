@@ -1,8 +1,10 @@
-"""The process's engine: one `EngineThread` per serving process, reached only through here.
+"""The process's engine: one per serving process, reached only through here.
 
 Views, consumers, asgi.py and tests use `get_runner()` / `start()` / `install()` / `reset()` /
 `shutdown()`. The engine starts from asgi.py (Daphne has no lifespan), never from
 AppConfig.ready(), so `migrate`, `check` and tests do not load a model unless they ask.
+With MINIVLLM_ENGINE=remote the "engine" is a RemoteEngine: the same interface, served by
+`manage.py runengine` workers over the channel layer.
 """
 from __future__ import annotations
 
@@ -44,6 +46,9 @@ def start(config=None, *, max_queue: int | None = None) -> "EngineThread":
 
         config = config or EngineConfig.from_env()
         max_queue = settings.MINIVLLM_MAX_QUEUE if max_queue is None else max_queue
+        if settings.MINIVLLM_ENGINE == "remote":
+            _runner = _start_remote(config, max_queue)
+            return _runner
         log.info(
             "starting engine: model=%s device=%s dtype=%s max_num_seqs=%s max_queue=%s",
             config.model or "embedded SmolLM2-135M-Instruct",
@@ -57,6 +62,20 @@ def start(config=None, *, max_queue: int | None = None) -> "EngineThread":
         _runner = runner
     _watch_loading(runner)
     return runner
+
+
+def _start_remote(config, max_queue: int):
+    from .remote.client import RemoteEngine
+
+    log.info("engine mode remote: requests go to `runengine` workers over the channel layer")
+    if "redis" not in settings.CHANNEL_LAYERS["default"]["BACKEND"].lower():
+        log.warning("MINIVLLM_ENGINE=remote without REDIS_URL: no engine worker can reach this process")
+    return RemoteEngine(
+        config,
+        max_queue=max_queue,
+        engine_timeout=settings.MINIVLLM_ENGINE_TIMEOUT,
+        accept_timeout=settings.MINIVLLM_ENGINE_ACCEPT_TIMEOUT,
+    ).start()
 
 
 def install(runner: "EngineThread | None") -> "EngineThread | None":

@@ -57,7 +57,7 @@ def _build_snapshot(runner) -> dict:
         "queue_depth": waiting,
         "tokens_per_second": _round(engine.get("tokens_per_second"), 2),
         "batch_size": running,
-        **_gpu_memory(device),
+        **(_gpu_memory(device) if "gpu_memory_total_mb" not in engine else _reported_gpu_memory(engine)),
         "total_tokens_generated": engine.get("total_tokens_generated"),
         "uptime_seconds": _round(engine.get("uptime_seconds", time.time() - runtime.process_started_at()), 1),
         # the engine's view
@@ -74,6 +74,7 @@ def _build_snapshot(runner) -> dict:
         "total_prompt_tokens": engine.get("total_prompt_tokens"),
         "steps": engine.get("steps"),
         **_host_memory(),
+        **_engines(runner),
     }
     return snapshot
 
@@ -86,6 +87,18 @@ def _engine_stats(runner) -> dict:
     except Exception:  # a dying engine must not take /stats down with it
         log.exception("engine stats failed")
         return {}
+
+
+def _engines(runner) -> dict:
+    """Remote mode: each engine worker this process hears from (absent in local mode)."""
+    engines = getattr(runner, "engines", None)
+    return {"engines": engines()} if callable(engines) else {}
+
+
+def _reported_gpu_memory(engine: dict) -> dict:
+    """Remote engines measure their own GPU memory (the web process may have no GPU)."""
+    used, total = engine.get("gpu_memory_used_mb"), engine.get("gpu_memory_total_mb")
+    return {"gpu_memory_used_mb": used, "gpu_memory_total_mb": total, "gpu_memory_pct": _pct(used, total)}
 
 
 def _gpu_memory(device: str | None) -> dict:
@@ -140,7 +153,7 @@ def engine_health() -> tuple[bool, dict]:
         return False, {"status": "unavailable", "state": state, "reason": "the model is loading"}
     if not runner.ready:
         reason = runner.error or ("the engine was stopped" if state == "stopped" else "the engine loop is not running")
-        return False, {"status": "unavailable", "state": state, "reason": reason}
+        return False, {"status": "unavailable", "state": state, "reason": reason, **_engines(runner)}
     stats = _engine_stats(runner)
     has_work = (stats.get("running") or 0) + (stats.get("waiting") or 0) > 0
     last_step_at = stats.get("last_step_at")
@@ -160,4 +173,5 @@ def engine_health() -> tuple[bool, dict]:
         "dtype": stats.get("dtype"),
         "running": stats.get("running"),
         "waiting": stats.get("waiting"),
+        **_engines(runner),
     }

@@ -27,5 +27,6 @@ class GenerationRequestSerializer(serializers.ModelSerializer):
             "queue_time",
             "time_to_first_token",
             "latency",
+            "api_key_label",
         ]
         read_only_fields = fields

@@ -25,6 +25,8 @@ async def request_create(
     sampling_params: dict,
     status: str = Status.QUEUED,
     error: str = "",
+    api_key_id: int | None = None,
+    api_key_label: str = "",
 ) -> GenerationRequest:
     finished = timezone.now() if status in GenerationRequest.TERMINAL else None
     return await GenerationRequest.objects.acreate(
@@ -39,7 +41,16 @@ async def request_create(
         status=status,
         error=error,
         finished=finished,
+        api_key_id=api_key_id,
+        api_key_label=api_key_label[:64],
     )
+
+
+def key_fields(caller) -> dict:
+    """The history row's record of which API key made the request (an auth.Caller or None)."""
+    if caller is None:
+        return {}
+    return {"api_key_id": caller.key_id, "api_key_label": caller.label}
 
 
 async def request_mark_running(*, request_id: str, queue_time: float | None) -> None:

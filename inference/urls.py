@@ -1,6 +1,8 @@
+from django.conf import settings
 from django.urls import path
 
 from . import api, views
+from .auth import require_key_or_staff
 from .metrics import metrics_view
 
 urlpatterns = [
@@ -9,7 +11,12 @@ urlpatterns = [
     path("v1/chat/completions", views.chat_completions, name="chat-completions"),
     path("v1/models", views.models, name="models"),
     path("health", views.health, name="health"),
-    path("stats", api.StatsView.as_view(), name="stats"),
-    path("metrics", metrics_view, name="metrics"),
-    path("api/requests/", api.RequestListView.as_view(), name="request-list"),
+    path("stats", require_key_or_staff(api.StatsView.as_view()), name="stats"),
+    path("metrics", require_key_or_staff(metrics_view), name="metrics"),
+    path("api/requests/", require_key_or_staff(api.RequestListView.as_view()), name="request-list"),
 ]
+
+if settings.MINIVLLM_FAULT_INJECTION:  # test-only; never routed by default
+    from .fault_injection import inject_fault
+
+    urlpatterns.append(path("_test/fault", inject_fault, name="test-fault"))

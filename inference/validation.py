@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 
 from .api_errors import ApiError, bad_request
@@ -105,7 +106,10 @@ def parse_json_body(request) -> dict:
     try:
         raw = request.body
     except RequestDataTooBig:
-        raise ApiError(413, "request body is too large", code="request_too_large") from None
+        raw = None
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if raw is None or (limit is not None and len(raw) > limit):  # a chunked body has no Content-Length
+        raise ApiError(413, f"request body is too large (limit {limit} bytes)", code="request_too_large")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -206,6 +210,27 @@ def _sampling_params(body: dict, *, max_tokens: int, max_tokens_param: str, logp
         raise bad_request(message, param=param) from None
 
 
+def _check_limits(body: dict, max_tokens: Any, max_tokens_param: str, *, defaulted: bool) -> Any:
+    """The server's own caps (settings), on top of what SamplingParams checks: a request may not
+    ask for unbounded output or hand the detokenizer huge stop-string scans. Returns max_tokens
+    (a default above the cap is lowered to it)."""
+    cap = settings.MINIVLLM_MAX_OUTPUT_TOKENS
+    over = isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and cap > 0 and max_tokens > cap
+    if over and defaulted:
+        max_tokens = cap
+    elif over:
+        raise bad_request(f"{max_tokens_param} must be at most {cap}, got {max_tokens}", param=max_tokens_param, code="max_tokens_too_large")
+    stop = body.get("stop")
+    stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    most, longest = settings.MINIVLLM_MAX_STOP_STRINGS, settings.MINIVLLM_MAX_STOP_LENGTH
+    if len(stops) > most:
+        raise bad_request(f"at most {most} stop strings are allowed, got {len(stops)}", param="stop", code="too_many_stop_strings")
+    for item in stops:
+        if isinstance(item, str) and len(item) > longest:
+            raise bad_request(f"each stop string may have at most {longest} characters", param="stop", code="stop_string_too_long")
+    return max_tokens
+
+
 def _max_tokens(body: dict, names: tuple[str, ...], default: int) -> tuple[int, str, bool]:
     """(value, the name the client used, whether it was defaulted); aliases must agree."""
     given = [(name, body[name]) for name in names if name in body]
@@ -236,7 +261,8 @@ def parse_generate(body: dict, *, default_max_tokens: int) -> GenerationInput:
     if "prompt" not in body:
         raise bad_request("prompt is required", param="prompt")
     prompt = _prompt_text(body["prompt"])
-    max_tokens, max_name, _ = _max_tokens(body, ("max_new_tokens", "max_tokens"), default_max_tokens)
+    max_tokens, max_name, defaulted = _max_tokens(body, ("max_new_tokens", "max_tokens"), default_max_tokens)
+    max_tokens = _check_limits(body, max_tokens, max_name, defaulted=defaulted)
     logprobs = body.get("logprobs")
     params = _sampling_params(body, max_tokens=max_tokens, max_tokens_param=max_name, logprobs=logprobs)
     return GenerationInput(endpoint="generate", params=params, prompt=prompt, stream=True, max_tokens_param=max_name)
@@ -268,7 +294,8 @@ def parse_completion(body: dict) -> GenerationInput:
         raise bad_request("prompt is required", param="prompt")
     prompt = _completion_prompt(body["prompt"])
     stream, include_usage = _stream_flags(body, default_stream=False)
-    max_tokens, max_name, _ = _max_tokens(body, ("max_tokens",), COMPLETIONS_DEFAULT_MAX_TOKENS)
+    max_tokens, max_name, defaulted = _max_tokens(body, ("max_tokens",), COMPLETIONS_DEFAULT_MAX_TOKENS)
+    max_tokens = _check_limits(body, max_tokens, max_name, defaulted=defaulted)
     params = _sampling_params(body, max_tokens=max_tokens, max_tokens_param=max_name, logprobs=body.get("logprobs"))
     return GenerationInput(
         endpoint="completions",
@@ -331,6 +358,10 @@ def parse_chat(body: dict) -> GenerationInput:
     stream, include_usage = _stream_flags(body, default_stream=False)
     # When defaulted, a placeholder above any context: the view fills the rest of the window.
     max_tokens, max_name, defaulted = _max_tokens(body, ("max_completion_tokens", "max_tokens"), FILL_CONTEXT)
+    if not defaulted:  # defaulted: the rest of the context, capped when submitted (jobs.py)
+        max_tokens = _check_limits(body, max_tokens, max_name, defaulted=False)
+    else:
+        _check_limits(body, None, max_name, defaulted=True)
     want_logprobs = _expect(body, "logprobs", bool, "a boolean")
     top_logprobs = _expect(body, "top_logprobs", int, "an integer")
     if top_logprobs is not None and not want_logprobs:

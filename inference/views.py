@@ -16,7 +16,7 @@ from django.views.defaults import page_not_found
 from django.views.decorators.csrf import csrf_exempt
 
 from . import openai_format as oai
-from . import runtime, services, sse
+from . import auth, key_limits, runtime, services, sse
 from .api_errors import ApiError, bad_request, internal_error_response
 from .chat_template import render as render_chat
 from .engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
@@ -27,8 +27,9 @@ from .streams import OpenAIStream, generate_events, run_to_end
 from .validation import GenerationInput, parse_chat, parse_completion, parse_generate, parse_json_body
 
 
-def api_endpoint(*methods: str):
-    """Method check (405 + Allow), CSRF exemption, and errors rendered in OpenAI's shape."""
+def api_endpoint(*methods: str, public: bool = False):
+    """Method check (405 + Allow), API key check (401; not for `public` endpoints), CSRF
+    exemption, and errors rendered in OpenAI's shape. The caller lands in `request.api_caller`."""
 
     def decorate(view):
         @csrf_exempt
@@ -39,6 +40,7 @@ def api_endpoint(*methods: str):
                 error.headers["Allow"] = ", ".join(methods)
                 return error.response()
             try:
+                request.api_caller = None if public else await auth.require_api_key(request)
                 return await view(request, *args, **kwargs)
             except ApiError as exc:
                 return exc.response()
@@ -75,8 +77,11 @@ async def _start_job(request, runner, inp: GenerationInput, *, prefix: str, prom
     request_id = f"{prefix}-{uuid.uuid4().hex}"
     client = request.META.get("REMOTE_ADDR") or ""
     prompt_param = "messages" if inp.messages is not None else "prompt"
+    caller = getattr(request, "api_caller", None)
+    _check_prompt_tokens(runner, prompt, prompt_param)
     try:
         return GenerationJob.start(
+            caller=caller,
             runner=runner,
             request_id=request_id,
             inp=inp,
@@ -105,8 +110,23 @@ async def _start_job(request, runner, inp: GenerationInput, *, prefix: str, prom
         sampling_params=inp.params_json(),
         status=GenerationRequest.Status.REJECTED,
         error=error.message,
+        **services.key_fields(caller),
     )
     raise error
+
+
+def _check_prompt_tokens(runner, prompt, param: str) -> None:
+    """MINIVLLM_MAX_PROMPT_TOKENS below the context length (the engine enforces the context itself)."""
+    limit = settings.MINIVLLM_MAX_PROMPT_TOKENS
+    if limit <= 0:
+        return
+    if isinstance(prompt, str):
+        tok = runtime.tokenizer(runner)
+        count = len(tok.encode(prompt, add_special_tokens=False)) if tok is not None else len(prompt)
+    else:
+        count = len(prompt)
+    if count > limit:
+        raise bad_request(f"the prompt has {count} tokens; at most {limit} are allowed", param=param, code="prompt_too_long")
 
 
 def _raise_if_failed(job: GenerationJob) -> None:
@@ -123,8 +143,12 @@ async def generate(request):
     inp = parse_generate(parse_json_body(request), default_max_tokens=settings.MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS)
     runner = _ready_runner()
     model = runtime.model_name(runner) or ""
-    job = await _start_job(request, runner, inp, prefix="gen", prompt=inp.prompt, prompt_text=inp.prompt, model=model)
-    return sse.response(guard_stream(generate_events(job), job))
+    slot = key_limits.acquire(request.api_caller)
+    try:
+        job = await _start_job(request, runner, inp, prefix="gen", prompt=inp.prompt, prompt_text=inp.prompt, model=model)
+        return sse.response(slot.hold(guard_stream(generate_events(job), job)))
+    finally:
+        slot.release_unless_held()
 
 
 @api_endpoint("POST")
@@ -133,11 +157,15 @@ async def completions(request):
     runner = _ready_runner()
     model = _resolve_model(inp.model, runner)
     prompt_text = inp.prompt if isinstance(inp.prompt, str) else ""
-    job = await _start_job(request, runner, inp, prefix="cmpl", prompt=inp.prompt, prompt_text=prompt_text, model=model)
-    if inp.stream:
-        stream = OpenAIStream(job, model=model, include_usage=inp.include_usage)
-        return sse.response(guard_stream(stream.completion_chunks(), job))
-    await run_to_end(job)
+    slot = key_limits.acquire(request.api_caller)
+    try:
+        job = await _start_job(request, runner, inp, prefix="cmpl", prompt=inp.prompt, prompt_text=prompt_text, model=model)
+        if inp.stream:
+            stream = OpenAIStream(job, model=model, include_usage=inp.include_usage)
+            return sse.response(slot.hold(guard_stream(stream.completion_chunks(), job)))
+        await run_to_end(job)
+    finally:
+        slot.release_unless_held()
     _raise_if_failed(job)
     logprobs = oai.completion_logprobs(job.logprobs) if job.params.logprobs is not None else None
     return JsonResponse(
@@ -160,11 +188,15 @@ async def chat_completions(request):
     runner = _ready_runner()
     model = _resolve_model(inp.model, runner)
     prompt = render_chat(runtime.tokenizer(runner), inp.messages)
-    job = await _start_job(request, runner, inp, prefix="chatcmpl", prompt=prompt, prompt_text=prompt, model=model)
-    if inp.stream:
-        stream = OpenAIStream(job, model=model, include_usage=inp.include_usage)
-        return sse.response(guard_stream(stream.chat_chunks(), job))
-    await run_to_end(job)
+    slot = key_limits.acquire(request.api_caller)
+    try:
+        job = await _start_job(request, runner, inp, prefix="chatcmpl", prompt=prompt, prompt_text=prompt, model=model)
+        if inp.stream:
+            stream = OpenAIStream(job, model=model, include_usage=inp.include_usage)
+            return sse.response(slot.hold(guard_stream(stream.chat_chunks(), job)))
+        await run_to_end(job)
+    finally:
+        slot.release_unless_held()
     _raise_if_failed(job)
     logprobs = oai.chat_logprobs(job.logprobs) if job.params.logprobs is not None else None
     return JsonResponse(
@@ -194,7 +226,7 @@ async def models(request):
     return JsonResponse({"object": "list", "data": [entry]})
 
 
-@api_endpoint("GET", "HEAD")
+@api_endpoint("GET", "HEAD", public=True)
 async def health(request):
     healthy, body = engine_health()
     return JsonResponse(body, status=200 if healthy else 503)

@@ -8,14 +8,35 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .env import env_bool, env_float, env_int, env_list, env_str
+from django.core.exceptions import ImproperlyConfigured
+
+from .env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-SECRET_KEY = env_str("MINIVLLM_SECRET_KEY", "insecure-dev-key-set-MINIVLLM_SECRET_KEY-in-production")
 DEBUG = env_bool("MINIVLLM_DEBUG", False)
+# Required unless DEBUG is on (or under pytest, whose processes get a throwaway key).
+SECRET_KEY = env_str("MINIVLLM_SECRET_KEY") or env_str("DJANGO_SECRET_KEY")
+if not SECRET_KEY:
+    if not (DEBUG or "pytest" in sys.modules):
+        raise ImproperlyConfigured("MINIVLLM_SECRET_KEY is required when MINIVLLM_DEBUG is off")
+    SECRET_KEY = "insecure-dev-key-set-MINIVLLM_SECRET_KEY-in-production"
 ALLOWED_HOSTS = env_list("MINIVLLM_ALLOWED_HOSTS", ["*"])
 CSRF_TRUSTED_ORIGINS = env_list("MINIVLLM_CSRF_TRUSTED_ORIGINS", [])
+LOGIN_URL = "admin:login"  # where the key-or-staff guard sends a browser (the dashboard)
+
+# Behind TLS (MINIVLLM_HTTPS=1): secure cookies, HSTS, redirect to https (not /health: plain-HTTP
+# health checks stay possible); the proxy says https with X-Forwarded-Proto.
+MINIVLLM_HTTPS = env_bool("MINIVLLM_HTTPS", False)
+if MINIVLLM_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("MINIVLLM_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^health$"]
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("MINIVLLM_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("MINIVLLM_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("MINIVLLM_HSTS_PRELOAD", True)
 
 INSTALLED_APPS = [
     "daphne",
@@ -82,15 +103,19 @@ def _database() -> dict:
 DATABASES = {"default": _database()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The in-memory layer serves one process; set MINIVLLM_REDIS_URL (needs channels_redis) to scale out.
-_redis_url = env_str("MINIVLLM_REDIS_URL")
-CHANNEL_LAYERS = {
-    "default": (
-        {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [_redis_url]}}
-        if _redis_url
-        else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
-    )
-}
+def _channel_layers() -> dict:
+    """The in-memory layer serves one process; REDIS_URL (alias MINIVLLM_REDIS_URL) puts the layer
+    on Redis, which scale-out needs: web processes and `runengine` workers talk through it."""
+    url = env_str("REDIS_URL") or env_str("MINIVLLM_REDIS_URL")
+    if not url:
+        return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # socket_timeout above channels-redis' 5 s blocking pop (redis-py would cut it at 5 s);
+    # capacity: a web process's channel carries every engine step's outputs for its streams
+    host = {"address": url, "socket_timeout": 30}
+    return {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [host], "capacity": 1000}}}
+
+
+CHANNEL_LAYERS = _channel_layers()
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -108,8 +133,8 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
-# Prompts can be long; bodies above this get 413.
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MINIVLLM_MAX_BODY_BYTES", 16 * 1024 * 1024)
+# Bodies above this get 413 (1 MiB holds a prompt far beyond any context length).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MINIVLLM_MAX_BODY_BYTES", 1024 * 1024)
 
 REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
@@ -123,6 +148,17 @@ REST_FRAMEWORK = {
 }
 
 # --- mini-vLLM serving knobs (the engine's own MINIVLLM_* variables are read by EngineConfig) ---
+# local: the engine thread runs inside each web process. remote: web processes run no engine and
+# send requests to `manage.py runengine` workers over the channel layer (set REDIS_URL).
+MINIVLLM_ENGINE = env_choice("MINIVLLM_ENGINE", "local", ("local", "remote"))
+# remote mode: an engine silent (no stats heartbeat) this long is dropped and its requests fail.
+MINIVLLM_ENGINE_TIMEOUT = env_float("MINIVLLM_ENGINE_TIMEOUT", 5.0)
+# remote mode: a request no engine has taken after this long fails.
+MINIVLLM_ENGINE_ACCEPT_TIMEOUT = env_float("MINIVLLM_ENGINE_ACCEPT_TIMEOUT", 30.0)
+# runengine: the id the worker reports (default host-pid), and a file it touches every heartbeat
+# while ready (a container healthcheck reads its age).
+MINIVLLM_ENGINE_ID = env_str("MINIVLLM_ENGINE_ID")
+MINIVLLM_ENGINE_HEARTBEAT_FILE = env_str("MINIVLLM_ENGINE_HEARTBEAT_FILE")
 # Start the engine when asgi.py is imported by a server process. On by default; under pytest the
 # default is off (tests install an engine built from a tiny model), MINIVLLM_AUTOSTART=1 forces it.
 MINIVLLM_AUTOSTART = env_bool("MINIVLLM_AUTOSTART", "pytest" not in sys.modules)
@@ -138,6 +174,21 @@ MINIVLLM_SERVED_MODEL_NAME = env_str("MINIVLLM_SERVED_MODEL_NAME")
 MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS = env_int("MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS", 128)
 # Seconds a shutdown waits for in-flight requests to record their final state.
 MINIVLLM_SHUTDOWN_TIMEOUT = env_float("MINIVLLM_SHUTDOWN_TIMEOUT", 10.0)
+
+# --- access and limits (see README "Security") ---
+# API keys besides the admin's; with any key, the API needs `Authorization: Bearer <key>`.
+MINIVLLM_API_KEYS = env_list("MINIVLLM_API_KEYS", [])
+# Prompt tokens a request may send (0: the model's context length).
+MINIVLLM_MAX_PROMPT_TOKENS = env_int("MINIVLLM_MAX_PROMPT_TOKENS", 0)
+# max_tokens a request may ask for (chat without max_tokens gets at most this too).
+MINIVLLM_MAX_OUTPUT_TOKENS = env_int("MINIVLLM_MAX_OUTPUT_TOKENS", 4096)
+# Stop strings per request, and characters per stop string.
+MINIVLLM_MAX_STOP_STRINGS = env_int("MINIVLLM_MAX_STOP_STRINGS", 4)
+MINIVLLM_MAX_STOP_LENGTH = env_int("MINIVLLM_MAX_STOP_LENGTH", 256)
+# Requests one API key may have in flight in this process (0: no limit); above it, 429.
+MINIVLLM_MAX_CONCURRENT_PER_KEY = env_int("MINIVLLM_MAX_CONCURRENT_PER_KEY", 16)
+# Test-only: routes POST /_test/fault, which injects engine faults. Never on in production.
+MINIVLLM_FAULT_INJECTION = env_bool("MINIVLLM_FAULT_INJECTION", False)
 
 LOG_LEVEL = env_str("MINIVLLM_LOG_LEVEL", "INFO").upper()
 LOGGING = {

@@ -1,7 +1,13 @@
 """Session-wide model fixtures: tiny random checkpoints made in-process, and the real SmolLM2 loaded once."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Servers the tests start in subprocesses (DEBUG off) need a secret key; DJANGO_SECRET_KEY
+# survives the dashboard helper's stripping of MINIVLLM_* variables.
+os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
 import torch
 
 from inference.engine.config import EngineConfig

@@ -17,6 +17,8 @@ export class ChatWindow {
     this.prompt = byId("chat-prompt");
     this.sendButton = byId("chat-send");
     this.stopButton = byId("chat-stop");
+    const keyInput = byId("chat-api-key"); // present only when the server requires API keys
+    if (keyInput) keyInput.value = sessionStorage.getItem("minivllm-api-key") ?? "";
     this.form.addEventListener("submit", (event) => {
       event.preventDefault();
       this.send();
@@ -41,6 +43,17 @@ export class ChatWindow {
     };
   }
 
+  /** JSON, plus the API key the user typed when the server requires one (kept for this tab only). */
+  headers() {
+    const headers = { "Content-Type": "application/json" };
+    const key = byId("chat-api-key")?.value.trim();
+    if (key) {
+      sessionStorage.setItem("minivllm-api-key", key);
+      headers.Authorization = `Bearer ${key}`;
+    }
+    return headers;
+  }
+
   async send() {
     const text = this.prompt.value.trim();
     if (!text || this.controller) return;
@@ -57,7 +70,7 @@ export class ChatWindow {
     try {
       const response = await fetch(this.url, {
         method: "POST",
-        headers: { "Content-Type": "application/json" },
+        headers: this.headers(),
         body: JSON.stringify({ messages, stream: true, stream_options: { include_usage: true }, ...this.params() }),
         signal: this.controller.signal,
       });

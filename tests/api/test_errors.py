@@ -53,7 +53,7 @@ CASES = [
     (COMPL, {"prompt": "x", "stream": "yes"}, 400, "stream"),
     (COMPL, {"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
     (COMPL, {"prompt": "x", "logit_bias": {"1": 5}}, 400, "logit_bias"),
-    (COMPL, {"prompt": "x", "max_tokens": 100000}, 400, "prompt"),
+    (COMPL, {"prompt": "x", "max_tokens": 100000}, 400, "max_tokens"),  # above MINIVLLM_MAX_OUTPUT_TOKENS
     (COMPL, {"prompt": "x", "model": "gpt-4"}, 404, "model"),
     (COMPL, {"prompt": "x", "model": 7}, 400, "model"),
     (COMPL, {"prompt": "x", "wat": True}, 400, "wat"),
@@ -72,7 +72,7 @@ CASES = [
     (CHAT, {"messages": MSGS, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
     (CHAT, {"messages": MSGS, "tools": [{"type": "function"}]}, 400, "tools"),
     (CHAT, {"messages": MSGS, "response_format": {"type": "json_object"}}, 400, "response_format"),
-    (CHAT, {"messages": MSGS, "max_tokens": 5000}, 400, "messages"),
+    (CHAT, {"messages": MSGS, "max_tokens": 1000}, 400, "messages"),
     (CHAT, {"messages": [{"role": "user", "content": "x " * 600}]}, 400, "messages"),
     (CHAT, {"messages": MSGS, "model": "nope"}, 404, "model"),
 ]

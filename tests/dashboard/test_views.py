@@ -10,6 +10,8 @@ from django.urls import resolve
 from dashboard.page_config import REQUEST_ID_PLACEHOLDER
 from inference.routing import websocket_urlpatterns
 
+pytestmark = pytest.mark.django_db  # the page checks whether any API key exists
+
 STATIC_JS = Path(__file__).resolve().parents[2] / "static" / "js"
 
 
@@ -82,3 +84,24 @@ def test_js_modules_import_only_files_that_exist():
         for target in re.findall(r'^import .* from "([^"]+)";$', module.read_text(), re.M):
             assert target.startswith("."), f"{module.name} imports {target}"
             assert (module.parent / target).resolve().is_file(), f"{module.name} imports missing {target}"
+
+
+KEY = "dashboard-test-key-0123456789abcdef"
+
+
+def test_with_api_keys_the_page_needs_a_key_or_a_staff_login(client, no_engine, settings, django_user_model):
+    settings.MINIVLLM_API_KEYS = [KEY]
+    anonymous = client.get("/")
+    assert anonymous.status_code == 302 and "/admin/login/" in anonymous["Location"]
+    assert client.get("/", HTTP_AUTHORIZATION="Bearer wrong-key").status_code == 401
+    with_key = client.get("/", HTTP_AUTHORIZATION=f"Bearer {KEY}")
+    assert with_key.status_code == 200 and embedded_json(with_key.content.decode(), "dashboard-config")["api_keys_required"]
+    staff = django_user_model.objects.create_user("ops", password="pw-for-tests", is_staff=True)
+    client.force_login(staff)
+    page = client.get("/").content.decode()
+    assert 'id="chat-api-key"' in page  # the chat must send a key to /v1/chat/completions
+
+
+def test_without_api_keys_the_page_is_open_and_asks_for_no_key(client, no_engine):
+    page = client.get("/")
+    assert page.status_code == 200 and 'id="chat-api-key"' not in page.content.decode()

@@ -1,13 +1,18 @@
-"""`manage.py runengine`: one prompt through LLMEngine's own token loop, printed as it streams.
+"""`manage.py runengine`: an engine worker process, or (with --prompt) a one-prompt smoke run.
 
-Drives the engine directly (add_request + step until done), the way the serving thread does,
-so it exercises the same code path without HTTP.
+Without --prompt it is the scale-out engine (MINIVLLM_ENGINE=remote): it loads the model, takes
+requests from the shared channel on the channel layer (Redis) and serves every web process until
+SIGTERM (see inference/remote/worker.py). With --prompt it drives LLMEngine directly (add_request
++ step until done), the way the serving thread does, and prints the completion and its speed.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import signal
 import time
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from inference.engine.config import EngineConfig
@@ -15,10 +20,10 @@ from inference.engine.sampling_params import SamplingParams, SamplingParamsError
 
 
 class Command(BaseCommand):
-    help = "Generate a completion for one prompt with the engine and report tokens/s."
+    help = "Run an engine worker for the web processes (scale-out), or with --prompt generate one completion and report tokens/s."
 
     def add_arguments(self, parser):
-        parser.add_argument("--prompt", default="The future of AI inference is")
+        parser.add_argument("--prompt", default=None, help="generate this one prompt and exit (default: serve as a worker)")
         parser.add_argument("--max-tokens", type=int, default=60)
         parser.add_argument("--temperature", type=float, default=0.7)
         parser.add_argument("--top-p", type=float, default=0.95)
@@ -30,8 +35,6 @@ class Command(BaseCommand):
         parser.add_argument("--dtype", default=None, help="auto, float32, bfloat16, float16 (default: MINIVLLM_DTYPE)")
 
     def handle(self, *args, **opts):
-        from inference.engine.engine import LLMEngine
-
         try:
             params = SamplingParams(
                 max_tokens=opts["max_tokens"],
@@ -44,6 +47,42 @@ class Command(BaseCommand):
             config = dataclasses.replace(EngineConfig.from_env(), **overrides)
         except (SamplingParamsError, ValueError) as exc:
             raise CommandError(str(exc)) from None
+        if opts["prompt"] is None:
+            return self.serve(config)
+        return self.smoke(config, params, opts)
+
+    def serve(self, config: EngineConfig) -> None:
+        """The long-running worker: exits 0 after SIGTERM/SIGINT, 1 if the engine died."""
+        from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+        from inference.engine.engine_thread import EngineThread
+        from inference.remote.worker import EngineWorker
+
+        layer = get_channel_layer()
+        if isinstance(layer, InMemoryChannelLayer):
+            self.stderr.write("warning: no REDIS_URL: the in-memory channel layer reaches no web process")
+        runner = EngineThread(config, max_queue=settings.MINIVLLM_MAX_QUEUE).start()
+        worker = EngineWorker(
+            runner,
+            layer=layer,
+            engine_id=settings.MINIVLLM_ENGINE_ID or None,
+            heartbeat_file=settings.MINIVLLM_ENGINE_HEARTBEAT_FILE or None,
+        )
+
+        async def main() -> int:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, stop.set)
+            return await worker.serve(stop)
+
+        self.stdout.write(f"engine {worker.engine_id}: loading {config.model or 'embedded SmolLM2-135M-Instruct'}")
+        code = asyncio.run(main())
+        if code:
+            raise CommandError(f"engine {worker.engine_id} stopped: {runner.error}", returncode=code)
+
+    def smoke(self, config: EngineConfig, params: SamplingParams, opts: dict) -> None:
+        from inference.engine.engine import LLMEngine
 
         began = time.perf_counter()
         engine = LLMEngine(config)

@@ -1,0 +1,95 @@
+"""Fault injection on a live server (real model) through the test-only POST /_test/fault:
+a model step raising mid-batch fails only that step's requests; a dying loop turns /health 503,
+ends the streams with an error event, and the engine restarts and serves again."""
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.reliability.live import RealServer, wait_until
+
+pytestmark = pytest.mark.live
+LONG = {"max_new_tokens": 400, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    live = RealServer(tmp_path_factory.mktemp("faults"), MINIVLLM_FAULT_INJECTION="1").start()
+    yield live
+    live.stop()
+
+
+def open_streams(client: httpx.Client, server, count: int):
+    """`count` /generate streams, each read up to its first token (so all sit in the batch)."""
+    opened = []
+    for index in range(count):
+        context = client.stream("POST", f"{server.url}/generate", json={"prompt": f"Story number {index}:", **LONG})
+        resp = context.__enter__()
+        assert resp.status_code == 200
+        lines = resp.iter_lines()
+        events = []
+        for line in lines:
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if events[-1]["type"] == "token":
+                    break
+        opened.append((context, lines, events))
+    return opened
+
+
+def finish(opened) -> list[list[dict]]:
+    results = []
+    for context, lines, events in opened:
+        events.extend(json.loads(line[6:]) for line in lines if line.startswith("data: "))
+        context.__exit__(None, None, None)
+        results.append(events)
+    return results
+
+
+def generate_ok(server) -> None:
+    with httpx.stream("POST", f"{server.url}/generate", json={"prompt": "Hello", "max_new_tokens": 4, "ignore_eos": True}, timeout=60) as resp:
+        events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "done" and events[-1]["finish_reason"] == "length", events
+    assert server.wait_row(events[0]["request_id"])["status"] == "completed"
+
+
+def inject(server, **body) -> None:
+    resp = httpx.post(f"{server.url}/_test/fault", json=body, timeout=30)
+    assert resp.status_code == 200, resp.text
+
+
+def test_step_fault_fails_only_that_steps_requests(server):
+    with httpx.Client(timeout=120) as client:
+        opened = open_streams(client, server, 3)
+        inject(server, kind="step")
+        results = finish(opened)
+    for events in results:
+        assert events[-1]["type"] == "error" and "injected step failure" in events[-1]["message"], events[-3:]
+        row = server.wait_row(events[0]["request_id"])
+        assert row["status"] == "failed" and row["finish_reason"] == "error"
+    assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+    generate_ok(server)  # the engine keeps serving
+
+
+def test_loop_death_turns_health_503_then_restarts(server):
+    with httpx.Client(timeout=120) as client:
+        opened = open_streams(client, server, 2)
+        inject(server, kind="loop", restart_delay_s=3)
+        saw_503 = wait_until(lambda: httpx.get(f"{server.url}/health", timeout=10).status_code == 503, timeout=30, interval=0.05)
+        results = finish(opened)
+    assert saw_503
+    for events in results:
+        assert events[-1]["type"] == "error" and "injected loop failure" in events[-1]["message"], events[-3:]
+        assert server.wait_row(events[0]["request_id"])["status"] == "failed"
+    assert wait_until(server.healthy, timeout=60)
+    generate_ok(server)
+    assert "restarting the engine loop" in server.log.read_text()
+
+
+def test_fault_hook_is_not_routed_by_default(client):
+    """In-process with the default settings: the test hook does not exist."""
+    resp = client.post("/_test/fault", {"kind": "loop"}, content_type="application/json")
+    assert resp.status_code == 404
+

@@ -1,0 +1,78 @@
+"""SIGTERM under load (real model): no new request is accepted (503, or the port already closed),
+every in-flight stream ends with a final event, every row is terminal, and the process exits 0."""
+from __future__ import annotations
+
+import json
+import signal
+
+import httpx
+import pytest
+
+from tests.reliability.live import TERMINAL, RealServer, wait_until
+
+pytestmark = pytest.mark.live
+LONG = 600
+BODIES = [
+    ("/generate", {"prompt": "A very long story", "max_new_tokens": LONG, "ignore_eos": True}),
+    ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": LONG, "stream": True, "ignore_eos": True}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell a story"}], "max_tokens": LONG, "stream": True, "ignore_eos": True}),
+    ("/generate", {"prompt": "Another long story", "max_new_tokens": LONG, "ignore_eos": True}),
+    ("/v1/completions", {"prompt": "In a land far away", "max_tokens": LONG, "stream": True, "ignore_eos": True}),
+]
+
+
+def first_events(lines) -> list:
+    """Reads up to the first event that carries generated text (the request is then running)."""
+    events = []
+    for line in lines:
+        if line.startswith("data: "):
+            event = json.loads(line[6:])
+            events.append(event)
+            if event.get("type") == "token" or (event.get("choices") and (event["choices"][0].get("text") or event["choices"][0].get("delta", {}).get("content"))):
+                return events
+    return events
+
+
+def refused_or_closed(url: str) -> bool:
+    """A new request after SIGTERM: 503 while draining, or nothing listens any more."""
+    try:
+        resp = httpx.post(f"{url}/generate", json={"prompt": "late", "max_new_tokens": 2}, timeout=10)
+    except httpx.TransportError:
+        return True
+    assert resp.status_code == 503, resp.text
+    assert resp.json()["error"]["code"] == "engine_not_ready"
+    return True
+
+
+def test_sigterm_under_load(tmp_path):
+    server = RealServer(tmp_path).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=120) as client:
+            opened = []
+            for path, body in BODIES:
+                context = client.stream("POST", path, json=body)
+                resp = context.__enter__()
+                assert resp.status_code == 200
+                lines = resp.iter_lines()
+                opened.append((context, lines, first_events(lines)))
+            server.process.send_signal(signal.SIGTERM)
+            assert wait_until(lambda: not server.healthy(), timeout=30, interval=0.05)
+            assert refused_or_closed(server.url)
+            results = []
+            for context, lines, events in opened:
+                events.extend(line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in lines if line.startswith("data: "))
+                context.__exit__(None, None, None)
+                results.append(events)
+        for (path, _), events in zip(BODIES, results):
+            if path == "/generate":
+                assert events[-1]["type"] == "done" and events[-1]["finish_reason"] == "abort", events[-2:]
+            else:
+                assert events[-1] == "[DONE]" and any(
+                    choice.get("finish_reason") == "abort" for event in events[:-1] if isinstance(event, dict) for choice in event.get("choices", [])
+                ), events[-3:]
+        assert server.process.wait(60) == 0
+        rows = server.rows()
+        assert len(rows) == len(BODIES) and all(row["status"] in TERMINAL for row in rows), [(r["id"], r["status"]) for r in rows]
+        assert all(row["status"] == "aborted" and 0 < row["completion_tokens"] < LONG for row in rows)
+    finally:
+        server.stop()

@@ -1,0 +1,166 @@
+"""Soak: 320 requests from 16 concurrent clients on a live server with the real model; a third
+disconnect at random points, some are invalid. Afterwards the server is healthy and idle (every
+KV block free, no slot busy), every accepted request has one terminal row, and the process's
+memory grew less than RSS_GROWTH_BOUND_MB over the run (measured after a warm-up)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.reliability.live import TERMINAL, RealServer, wait_until
+
+pytestmark = pytest.mark.live
+
+REQUESTS = 320
+CLIENTS = 16
+RSS_GROWTH_BOUND_MB = 300
+MB = 1024 * 1024
+PROMPTS = ["Tell me about the sea.", "Write a haiku about rain.", "What is 2 + 2?", "List three colours.", "Describe a cat."]
+INVALID = [
+    ("/generate", {"prompt": ""}),
+    ("/generate", {"prompt": "x", "max_new_tokens": -4}),
+    ("/v1/completions", {"prompt": "x", "temperature": "hot"}),
+    ("/v1/chat/completions", {"messages": []}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 2}),
+]
+
+
+def plan(rng: random.Random) -> list[dict]:
+    """Every request's shape, fixed up front from a seed: kind valid / disconnect / invalid."""
+    specs = []
+    for index in range(REQUESTS):
+        roll = rng.random()
+        if roll < 0.1:
+            path, body = INVALID[index % len(INVALID)]
+            specs.append({"kind": "invalid", "path": path, "body": body})
+            continue
+        max_tokens = rng.randint(8, 12)
+        prompt = rng.choice(PROMPTS)
+        path = rng.choice(["/generate", "/v1/completions", "/v1/chat/completions"])
+        disconnect = roll < 0.44  # a third of all requests (0.1 .. 0.44)
+        stream = disconnect or path == "/generate" or rng.random() < 0.7
+        if path == "/generate":
+            body = {"prompt": prompt, "max_new_tokens": max_tokens}
+        elif path == "/v1/completions":
+            body = {"prompt": prompt, "max_tokens": max_tokens, "stream": stream}
+        else:
+            body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "stream": stream}
+        specs.append({"kind": "disconnect" if disconnect else "valid", "path": path, "body": body, "read": rng.randint(0, 6)})
+    return specs
+
+
+class Tally:
+    def __init__(self):
+        self.accepted, self.aborted, self.rejected, self.other = 0, 0, 0, []
+        self.ids: list[str] = []
+
+
+async def run_one(client: httpx.AsyncClient, spec: dict, tally: Tally) -> None:
+    async with client.stream("POST", spec["path"], json=spec["body"]) as resp:
+        if spec["kind"] == "invalid":
+            body = json.loads(await resp.aread())
+            assert resp.status_code == 400 and set(body["error"]) == {"message", "type", "param", "code"}, body
+            tally.rejected += 1
+            return
+        assert resp.status_code == 200, await resp.aread()
+        tally.accepted += 1
+        if not spec["body"].get("stream", True):
+            tally.ids.append(json.loads(await resp.aread())["id"])
+            return
+        events = 0
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if events == 0:
+                tally.ids.append(event.get("request_id") or event.get("id"))
+            events += 1
+            if spec["kind"] == "disconnect" and events >= spec["read"]:
+                tally.aborted += 1
+                return  # leaving the block closes the connection mid-stream
+
+
+async def soak(url: str, specs: list[dict]) -> Tally:
+    tally, work = Tally(), asyncio.Queue()
+    for spec in specs:
+        work.put_nowait(spec)
+
+    async def client_loop():
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            while not work.empty():
+                await run_one(client, work.get_nowait(), tally)
+
+    await asyncio.gather(*(client_loop() for _ in range(CLIENTS)))
+    return tally
+
+
+class PeakRss:
+    """Samples the server's RSS in a thread while the soak runs."""
+
+    def __init__(self, server):
+        self.server, self.peak, self._stop = server, server.rss_bytes(), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, self.server.rss_bytes())
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    live = RealServer(tmp_path_factory.mktemp("soak")).start()
+    yield live
+    live.stop()
+
+
+def idle(server) -> bool:
+    stats = server.stats()
+    busy = [slot for slot in stats["slots"] if slot.get("request_id")]
+    return stats["batch_size"] == 0 and stats["queue_depth"] == 0 and stats["kv_blocks_used"] == 0 and not busy
+
+
+@pytest.mark.timeout(900)  # ~2 min alone; several times that while other suites share the 2 cores
+def test_soak(server):
+    warm = plan(random.Random(1))[:24]
+    asyncio.run(soak(server.url, [spec for spec in warm if spec["kind"] == "valid"]))
+    assert wait_until(lambda: idle(server), timeout=60)
+    baseline = server.rss_bytes()
+
+    specs = plan(random.Random(20261130))
+    started = time.monotonic()
+    with PeakRss(server) as rss:
+        tally = asyncio.run(soak(server.url, specs))
+    elapsed = time.monotonic() - started
+
+    assert wait_until(lambda: idle(server), timeout=60), server.stats()
+    assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+    assert wait_until(lambda: not server.rows("status NOT IN ('completed','aborted','failed','rejected')"), timeout=60)
+    rows = server.rows()
+    warm_rows = len(rows) - tally.accepted
+    assert warm_rows == sum(1 for spec in warm if spec["kind"] == "valid")  # one row per accepted request
+    by_id = {row["id"]: row for row in rows}
+    assert len(tally.ids) == len(set(tally.ids)) and all(by_id[i]["status"] in TERMINAL for i in tally.ids)
+    aborted_rows = sum(1 for i in tally.ids if by_id[i]["status"] == "aborted")
+    growth = (server.rss_bytes() - baseline) / MB
+    print(
+        f"\nsoak: {REQUESTS} requests from {CLIENTS} clients in {elapsed:.1f}s: {tally.accepted} accepted, "
+        f"{tally.aborted} disconnected by the client ({aborted_rows} rows aborted), {tally.rejected} rejected; "
+        f"RSS baseline {baseline / MB:.0f} MB, peak {rss.peak / MB:.0f} MB, growth {growth:+.0f} MB (bound {RSS_GROWTH_BOUND_MB} MB)"
+    )
+    assert tally.accepted + tally.rejected == REQUESTS
+    assert tally.aborted >= REQUESTS // 4 and tally.rejected > 0
+    assert growth < RSS_GROWTH_BOUND_MB

@@ -1,0 +1,105 @@
+"""Fuzzing request validation on a live server with hypothesis: random JSON, wrong types, huge and
+negative numbers, non-UTF-8 bytes, enormous strings. Never a 500, always the error shape on a
+refusal, and the server healthy afterwards. Accepted requests are cheap: the server caps
+max_tokens at 64 (conftest)."""
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.reliability.live import assert_error_shape, wait_until
+from tests.security.conftest import bearer
+
+pytestmark = pytest.mark.live
+
+PATHS = ["/generate", "/v1/completions", "/v1/chat/completions"]
+FIELDS = [
+    "prompt", "messages", "max_tokens", "max_new_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+    "min_p", "seed", "stop", "stop_token_ids", "n", "stream", "stream_options", "logprobs", "top_logprobs", "model",
+    "ignore_eos", "min_tokens", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "echo",
+    "best_of", "response_format", "tools", "tool_choice", "user",
+]
+numbers = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.integers(min_value=-3, max_value=40),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0, -1, 2**31, 2**63, 1e308, -1e308, 0.5]),
+)
+text = st.one_of(st.text(max_size=40), st.sampled_from(["", "\x00", "\ud7ff", "Hi", "</s>", "<|im_end|>"]))
+scalars = st.one_of(st.none(), st.booleans(), numbers, text)
+json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(text, inner, max_size=4)), max_leaves=12)
+message = st.fixed_dictionaries(
+    {"role": st.one_of(st.sampled_from(["user", "system", "assistant", "tool", "developer"]), json_values), "content": st.one_of(text, json_values)}
+)
+field_values = {
+    "prompt": st.one_of(text, st.lists(st.integers(min_value=-5, max_value=60000), max_size=6), json_values),
+    "messages": st.one_of(st.lists(message, min_size=0, max_size=3), json_values),
+    "stop": st.one_of(text, st.lists(text, max_size=6), json_values),
+}
+bodies = st.one_of(
+    st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=6),
+    st.fixed_dictionaries(
+        {},
+        optional={name: field_values.get(name, json_values) for name in FIELDS},
+    ),
+    json_values,
+)
+raw_bodies = st.one_of(
+    st.binary(max_size=200),  # mostly not UTF-8, not JSON
+    st.builds(lambda b: b'{"max_tokens": 2, "prompt": "' + b + b'"}', st.binary(min_size=1, max_size=20)),
+    st.sampled_from([b"", b"{", b"[]", b"null", b'{"prompt": NaN}', b'{"prompt": Infinity}', b"[" * 5000, b'{"a":' * 3000]),
+)
+huge = st.sampled_from([
+    {"prompt": "x" * (2 * 1024 * 1024)},                       # over the body limit
+    {"prompt": "word " * 150_000},                               # under it, far over the token limit
+    {"prompt": "Hi", "stop": ["y" * 200_000]},
+    {"messages": [{"role": "user", "content": "z" * 900_000}]},
+    {"prompt": "Hi", "max_tokens": 10**400},
+    {"prompt": "Hi", "seed": -(10**30), "temperature": 1e308},
+])
+
+
+def check(resp: httpx.Response) -> None:
+    assert resp.status_code < 500, (resp.status_code, resp.text[:500])
+    if resp.status_code >= 400:
+        assert_error_shape(resp)
+
+
+@pytest.fixture(scope="module")
+def client(secured):
+    with httpx.Client(base_url=secured.url, headers=bearer(secured.keys.env), timeout=120) as client:
+        yield client
+    assert httpx.get(f"{secured.url}/health", timeout=10).status_code == 200
+
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+
+@FUZZ
+@pytest.mark.timeout(600)
+@given(path=st.sampled_from(PATHS), body=bodies)
+def test_json_bodies(client, path, body):
+    check(client.post(path, content=json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass"), headers={"Content-Type": "application/json"}))
+
+
+@settings(FUZZ, max_examples=60)
+@pytest.mark.timeout(600)
+@given(path=st.sampled_from(PATHS), raw=raw_bodies, content_type=st.sampled_from(["application/json", "text/plain", "", "application/x+json"]))
+def test_raw_bytes(client, path, raw, content_type):
+    headers = {"Content-Type": content_type} if content_type else {}
+    check(client.post(path, content=raw, headers=headers))
+
+
+@settings(FUZZ, max_examples=12)
+@given(path=st.sampled_from(PATHS), body=huge)
+def test_enormous_values(client, path, body):
+    check(client.post(path, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}))
+
+
+def test_healthy_and_idle_after(secured):
+    assert httpx.get(f"{secured.url}/health", timeout=10).status_code == 200
+    assert wait_until(lambda: secured.stats(bearer(secured.keys.env))["kv_blocks_used"] == 0, timeout=60)
