@@ -6,9 +6,11 @@ jobs.py, the wire formats in streams.py / openai_format.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 import uuid
+from typing import Callable
 
 from django.conf import settings
 from django.http import JsonResponse
@@ -151,56 +153,57 @@ async def generate(request):
         slot.release_unless_held()
 
 
+@dataclasses.dataclass(frozen=True)
+class _OpenAIKind:
+    """What differs between /v1/completions and /v1/chat/completions once the prompt is text."""
+
+    id_prefix: str
+    chunks: str  # the OpenAIStream method rendering this kind's SSE chunks
+    logprobs: Callable
+    body: Callable
+
+
+_COMPLETION = _OpenAIKind("cmpl", "completion_chunks", oai.completion_logprobs, oai.completion)
+_CHAT = _OpenAIKind("chatcmpl", "chat_chunks", oai.chat_logprobs, oai.chat_completion)
+
+
 @api_endpoint("POST")
 async def completions(request):
     inp = parse_completion(parse_json_body(request))
-    runner = _ready_runner()
-    model = _resolve_model(inp.model, runner)
     prompt_text = inp.prompt if isinstance(inp.prompt, str) else ""
-    slot = key_limits.acquire(request.api_caller)
-    try:
-        job = await _start_job(request, runner, inp, prefix="cmpl", prompt=inp.prompt, prompt_text=prompt_text, model=model)
-        if inp.stream:
-            stream = OpenAIStream(job, model=model, include_usage=inp.include_usage)
-            return sse.response(slot.hold(guard_stream(stream.completion_chunks(), job)))
-        await run_to_end(job)
-    finally:
-        slot.release_unless_held()
-    _raise_if_failed(job)
-    logprobs = oai.completion_logprobs(job.logprobs) if job.params.logprobs is not None else None
-    return JsonResponse(
-        oai.completion(
-            request_id=job.request_id,
-            created=int(time.time()),
-            model=model,
-            text=job.text,
-            finish_reason=job.finish_reason,
-            logprobs=logprobs,
-            prompt_tokens=job.prompt_tokens,
-            completion_tokens=job.completion_tokens,
-        )
-    )
+    return await _openai_request(request, inp, _COMPLETION, lambda runner: (inp.prompt, prompt_text))
 
 
 @api_endpoint("POST")
 async def chat_completions(request):
     inp = parse_chat(parse_json_body(request))
+
+    def prompt(runner):
+        text = render_chat(runtime.tokenizer(runner), inp.messages)
+        return text, text
+
+    return await _openai_request(request, inp, _CHAT, prompt)
+
+
+async def _openai_request(request, inp: GenerationInput, kind: _OpenAIKind, make_prompt):
+    """The shared flow: readiness (503), model (404), per-key slot (429), then stream or wait."""
     runner = _ready_runner()
     model = _resolve_model(inp.model, runner)
-    prompt = render_chat(runtime.tokenizer(runner), inp.messages)
+    prompt, prompt_text = make_prompt(runner)
     slot = key_limits.acquire(request.api_caller)
     try:
-        job = await _start_job(request, runner, inp, prefix="chatcmpl", prompt=prompt, prompt_text=prompt, model=model)
+        job = await _start_job(request, runner, inp, prefix=kind.id_prefix, prompt=prompt, prompt_text=prompt_text, model=model)
         if inp.stream:
             stream = OpenAIStream(job, model=model, include_usage=inp.include_usage)
-            return sse.response(slot.hold(guard_stream(stream.chat_chunks(), job)))
+            chunks = getattr(stream, kind.chunks)()
+            return sse.response(slot.hold(guard_stream(chunks, job)))
         await run_to_end(job)
     finally:
         slot.release_unless_held()
     _raise_if_failed(job)
-    logprobs = oai.chat_logprobs(job.logprobs) if job.params.logprobs is not None else None
+    logprobs = kind.logprobs(job.logprobs) if job.params.logprobs is not None else None
     return JsonResponse(
-        oai.chat_completion(
+        kind.body(
             request_id=job.request_id,
             created=int(time.time()),
             model=model,
