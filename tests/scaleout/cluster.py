@@ -55,7 +55,8 @@ class Cluster:
             "MINIVLLM_MODEL": model_dir,
             "MINIVLLM_DEVICE": "cpu",
             "MINIVLLM_DTYPE": "float32",
-            "MINIVLLM_KV_CACHE_MB": "8",
+            "MINIVLLM_KV_CACHE_MB": "16",
+            "MINIVLLM_MAX_OUTPUT_TOKENS": "8000",  # the tests' long streams outlast any reaction time
             "MINIVLLM_MAX_NUM_SEQS": "4",
             "MINIVLLM_ENGINE_TIMEOUT": "2",
             "PYTHONUNBUFFERED": "1",

@@ -22,7 +22,7 @@ from .cluster import Cluster, unreachable
 
 pytestmark = [pytest.mark.live, pytest.mark.skipif(unreachable() is not None, reason=unreachable() or "")]
 # long enough (seconds, even on a fast idle machine) to still be running when the test acts on it
-LONG = {"prompt": "A very long story", "max_new_tokens": 4000, "ignore_eos": True}
+LONG = {"prompt": "A very long story", "max_new_tokens": 8000, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_client_disconnect_aborts_in_the_engine_across_processes(cluster):
     ctx.__exit__(None, None, None)  # the client goes away mid-stream
     # the other web worker sees the engine's slot freed
     assert wait_until(lambda: cluster.holder(request_id, url_b) is None, timeout=15)
-    assert wait_until(lambda: cluster.row(request_id).get("status") == "aborted", timeout=15)
+    assert wait_until(lambda: cluster.row(request_id).get("status") == "aborted", timeout=15), cluster.row(request_id)
     assert 0 < cluster.row(request_id)["completion_tokens"] < LONG["max_new_tokens"]
 
 
