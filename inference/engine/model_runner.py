@@ -49,6 +49,9 @@ class ModelRunner:
             meta.prefills.append(self._prefill_chunk(seq, offset, n))
             offset += n
 
+        decode_rows = getattr(self.model, "decode_rows", None)  # int8 layers split decode from prefill rows
+        if decode_rows is not None:
+            decode_rows.count = len(batch.decodes)
         hidden = self.model(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
         logits = self.model.compute_logits(hidden[self._tensor(sampling_rows)]) if sampling_rows else None
         return logits, sampling_seqs

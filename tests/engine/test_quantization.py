@@ -9,8 +9,7 @@ from inference.engine.attention import AttentionMetadata, PrefillChunk
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.loader import build_bundle
-from inference.engine import quantization
-from inference.engine.quantization import INT8_MAX_ROWS, Int8Linear, quantize_int8
+from inference.engine.quantization import DecodeRows, Int8Linear, quantize_int8
 from tests.engine.helpers import generated_ids, greedy, run_to_completion
 
 PROMPTS = [
@@ -27,24 +26,48 @@ PROMPTS = [
 def test_int8_linear_matches_float_within_quantization_error():
     torch.manual_seed(0)
     linear = nn.Linear(64, 32, bias=True)
-    x = torch.randn(INT8_MAX_ROWS, 64)
-    quantized = Int8Linear(linear)
+    x = torch.randn(4, 64)
+    quantized = Int8Linear(linear, decode_rows=None)
     assert quantized.weight_int8.dtype == torch.int8
     error = (quantized(x) - linear(x)).abs().max()
     assert 0 < error < 0.02 * linear(x).abs().max()  # int8 path: close, not identical
+    assert quantized(x).dtype == torch.float32  # the model's dtype, whatever the kernel's
 
 
-def test_int8_linear_uses_the_dense_weight_for_larger_batches():
-    linear = nn.Linear(64, 32)
-    x = torch.randn(INT8_MAX_ROWS + 1, 64)
-    assert torch.equal(Int8Linear(linear)(x), linear(x))
+def test_decode_rows_use_the_kernel_and_prefill_rows_the_same_function_densely():
+    """Decode rows go through the int8 kernel, the rest through the de-quantized weights with
+    the kernel's rounding (bf16 in, bf16 out): the two differ by summation order only."""
+    torch.manual_seed(0)
+    linear = nn.Linear(256, 128, bias=False)
+    rows = DecodeRows()
+    quantized = Int8Linear(linear, rows)
+    x = torch.randn(32, 256)
+    rows.count = 32
+    kernel = quantized(x)
+    rows.count = 0
+    dense = quantized(x)
+    rows.count = 10
+    split = quantized(x)
+    assert torch.equal(split[:10], kernel[:10]) and torch.equal(split[10:], dense[10:])
+    assert (kernel - dense).abs().max() <= dense.abs().max() * 2**-8
+    assert (kernel == dense).float().mean() > 0.99
+
+
+def test_int8_kernel_rows_do_not_depend_on_the_batch():
+    """What makes an int8 decode batch-invariant: each row's result is exact, alone or in a batch."""
+    torch.manual_seed(0)
+    quantized = Int8Linear(nn.Linear(256, 128), decode_rows=None)
+    x = torch.randn(32, 256)
+    assert torch.equal(torch.cat([quantized(row[None]) for row in x]), quantized(x))
 
 
 def test_quantize_replaces_linears_except_the_kept_ones():
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 4)))
     model.qkv_proj = nn.Linear(8, 8)
+    model.lm_head = nn.Linear(8, 16)
     quantize_int8(model)
     assert [type(m).__name__ for m in (model[0], model[2][0], model.qkv_proj)] == ["Int8Linear", "Int8Linear", "Linear"]
+    assert model[0].decode_rows is model.decode_rows and model.lm_head.decode_rows is None
 
 
 def engine_with(real_hf_model, tokenizer, quantization: str) -> LLMEngine:
@@ -61,13 +84,15 @@ def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
         prefills=[PrefillChunk(start=0, end=n, context_len=n, slot_ids=None, causal_mask=None)],
     )
     model = engine.bundle.model
+    if hasattr(model, "decode_rows"):
+        model.decode_rows.count = n  # int8: every row through the kernel, as a decode would
     with torch.inference_mode():
         hidden = model(torch.tensor(token_ids), torch.arange(n), engine.runner.kv_caches, meta)
         return model.compute_logits(hidden).argmax(dim=-1).tolist()
 
 
 @pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int8pack_mm"), reason="no int8 CPU kernel in this torch")
-def test_int8_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_tokenizer, monkeypatch):
+def test_int8_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_tokenizer):
     """Per position, teacher-forced: given bf16's own greedy text, does int8 pick bf16's next token?
 
     Free-running agreement would count every token after a first near-tie flip as a miss
@@ -80,7 +105,6 @@ def test_int8_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_tokeni
     results = run_to_completion(bf16)
     texts = [bf16.tokenize(p) + generated_ids(results[str(i)]) for i, p in enumerate(PROMPTS)]
     int8 = engine_with(real_hf_model, smollm_tokenizer, "int8")
-    monkeypatch.setattr(quantization, "INT8_MAX_ROWS", 10**9)  # int8 for every matmul: the worst case
     agree = total = 0
     for ids in texts:
         positions = slice(len(ids) - 17, len(ids) - 1)  # the 16 predictions of the generated tokens
@@ -89,3 +113,20 @@ def test_int8_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_tokeni
         total += len(reference)
     assert total == 20 * 16
     assert agree / total >= 0.95, f"int8 agrees with bf16 on {agree}/{total} positions"
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int8pack_mm"), reason="no int8 CPU kernel in this torch")
+def test_int8_batching_does_not_change_greedy_tokens(real_hf_model, smollm_tokenizer):
+    """Alone or in a batch of 8 (with other requests' prefill chunks in its steps), the same tokens."""
+    cfg = EngineConfig(dtype="float32", device="cpu", quantization="int8", kv_cache_mb=64, max_num_seqs=8)
+    bundle = build_bundle(real_hf_model.config, smollm_tokenizer, real_hf_model.state_dict(), name="smollm2", config=cfg)
+    engine = LLMEngine(cfg, bundle=bundle)
+    prompts = PROMPTS[:8]
+    alone = []
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"alone-{i}", prompt, greedy(12))
+        alone.append(generated_ids(run_to_completion(engine)[f"alone-{i}"]))
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"batch-{i}", prompt, greedy(12))
+    together = run_to_completion(engine)
+    assert [generated_ids(together[f"batch-{i}"]) for i in range(len(prompts))] == alone
