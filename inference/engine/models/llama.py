@@ -38,11 +38,11 @@ class LlamaAttention(nn.Module):
 
     def forward(self, x, rope, kv_cache, meta: AttentionMetadata):
         tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(tokens, self.num_heads, self.head_dim)
-        k = k.view(tokens, self.num_kv_heads, self.head_dim)
-        v = v.view(tokens, self.num_kv_heads, self.head_dim)
-        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        qkv = self.qkv_proj(x).view(tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
+        # Q and K heads sit side by side: one rotary pass over both halves its ops per layer.
+        qk = apply_rotary(qkv[:, : self.num_heads + self.num_kv_heads], *rope)
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        v = qkv[:, self.num_heads + self.num_kv_heads :]
         out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
         return self.o_proj(out.reshape(tokens, self.q_size))
 
