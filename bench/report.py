@@ -41,6 +41,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--docs-dir", default="docs")
     p.add_argument("--results-dir", default="bench/results")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--render-only", default=None, metavar="REPORT_JSON", help="rewrite the docs from a saved report.json, measuring nothing")
     return p.parse_args(argv)
 
 
@@ -89,10 +90,13 @@ def engine_entries(args, plan, tokenizer, results_dir) -> tuple[list[dict], dict
 def main(argv=None) -> dict:
     from .machine import machine_info
     from .model_files import load_tokenizer
-    from .plots import latency_plot, throughput_plot
-    from .tables import render
 
     args = parse_args(argv)
+    if args.render_only:
+        with open(args.render_only) as f:
+            report = json.load(f)
+        write_docs(report, args.docs_dir)
+        return report
     plan = make_plan(args)
     os.makedirs(args.results_dir, exist_ok=True)
     os.makedirs(args.docs_dir, exist_ok=True)
@@ -114,12 +118,20 @@ def main(argv=None) -> dict:
     }
     with open(os.path.join(args.results_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
-    with open(os.path.join(args.docs_dir, "benchmarks.md"), "w") as f:
-        f.write(render(report))
-    throughput_plot(report, os.path.join(args.docs_dir, "throughput.png"))
-    latency_plot(report, os.path.join(args.docs_dir, "latency.png"))
+    write_docs(report, args.docs_dir)
     print(f"wrote {args.docs_dir}/benchmarks.md and plots in {report['elapsed_s'] / 60:.1f} min", flush=True)
     return report
+
+
+def write_docs(report: dict, docs_dir: str) -> None:
+    from .plots import latency_plot, throughput_plot
+    from .tables import render
+
+    os.makedirs(docs_dir, exist_ok=True)
+    with open(os.path.join(docs_dir, "benchmarks.md"), "w") as f:
+        f.write(render(report))
+    throughput_plot(report, os.path.join(docs_dir, "throughput.png"))
+    latency_plot(report, os.path.join(docs_dir, "latency.png"))
 
 
 if __name__ == "__main__":

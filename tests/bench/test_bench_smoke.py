@@ -190,3 +190,41 @@ def test_report_renders_ratios_and_plots(tmp_path):
     throughput_plot(report, str(tmp_path / "t.png"))
     latency_plot(report, str(tmp_path / "l.png"))
     assert (tmp_path / "t.png").stat().st_size > 1000 and (tmp_path / "l.png").stat().st_size > 1000
+
+
+def _small_report():
+    entries = [_entry("engine", "serve", "uniform", 1, None, 50.0), _entry("engine", "serve", "uniform", 8, None, 400.0)]
+    for dtype, base in (("bfloat16", 50.0), ("float32", 25.0)):
+        entries += [_entry("hf", "one-at-a-time", "uniform", 1, dtype, base), _entry("hf", "static", "uniform", 8, dtype, 4 * base)]
+    machine = {"date": "d", "cpu_model": "cpu", "cpus": 2, "cores_per_socket": "2", "threads_per_core": "1", "memory_gib": 8.0,
+               "bf16_instructions": [], "load_average_at_start": (0.1, 0.1, 0.1), "os": "linux", "python": "3", "torch": "t",
+               "torch_threads": 2, "transformers": "x"}
+    return {"entries": entries, "machine": machine, "server": {"device": "cpu"}, "command": "python -m bench.report",
+            "plan": {"concurrencies": [1, 8], "workloads": [{"name": "uniform", "input_len": "128", "output_len": "64"}]}}
+
+
+def test_targets_are_judged_from_the_report():
+    from bench.targets import evaluate, machine_factor
+
+    report = _small_report()
+    assert machine_factor(report["entries"], "uniform") == pytest.approx(24.0 / 25.0)
+    rows = evaluate(report)
+    assert [r["target"][:2] for r in rows] == ["1.", "3.", "4.", "5."]  # no mixed workload in this report
+    assert "2.00x HF bf16 static" in rows[0]["measured"] and rows[0]["verdict"] == "**met**"
+    # ITL p50 10 ms: over 7 ms as written, and over 7 * 0.96 scaled; TTFT 10 ms is under 2 s either way
+    assert rows[1]["verdict"] == "as written **not met**; scaled **not met**"
+    assert rows[2]["verdict"] == "as written **met**; scaled **met**"
+    assert rows[3]["verdict"] == "–"  # no GPU in this run
+    report["entries"][1]["summary"]["output_throughput"] = 200.0  # 1.0x the bf16 static batch
+    assert evaluate(report)[0]["verdict"] == "**not met**"
+
+
+def test_report_rerenders_docs_from_saved_json(tmp_path):
+    from bench.report import main
+
+    saved = tmp_path / "report.json"
+    saved.write_text(json.dumps(_small_report()))
+    main(["--render-only", str(saved), "--docs-dir", str(tmp_path / "docs")])
+    text = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert "## Targets (performance issue)" in text and "| 8 | 400.0 |" in text
+    assert (tmp_path / "docs" / "throughput.png").exists()
