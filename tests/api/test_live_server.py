@@ -2,101 +2,33 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
+from tests.live_server import LiveServer
+
 pytestmark = pytest.mark.live
-REPO = Path(__file__).resolve().parents[2]
-START_TIMEOUT_S = 180
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class LiveServer:
-    def __init__(self, model_dir: str, workdir: Path):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.db = workdir / "db.sqlite3"
-        self.log = workdir / "daphne.log"
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": f"sqlite:///{self.db}",
-            "MINIVLLM_AUTOSTART": "1",
-            "MINIVLLM_MODEL": model_dir,
-            "MINIVLLM_DEVICE": "cpu",
-            "MINIVLLM_DTYPE": "float32",
-            "MINIVLLM_KV_CACHE_MB": "8",
-            "MINIVLLM_MAX_NUM_SEQS": "4",
-            "PYTHONUNBUFFERED": "1",
-            # a tiny model gains nothing from intra-op threads, and they crawl on a busy 2-core box
-            "OMP_NUM_THREADS": "1",
-        }
-        self.process: subprocess.Popen | None = None
-        self.migrated = False
-
-    def manage(self, *args: str) -> None:
-        subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=self.env, check=True, capture_output=True)
-
-    def migrate(self) -> "LiveServer":
-        if not self.migrated:
-            self.manage("migrate", "--noinput")
-            self.migrated = True
-        return self
-
-    def start(self) -> "LiveServer":
-        self.migrate()
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "minivllm_site.asgi:application"],
-                cwd=REPO,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.log.read_text()
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"server did not become healthy:\n{self.log.read_text()}")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def row(self, request_id: str) -> dict:
-        with sqlite3.connect(self.db) as conn:
-            conn.row_factory = sqlite3.Row
-            row = conn.execute("SELECT * FROM inference_generationrequest WHERE id = ?", (request_id,)).fetchone()
-        return dict(row) if row else {}
+def tiny_server(model_dir: str, workdir: Path) -> LiveServer:
+    return LiveServer(
+        workdir,
+        MINIVLLM_MODEL=model_dir,
+        MINIVLLM_DTYPE="float32",
+        MINIVLLM_KV_CACHE_MB="8",
+        MINIVLLM_MAX_NUM_SEQS="4",
+        # a tiny model gains nothing from intra-op threads, and they crawl on a busy 2-core box
+        OMP_NUM_THREADS="1",
+    )
 
 
 @pytest.fixture(scope="module")
 def server(tiny_llama_dir, tmp_path_factory):
-    live = LiveServer(tiny_llama_dir, tmp_path_factory.mktemp("live")).migrate()
+    live = tiny_server(tiny_llama_dir, tmp_path_factory.mktemp("live"))
     # a row a crashed process left "running": start-up must repair it
     live.manage("shell", "-c", "from inference.models import GenerationRequest as G; G.objects.create(id='crashed-1', endpoint='generate', status='running')")
     live.start()
@@ -151,7 +83,7 @@ def test_openai_client_sees_api_errors(client):
 
 
 def test_sigterm_ends_in_flight_stream_and_records_it(tiny_llama_dir, tmp_path):
-    live = LiveServer(tiny_llama_dir, tmp_path).start()
+    live = tiny_server(tiny_llama_dir, tmp_path).start()
     try:
         body = {"prompt": "A very long story", "max_new_tokens": 480, "ignore_eos": True}
         events = []

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.live_server import REPO
 from tests.serving import wait_until
 
-from .live import REPO, DashboardServer
+from .live import DashboardServer
 
 pytestmark = pytest.mark.live
 CHROMIUM = Path("/usr/bin/chromium")

@@ -8,7 +8,8 @@ import json
 import httpx
 import pytest
 
-from tests.reliability.live import RealServer, wait_until
+from tests.live_server import LiveServer
+from tests.serving import wait_until
 
 pytestmark = pytest.mark.live
 LONG = {"max_new_tokens": 400, "ignore_eos": True}
@@ -16,7 +17,7 @@ LONG = {"max_new_tokens": 400, "ignore_eos": True}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    live = RealServer(tmp_path_factory.mktemp("faults"), MINIVLLM_FAULT_INJECTION="1").start()
+    live = LiveServer(tmp_path_factory.mktemp("faults"), MINIVLLM_FAULT_INJECTION="1").start()
     yield live
     live.stop()
 

@@ -8,7 +8,8 @@ import signal
 import httpx
 import pytest
 
-from tests.reliability.live import TERMINAL, RealServer, wait_until
+from tests.live_server import TERMINAL, LiveServer
+from tests.serving import wait_until
 
 pytestmark = pytest.mark.live
 LONG = 600
@@ -45,7 +46,7 @@ def refused_or_closed(url: str) -> bool:
 
 
 def test_sigterm_under_load(tmp_path):
-    server = RealServer(tmp_path).start()
+    server = LiveServer(tmp_path).start()
     try:
         with httpx.Client(base_url=server.url, timeout=120) as client:
             opened = []

@@ -13,7 +13,8 @@ import time
 import httpx
 import pytest
 
-from tests.reliability.live import TERMINAL, RealServer, wait_until
+from tests.live_server import TERMINAL, LiveServer
+from tests.serving import wait_until
 
 pytestmark = pytest.mark.live
 
@@ -122,7 +123,7 @@ class PeakRss:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    live = RealServer(tmp_path_factory.mktemp("soak")).start()
+    live = LiveServer(tmp_path_factory.mktemp("soak")).start()
     yield live
     live.stop()
 

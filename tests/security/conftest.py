@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.reliability.live import RealServer
+from tests.live_server import LiveServer
 
 ENV_KEY = "env-key-0123456789abcdef0123456789abcdef"
 OTHER_ENV_KEY = "env-key-second-fedcba9876543210fedcba98"
@@ -43,7 +43,7 @@ class Keys:
 
 @pytest.fixture(scope="package")
 def secured(tmp_path_factory):
-    server = RealServer(tmp_path_factory.mktemp("secured"), MINIVLLM_API_KEYS=f"{ENV_KEY},{OTHER_ENV_KEY}", **LIMITS)
+    server = LiveServer(tmp_path_factory.mktemp("secured"), MINIVLLM_API_KEYS=f"{ENV_KEY},{OTHER_ENV_KEY}", **LIMITS)
     output = server.manage("shell", "-c", _SETUP.format(user=STAFF[0], password=STAFF[1]))
     db_key, revoked_key = output.strip().splitlines()[-1].split()
     server.keys = Keys(db_key, revoked_key)

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.reliability.live import assert_error_shape, wait_until
+from tests.reliability.live import assert_error_shape
+from tests.serving import wait_until
 from tests.security.conftest import bearer
 
 pytestmark = pytest.mark.live

@@ -6,7 +6,8 @@ import json
 import httpx
 import pytest
 
-from tests.reliability.live import assert_error_shape, wait_until
+from tests.reliability.live import assert_error_shape
+from tests.serving import wait_until
 from tests.security.conftest import OTHER_ENV_KEY, bearer
 
 pytestmark = pytest.mark.live
