@@ -50,6 +50,7 @@ def _git_commit() -> str | None:
 
 
 def machine_info() -> dict:
+    import psutil
     import torch
     import transformers
 
@@ -64,6 +65,8 @@ def machine_info() -> dict:
         "memory_gib": _memory_gib(),
         "bf16_instructions": sorted(flags & {"avx512_bf16", "amx_bf16"}),
         "load_average_at_start": os.getloadavg(),
+        # the load average still counts whatever ran a minute ago; this is the CPU in use right now
+        "cpu_busy_percent_at_start": psutil.cpu_percent(interval=3.0),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),

@@ -90,7 +90,8 @@ def machine_lines(machine: dict, server: dict) -> list[str]:
         f"- Memory: {_num(machine['memory_gib'])} GiB; OS: {machine['os']}",
         f"- Python {machine['python']}, torch {machine['torch']} ({machine['torch_threads']} threads), transformers {machine['transformers']}",
         (
-            f"- Load average (1/5/15 min) at start: {load}; at end: {load_end or '–'} — "
+            f"- CPU in use when the run started: {_num(machine.get('cpu_busy_percent_at_start'), 0)}%; "
+            f"load average (1/5/15 min) at start: {load}; at end: {load_end or '–'} — "
             "other work on the machine slows every backend; trust the ratios over the absolute numbers."
         ),
         (
@@ -103,12 +104,18 @@ def machine_lines(machine: dict, server: dict) -> list[str]:
 
 
 def busy_warning(machine: dict) -> list[str]:
-    """A visible note when the machine was busy: phases measured minutes apart then see different loads."""
-    loads = [machine["load_average_at_start"][0], *machine.get("load_average_at_end", ())[:1]]
-    if max(loads) <= 0.5 * (machine.get("cpus") or 1):
+    """A visible note when other work was using the CPU as the run started.
+
+    Judged by a few seconds' CPU use before anything was launched: the load average also counts
+    the minute before, and at the end it counts this run's own server and baselines.
+    """
+    busy = machine.get("cpu_busy_percent_at_start")
+    if busy is None:  # reports from before the CPU sample
+        busy = 100.0 * machine["load_average_at_start"][0] / (machine.get("cpus") or 1)
+    if busy <= 50.0:
         return []
     note = (
-        f"> **Measured on a busy machine** (1-min load average up to {max(loads):.1f} on {machine['cpus']} CPUs): "
+        f"> **Measured on a busy machine** ({busy:.0f}% of the CPU in use by other work as the run started): "
         "even the ratios are unreliable; rerun on an idle machine."
     )
     return [note, ""]

@@ -185,8 +185,12 @@ def test_report_renders_ratios_and_plots(tmp_path):
     text = render(report)
     assert "| 8 | 400.0 | **2.00×** | **4.00×** | **8.00×** | **16.00×** |" in text
     assert "busy machine" not in text
-    machine["load_average_at_start"] = (3.5, 3.0, 2.0)
+    machine["load_average_at_start"] = (3.5, 3.0, 2.0)  # an old report: judged by its load average
     assert "busy machine" in render(report)
+    machine["cpu_busy_percent_at_start"] = 5.0  # the CPU sample wins: the load was an earlier minute's
+    assert "busy machine" not in render(report)
+    machine["cpu_busy_percent_at_start"] = 90.0
+    assert "90% of the CPU in use" in render(report)
     throughput_plot(report, str(tmp_path / "t.png"))
     latency_plot(report, str(tmp_path / "l.png"))
     assert (tmp_path / "t.png").stat().st_size > 1000 and (tmp_path / "l.png").stat().st_size > 1000
