@@ -41,16 +41,15 @@ def run_round(engine: LLMEngine, requests, output_len: int, tag: str) -> dict:
     params = SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True)
     for i, req in enumerate(requests):
         engine.add_request(f"{tag}-{i}", req.prompt, params)
-    decode_ms, prefill_ms, tokens = [], [], 0
+    decode_s, prefill_s, tokens = [], [], 0
     start = time.perf_counter()
     while engine.has_work():
         t0 = time.perf_counter()
         outputs = engine.step()
-        elapsed = (time.perf_counter() - t0) * 1000
-        (prefill_ms if engine.last_trace.prefills else decode_ms).append(elapsed)
+        (prefill_s if engine.last_trace.prefills else decode_s).append(time.perf_counter() - t0)
         tokens += sum(len(o.token_ids) for o in outputs)
     duration = time.perf_counter() - start
-    return {"tokens": tokens, "duration_s": duration, "decode_ms": decode_ms, "prefill_ms": prefill_ms}
+    return {"tokens": tokens, "duration_s": duration, "decode_s": decode_s, "prefill_s": prefill_s}
 
 
 def measure(args) -> dict:
@@ -80,15 +79,15 @@ def measure(args) -> dict:
             f.write(profiler.output_text(unicode=True, color=False, show_all=False))
     tokens = sum(r["tokens"] for r in rounds)
     duration = sum(r["duration_s"] for r in rounds)
-    decode = [ms for r in rounds for ms in r["decode_ms"]]
+    decode = [t for r in rounds for t in r["decode_s"]]
     return {
         "concurrency": args.concurrency,
         "dtype": engine.dtype,
         "quant": args.quant,
         "threads": torch.get_num_threads(),
         "output_tok_s": tokens / duration,
-        "decode_step_ms": describe_ms([ms / 1000 for ms in decode]),
-        "prefill_steps": sum(len(r["prefill_ms"]) for r in rounds),
+        "decode_step_ms": describe_ms(decode),
+        "prefill_steps": sum(len(r["prefill_s"]) for r in rounds),
     }
 
 

@@ -37,6 +37,20 @@ def _judge(value: float, passes) -> bool | None:
     return None if math.isnan(value) else bool(passes(value))
 
 
+def _absolute_target(target, ours, hf, hf_name, limit_ms, factor, *, unit, scale, digits, passes) -> dict:
+    """A time target: judged as written and scaled by the machine factor (values in ms, shown / scale)."""
+
+    def shown(ms: float) -> str:
+        return _fmt(ms / scale, unit, digits)
+
+    return {
+        "target": target,
+        "measured": f"{shown(ours)} ({hf_name}, faster dtype: {shown(hf)}); scaled target {shown(limit_ms * factor)}",
+        "verdict": (f"as written {_verdict(_judge(ours, lambda v: passes(v, limit_ms)))}; "
+                    f"scaled {_verdict(_judge(ours, lambda v: passes(v, limit_ms * factor)))}"),
+    }
+
+
 def evaluate(report: dict) -> list[dict]:
     """One row per target: what was measured against what, the verdict, and a note."""
     entries = report["entries"]
@@ -68,23 +82,17 @@ def evaluate(report: dict) -> list[dict]:
     factor = machine_factor(entries, "uniform")
     itl = metric(pick(entries, backend="engine", workload="uniform", concurrency=1), "itl_ms", "p50")
     hf_itl = min(metric(baseline(entries, "uniform", 1, d), "itl_ms", "p50") for d in ("bfloat16", "float32"))
-    rows.append({
-        "target": f"3. one client: inter-token latency p50 <= {ITL_TARGET_MS:g} ms",
-        "measured": (f"{_fmt(itl, ' ms', 1)} (HF one-at-a-time, faster dtype: {_fmt(hf_itl, ' ms', 1)}); "
-                     f"scaled target {_fmt(ITL_TARGET_MS * factor, ' ms', 1)}"),
-        "verdict": (f"as written {_verdict(_judge(itl, lambda v: v <= ITL_TARGET_MS))}; "
-                    f"scaled {_verdict(_judge(itl, lambda v: v <= ITL_TARGET_MS * factor))}"),
-    })
+    rows.append(_absolute_target(
+        f"3. one client: inter-token latency p50 <= {ITL_TARGET_MS:g} ms", itl, hf_itl, "HF one-at-a-time",
+        ITL_TARGET_MS, factor, unit=" ms", scale=1.0, digits=1, passes=lambda v, t: v <= t,
+    ))
 
     ttft = metric(pick(entries, backend="engine", workload="uniform", concurrency=top), "ttft_ms", "p50")
     hf_ttft = min(metric(baseline(entries, "uniform", top, d), "ttft_ms", "p50") for d in ("bfloat16", "float32"))
-    rows.append({
-        "target": f"4. {top} clients: time to first token p50 < llama-server's {TTFT_TARGET_MS / 1000:g} s",
-        "measured": (f"{_fmt(ttft / 1000, ' s')} (HF static, faster dtype: {_fmt(hf_ttft / 1000, ' s')}); "
-                     f"scaled target {_fmt(TTFT_TARGET_MS * factor / 1000, ' s')}"),
-        "verdict": (f"as written {_verdict(_judge(ttft, lambda v: v < TTFT_TARGET_MS))}; "
-                    f"scaled {_verdict(_judge(ttft, lambda v: v < TTFT_TARGET_MS * factor))}"),
-    })
+    rows.append(_absolute_target(
+        f"4. {top} clients: time to first token p50 < llama-server's {TTFT_TARGET_MS / 1000:g} s", ttft, hf_ttft, "HF static",
+        TTFT_TARGET_MS, factor, unit=" s", scale=1000.0, digits=2, passes=lambda v, t: v < t,
+    ))
 
     device = (report.get("server") or {}).get("device") or ""
     rows.append({

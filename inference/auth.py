@@ -18,7 +18,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.utils import timezone
@@ -101,24 +101,9 @@ def _touch(key) -> None:
 # ---- async (the streaming views and the WebSocket consumer) ------------------------------------
 
 
-async def akeys_configured() -> bool:
-    return bool(settings.MINIVLLM_API_KEYS) or await _key_model().objects.aexists()
-
-
-async def aauthenticate(token: str | None) -> Caller | None:
-    if not token:
-        return None
-    digest = hash_key(token)
-    caller = _env_caller(digest)
-    if caller is not None:
-        return caller
-    key = await _key_model().objects.filter(key_hash=digest, revoked=False).afirst()
-    if key is None or not hmac.compare_digest(key.key_hash, digest):
-        return None
-    now = timezone.now()
-    if key.last_used_at is None or now - key.last_used_at > _LAST_USED_RESOLUTION:
-        await type(key).objects.filter(pk=key.pk).aupdate(last_used_at=now)
-    return Caller(label=key.label, key_id=key.pk)
+# One implementation: the async callers run the sync one on Django's thread for ORM work.
+akeys_configured = sync_to_async(keys_configured)
+aauthenticate = sync_to_async(authenticate)
 
 
 def unauthorized(message: str = "a valid API key is required: send `Authorization: Bearer <key>`") -> ApiError:

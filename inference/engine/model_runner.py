@@ -14,6 +14,7 @@ class ModelRunner:
         self.model = model
         self.block_size = block_size
         self.device = device
+        self.decode_rows = getattr(model, "decode_rows", None)  # int8 layers split decode from prefill rows
         self.kv_caches = allocate_kv_pool(model.kv_shape, num_blocks, block_size, dtype, device)
 
     @torch.inference_mode()
@@ -49,9 +50,8 @@ class ModelRunner:
             meta.prefills.append(self._prefill_chunk(seq, offset, n))
             offset += n
 
-        decode_rows = getattr(self.model, "decode_rows", None)  # int8 layers split decode from prefill rows
-        if decode_rows is not None:
-            decode_rows.count = len(batch.decodes)
+        if self.decode_rows is not None:
+            self.decode_rows.count = len(batch.decodes)
         hidden = self.model(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
         logits = self.model.compute_logits(hidden[self._tensor(sampling_rows)]) if sampling_rows else None
         return logits, sampling_seqs

@@ -170,18 +170,23 @@ def _entry(backend, mode, workload, c, dtype, tok_s):
     return {"backend": backend, "mode": mode, "workload": workload, "concurrency": c, "dtype": dtype, "summary": summary, "command": "cmd"}
 
 
-def test_report_renders_ratios_and_plots(tmp_path):
-    from bench.plots import latency_plot, throughput_plot
-    from bench.tables import render
-
+def _small_report():
     entries = [_entry("engine", "serve", "uniform", 1, None, 50.0), _entry("engine", "serve", "uniform", 8, None, 400.0)]
     for dtype, base in (("bfloat16", 50.0), ("float32", 25.0)):
         entries += [_entry("hf", "one-at-a-time", "uniform", 1, dtype, base), _entry("hf", "static", "uniform", 8, dtype, 4 * base)]
     machine = {"date": "d", "cpu_model": "cpu", "cpus": 2, "cores_per_socket": "2", "threads_per_core": "1", "memory_gib": 8.0,
                "bf16_instructions": [], "load_average_at_start": (0.1, 0.1, 0.1), "os": "linux", "python": "3", "torch": "t",
                "torch_threads": 2, "transformers": "x"}
-    report = {"entries": entries, "machine": machine, "server": {}, "command": "python -m bench.report",
-              "plan": {"concurrencies": [1, 8], "workloads": [{"name": "uniform", "input_len": "128", "output_len": "64"}]}}
+    return {"entries": entries, "machine": machine, "server": {"device": "cpu"}, "command": "python -m bench.report",
+            "plan": {"concurrencies": [1, 8], "workloads": [{"name": "uniform", "input_len": "128", "output_len": "64"}]}}
+
+
+def test_report_renders_ratios_and_plots(tmp_path):
+    from bench.plots import latency_plot, throughput_plot
+    from bench.tables import render
+
+    report = _small_report()
+    machine = report["machine"]
     text = render(report)
     assert "| 8 | 400.0 | **2.00×** | **4.00×** | **8.00×** | **16.00×** |" in text
     assert "busy machine" not in text
@@ -194,17 +199,6 @@ def test_report_renders_ratios_and_plots(tmp_path):
     throughput_plot(report, str(tmp_path / "t.png"))
     latency_plot(report, str(tmp_path / "l.png"))
     assert (tmp_path / "t.png").stat().st_size > 1000 and (tmp_path / "l.png").stat().st_size > 1000
-
-
-def _small_report():
-    entries = [_entry("engine", "serve", "uniform", 1, None, 50.0), _entry("engine", "serve", "uniform", 8, None, 400.0)]
-    for dtype, base in (("bfloat16", 50.0), ("float32", 25.0)):
-        entries += [_entry("hf", "one-at-a-time", "uniform", 1, dtype, base), _entry("hf", "static", "uniform", 8, dtype, 4 * base)]
-    machine = {"date": "d", "cpu_model": "cpu", "cpus": 2, "cores_per_socket": "2", "threads_per_core": "1", "memory_gib": 8.0,
-               "bf16_instructions": [], "load_average_at_start": (0.1, 0.1, 0.1), "os": "linux", "python": "3", "torch": "t",
-               "torch_threads": 2, "transformers": "x"}
-    return {"entries": entries, "machine": machine, "server": {"device": "cpu"}, "command": "python -m bench.report",
-            "plan": {"concurrencies": [1, 8], "workloads": [{"name": "uniform", "input_len": "128", "output_len": "64"}]}}
 
 
 def test_targets_are_judged_from_the_report():
