@@ -1,12 +1,14 @@
 """Attention over the paged KV cache.
 
-Every layer's cache is a flat tensor of token slots, `[num_blocks * block_size, kv_heads, head_dim]`;
-a sequence's block table maps its positions to slots. Each step first writes the new tokens'
-K/V into their slots, then reads each sequence's whole context back through its slots.
+Every layer's cache is head-major, `[kv_heads, num_blocks, block_size, head_dim]` (see
+kv_cache.allocate_kv_pool). The model runner turns each step's block tables into row indices
+once, shared by every layer: `write_rows` into the `[kv_heads * slots, head_dim]` view for the
+new tokens' K/V, and block rows into the `[kv_heads * num_blocks, block_size * head_dim]` view
+for reading a whole context back, a block at a time.
 
-A step's tokens are laid out decodes first (one token per sequence, attended in one batched
-SDPA call), then prefill chunks (one SDPA call each, causal with an offset when earlier
-chunks or cached prefix blocks are already in the cache).
+A step's tokens are laid out decodes first (one token per sequence, attended in two batched
+matmuls over every (kv head, sequence) pair), then prefill chunks (one SDPA call each, causal
+with an offset when earlier chunks or cached prefix blocks are already in the cache).
 """
 from __future__ import annotations
 
@@ -21,16 +23,16 @@ class PrefillChunk:
     start: int  # first token of the chunk in the step's flat token list
     end: int
     context_len: int  # tokens of this sequence in the cache after this step (cached + chunk)
-    slot_ids: torch.Tensor | None  # [context_len] cache slots of the whole context; None if no earlier context
+    block_rows: torch.Tensor | None  # [kv_heads * blocks] block rows of the whole context; None if no earlier context
     causal_mask: torch.Tensor | None  # [chunk, context_len] bool; None when the chunk is the whole context
 
 
 @dataclass
 class AttentionMetadata:
-    slot_mapping: torch.Tensor  # [T] cache slot each new token's K/V is written to
+    write_rows: torch.Tensor  # [kv_heads * T] rows of the [kv_heads * slots, head_dim] view, head-major
     num_decodes: int
-    decode_slot_ids: torch.Tensor | None  # [B, Lmax] slots of each decoding sequence's context (padded)
-    decode_padding: torch.Tensor | None  # [B, 1, 1, Lmax] bool, True where a key is padding
+    decode_block_rows: torch.Tensor | None  # [kv_heads * B * blocks] block rows of each decode's context (padded)
+    decode_padding: torch.Tensor | None  # [1, B, 1, blocks * block_size] bool, True where a key is padding
     prefills: list[PrefillChunk]
 
 
@@ -38,7 +40,7 @@ def paged_attention(
     q: torch.Tensor,  # [T, heads, head_dim]
     k: torch.Tensor,  # [T, kv_heads, head_dim]
     v: torch.Tensor,
-    k_cache: torch.Tensor,  # [slots, kv_heads, head_dim]
+    k_cache: torch.Tensor,  # [kv_heads, num_blocks, block_size, head_dim]
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
     scale: float,
@@ -46,52 +48,61 @@ def paged_attention(
     """Returns [T, heads, head_dim]."""
     # index_copy_/index_select, not `cache[idx] = x` / `cache[idx]`: measured ~100x and ~6x
     # faster on CPU for these shapes (advanced-index assignment takes a slow generic path).
-    k_cache.index_copy_(0, meta.slot_mapping, k)
-    v_cache.index_copy_(0, meta.slot_mapping, v)
-    out = torch.empty_like(q)
+    dim = q.shape[-1]
+    k_cache.view(-1, dim).index_copy_(0, meta.write_rows, k.transpose(0, 1).reshape(-1, dim))
+    v_cache.view(-1, dim).index_copy_(0, meta.write_rows, v.transpose(0, 1).reshape(-1, dim))
     nd = meta.num_decodes
+    if not meta.prefills:
+        return _decode_attention(q, k_cache, v_cache, meta.decode_block_rows, meta.decode_padding, scale)
+    out = torch.empty_like(q)
     if nd:
-        out[:nd] = _decode_attention(q[:nd], k_cache, v_cache, meta.decode_slot_ids, meta.decode_padding, scale)
+        out[:nd] = _decode_attention(q[:nd], k_cache, v_cache, meta.decode_block_rows, meta.decode_padding, scale)
     for chunk in meta.prefills:
         out[chunk.start : chunk.end] = _prefill_attention(q, k, v, k_cache, v_cache, chunk, scale)
     return out
 
 
-def _gather(cache: torch.Tensor, slot_ids: torch.Tensor) -> torch.Tensor:
-    return cache.index_select(0, slot_ids.reshape(-1)).view(*slot_ids.shape, *cache.shape[1:])
+def _gather(cache: torch.Tensor, block_rows: torch.Tensor, groups: int) -> torch.Tensor:
+    """[groups, blocks * block_size, head_dim]: whole blocks copied out, one row per (kv head, block)."""
+    kv_heads, num_blocks, block_size, dim = cache.shape
+    return cache.view(kv_heads * num_blocks, block_size * dim).index_select(0, block_rows).view(groups, -1, dim)
 
 
-def _decode_attention(q, k_cache, v_cache, slot_ids, padding, scale) -> torch.Tensor:
+def _decode_attention(q, k_cache, v_cache, block_rows, padding, scale) -> torch.Tensor:
     """One query token per sequence: two batched matmuls beat SDPA's kernel ~5x at these sizes.
 
-    Query heads are grouped under their KV head (GQA) so K/V are never repeated.
+    Batched over (kv head, sequence) with the query heads of a group as rows (GQA), so K/V
+    are never repeated and the gathered blocks feed the matmuls without a copy.
     """
     batch, heads, dim = q.shape
-    keys = _gather(k_cache, slot_ids).permute(0, 2, 3, 1)  # [B, kv_heads, D, L]
-    values = _gather(v_cache, slot_ids).transpose(1, 2)  # [B, kv_heads, L, D]
-    kv_heads = keys.shape[1]
-    grouped = q.view(batch, kv_heads, heads // kv_heads, dim)
-    scores = torch.matmul(grouped, keys).float() * scale  # [B, kv_heads, group, L]
-    scores.masked_fill_(padding, float("-inf"))
+    kv_heads = k_cache.shape[0]
+    group = heads // kv_heads
+    keys = _gather(k_cache, block_rows, kv_heads * batch)  # [kv_heads * B, L, D]
+    values = _gather(v_cache, block_rows, kv_heads * batch)
+    grouped = q.view(batch, kv_heads, group, dim).transpose(0, 1).reshape(kv_heads * batch, group, dim)
+    scores = torch.bmm(grouped, keys.transpose(1, 2)).float().mul_(scale)
+    scores.view(kv_heads, batch, group, -1).masked_fill_(padding, float("-inf"))
     weights = torch.softmax(scores, dim=-1).to(q.dtype)
-    return torch.matmul(weights, values).view(batch, heads, dim)
+    out = torch.bmm(weights, values)  # [kv_heads * B, group, D]
+    return out.view(kv_heads, batch, group, dim).transpose(0, 1).reshape(batch, heads, dim)
 
 
 def _prefill_attention(q, k, v, k_cache, v_cache, chunk: PrefillChunk, scale) -> torch.Tensor:
     query = q[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)  # [1, heads, n, D]
-    if chunk.slot_ids is None:  # the whole context is this chunk: attend to it directly
-        keys, values = k[chunk.start : chunk.end], v[chunk.start : chunk.end]
+    if chunk.block_rows is None:  # the whole context is this chunk: attend to it directly
+        keys = k[chunk.start : chunk.end].transpose(0, 1)  # [kv_heads, L, D]
+        values = v[chunk.start : chunk.end].transpose(0, 1)
     else:
-        keys, values = _gather(k_cache, chunk.slot_ids), _gather(v_cache, chunk.slot_ids)
-    keys = keys.transpose(0, 1).unsqueeze(0)  # [1, kv_heads, L, D]
-    values = values.transpose(0, 1).unsqueeze(0)
+        kv_heads = k_cache.shape[0]
+        keys = _gather(k_cache, chunk.block_rows, kv_heads)[:, : chunk.context_len]
+        values = _gather(v_cache, chunk.block_rows, kv_heads)[:, : chunk.context_len]
     attended = F.scaled_dot_product_attention(
         query,
-        keys,
-        values,
+        keys.unsqueeze(0),
+        values.unsqueeze(0),
         attn_mask=chunk.causal_mask,
         is_causal=chunk.causal_mask is None,
         scale=scale,
-        enable_gqa=query.shape[1] != keys.shape[1],
+        enable_gqa=query.shape[1] != keys.shape[0],
     )
     return attended.squeeze(0).transpose(0, 1)

@@ -14,8 +14,12 @@ class ModelRunner:
         self.model = model
         self.block_size = block_size
         self.device = device
-        self.decode_rows = getattr(model, "decode_rows", None)  # int8 layers split decode from prefill rows
         self.kv_caches = allocate_kv_pool(model.kv_shape, num_blocks, block_size, dtype, device)
+        kv_heads = model.kv_shape[1]
+        # Each kv head's part of the head-major cache starts this many slots / blocks further on.
+        heads = torch.arange(kv_heads, device=device)
+        self.head_slot_offsets = (heads * num_blocks * block_size)[:, None]
+        self.head_block_offsets = (heads * num_blocks)[:, None, None]
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[Sequence]]:
@@ -37,21 +41,19 @@ class ModelRunner:
                 sampling_seqs.append(seq)
 
         meta = AttentionMetadata(
-            slot_mapping=self._tensor(slots),
+            write_rows=(self.head_slot_offsets + self._tensor(slots)).reshape(-1),
             num_decodes=len(batch.decodes),
-            decode_slot_ids=None,
+            decode_block_rows=None,
             decode_padding=None,
             prefills=[],
         )
         if batch.decodes:
-            meta.decode_slot_ids, meta.decode_padding = self._decode_context(batch.decodes)
+            meta.decode_block_rows, meta.decode_padding = self._decode_context(batch.decodes)
         offset = len(batch.decodes)
         for seq, n in batch.prefills:
             meta.prefills.append(self._prefill_chunk(seq, offset, n))
             offset += n
 
-        if self.decode_rows is not None:
-            self.decode_rows.count = len(batch.decodes)
         hidden = self.model(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
         logits = self.model.compute_logits(hidden[self._tensor(sampling_rows)]) if sampling_rows else None
         return logits, sampling_seqs
@@ -59,24 +61,25 @@ class ModelRunner:
     def _slot(self, seq: Sequence, position: int) -> int:
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
 
-    def _context_slots(self, block_tables: list[list[int]], length: int) -> torch.Tensor:
-        """[rows, length] cache slots of positions 0..length-1, through each row's block table."""
-        width = max(len(table) for table in block_tables)
-        tables = self._tensor([table + [0] * (width - len(table)) for table in block_tables])
-        positions = torch.arange(length, device=self.device)
-        return tables[:, positions // self.block_size] * self.block_size + positions % self.block_size
+    def _block_rows(self, block_tables: list[list[int]], length: int) -> torch.Tensor:
+        """[kv_heads * rows * blocks] rows of the cache's block view holding positions 0..length-1
+        of each row's table, head-major; short tables are padded with block 0 (masked by the caller)."""
+        blocks = -(-length // self.block_size)
+        tables = self._tensor([table[:blocks] + [0] * (blocks - len(table[:blocks])) for table in block_tables])
+        return (self.head_block_offsets + tables[None]).reshape(-1)
 
     def _decode_context(self, seqs: list[Sequence]):
         lengths = self._tensor([seq.num_computed_tokens + 1 for seq in seqs])
         longest = int(lengths.max())
-        slot_ids = self._context_slots([seq.block_table for seq in seqs], longest)
-        padding = torch.arange(longest, device=self.device)[None, :] >= lengths[:, None]
-        return slot_ids, padding[:, None, None, :]
+        block_rows = self._block_rows([seq.block_table for seq in seqs], longest)
+        padded = -(-longest // self.block_size) * self.block_size
+        padding = torch.arange(padded, device=self.device)[None, :] >= lengths[:, None]
+        return block_rows, padding[None, :, None, :]
 
     def _prefill_chunk(self, seq: Sequence, start: int, n: int) -> PrefillChunk:
         cached = seq.num_computed_tokens
         if cached == 0:
-            return PrefillChunk(start=start, end=start + n, context_len=n, slot_ids=None, causal_mask=None)
+            return PrefillChunk(start=start, end=start + n, context_len=n, block_rows=None, causal_mask=None)
         total = cached + n
         query_pos = torch.arange(cached, total, device=self.device)[:, None]
         key_pos = torch.arange(total, device=self.device)[None, :]
@@ -84,7 +87,7 @@ class ModelRunner:
             start=start,
             end=start + n,
             context_len=total,
-            slot_ids=self._context_slots([seq.block_table], total)[0],
+            block_rows=self._block_rows([seq.block_table], total),
             causal_mask=key_pos <= query_pos,
         )
 
