@@ -9,7 +9,7 @@ from inference.engine.attention import AttentionMetadata, PrefillChunk
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.loader import build_bundle
-from inference.engine.quantization import DecodeRows, Int8Linear, quantize_int8
+from inference.engine.quantization import Int8Linear, quantize_int8
 from tests.engine.helpers import generated_ids, greedy, run_to_completion
 
 PROMPTS = [
@@ -27,47 +27,41 @@ def test_int8_linear_matches_float_within_quantization_error():
     torch.manual_seed(0)
     linear = nn.Linear(64, 32, bias=True)
     x = torch.randn(4, 64)
-    quantized = Int8Linear(linear, decode_rows=None)
-    assert quantized.weight_int8.dtype == torch.int8
+    quantized = Int8Linear(linear)
+    assert quantized.weight_int8_0.dtype == torch.int8
     error = (quantized(x) - linear(x)).abs().max()
     assert 0 < error < 0.02 * linear(x).abs().max()  # int8 path: close, not identical
     assert quantized(x).dtype == torch.float32  # the model's dtype, whatever the kernel's
 
 
-def test_decode_rows_use_the_kernel_and_prefill_rows_the_same_function_densely():
-    """Decode rows go through the int8 kernel, the rest through the de-quantized weights with
-    the kernel's rounding (bf16 in, bf16 out): the two differ by summation order only."""
-    torch.manual_seed(0)
-    linear = nn.Linear(256, 128, bias=False)
-    rows = DecodeRows()
-    quantized = Int8Linear(linear, rows)
-    x = torch.randn(32, 256)
-    rows.count = 32
-    kernel = quantized(x)
-    rows.count = 0
-    dense = quantized(x)
-    rows.count = 10
-    split = quantized(x)
-    assert torch.equal(split[:10], kernel[:10]) and torch.equal(split[10:], dense[10:])
-    assert (kernel - dense).abs().max() <= dense.abs().max() * 2**-8
-    assert (kernel == dense).float().mean() > 0.99
-
-
-def test_int8_kernel_rows_do_not_depend_on_the_batch():
+@pytest.mark.parametrize("two_level", [False, True])
+def test_int8_kernel_rows_do_not_depend_on_the_batch(two_level):
     """What makes an int8 decode batch-invariant: each row's result is exact, alone or in a batch."""
     torch.manual_seed(0)
-    quantized = Int8Linear(nn.Linear(256, 128), decode_rows=None)
+    quantized = Int8Linear(nn.Linear(256, 128), two_level=two_level)
     x = torch.randn(32, 256)
     assert torch.equal(torch.cat([quantized(row[None]) for row in x]), quantized(x))
 
 
-def test_quantize_replaces_linears_except_the_kept_ones():
+def dequantized(layer: Int8Linear) -> torch.Tensor:
+    levels = range(layer.levels)
+    return sum(getattr(layer, f"weight_int8_{i}").float() * getattr(layer, f"scales_{i}").float()[:, None] for i in levels)
+
+
+def test_second_int8_level_shrinks_the_weight_error_a_hundredfold():
+    torch.manual_seed(0)
+    linear = nn.Linear(256, 128, bias=False)
+    errors = [(dequantized(Int8Linear(linear, two_level=two)) - linear.weight).abs().max().item() for two in (False, True)]
+    assert errors[1] < errors[0] / 100
+
+
+def test_quantize_replaces_every_linear_and_gives_qkv_two_levels():
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 4)))
     model.qkv_proj = nn.Linear(8, 8)
     model.lm_head = nn.Linear(8, 16)
     quantize_int8(model)
-    assert [type(m).__name__ for m in (model[0], model[2][0], model.qkv_proj)] == ["Int8Linear", "Int8Linear", "Linear"]
-    assert model[0].decode_rows is model.decode_rows and model.lm_head.decode_rows is None
+    assert [type(m).__name__ for m in (model[0], model[2][0], model.qkv_proj)] == ["Int8Linear"] * 3
+    assert [m.levels for m in (model[0], model.qkv_proj, model.lm_head)] == [1, 2, 1]
 
 
 def engine_with(real_hf_model, tokenizer, quantization: str) -> LLMEngine:
@@ -80,12 +74,11 @@ def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
     """The argmax at every position of one prefill through the engine's own model and cache."""
     n = len(token_ids)
     meta = AttentionMetadata(
-        slot_mapping=torch.arange(n), num_decodes=0, decode_slot_ids=None, decode_padding=None,
-        prefills=[PrefillChunk(start=0, end=n, context_len=n, slot_ids=None, causal_mask=None)],
+        write_rows=engine.runner.head_slot_offsets.add(torch.arange(n)).reshape(-1), num_decodes=0,
+        decode_block_rows=None, decode_padding=None,
+        prefills=[PrefillChunk(start=0, end=n, context_len=n, block_rows=None, causal_mask=None)],
     )
     model = engine.bundle.model
-    if hasattr(model, "decode_rows"):
-        model.decode_rows.count = n  # int8: every row through the kernel, as a decode would
     with torch.inference_mode():
         hidden = model(torch.tensor(token_ids), torch.arange(n), engine.runner.kv_caches, meta)
         return model.compute_logits(hidden).argmax(dim=-1).tolist()
