@@ -16,6 +16,7 @@ from .config import EngineConfig
 from .device import dtype_name, resolve_device, resolve_dtype
 from .errors import UnsupportedModelError
 from .models import model_class_for
+from .packed_linear import can_pack, pack_linears
 from .quantization import apply_quantization
 
 log = logging.getLogger("minivllm.engine")
@@ -105,6 +106,8 @@ def build_bundle(hf_config, tokenizer, state: dict, *, name: str, config: Engine
     model.to(device=device, dtype=dtype).eval()
     _keep_rope_tables_float32(model)
     apply_quantization(model, config.quantization, device)
+    if config.quantization == "none" and can_pack(device, dtype):
+        pack_linears(model)
     return ModelBundle(
         model=model,
         tokenizer=tokenizer,

@@ -1,0 +1,42 @@
+"""oneDNN-packed float32 linears: the same function as nn.Linear, chosen only where it applies."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from inference.engine.config import EngineConfig
+from inference.engine.loader import load_model
+from inference.engine.packed_linear import PackedLinear, can_pack, pack_linears
+
+pytestmark = pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="no oneDNN in this torch")
+
+
+@pytest.mark.parametrize("rows", [1, 7, 32, 300])
+def test_packed_linear_matches_nn_linear(rows):
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 320)
+    x = torch.randn(2, rows, 96)
+    expected = linear(x)
+    got = PackedLinear(linear)(x)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_pack_replaces_every_linear_and_keeps_biases():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 4, bias=False)))
+    pack_linears(model)
+    assert [type(m).__name__ for m in (model[0], model[2][0])] == ["PackedLinear", "PackedLinear"]
+    assert model[0].bias is not None and model[2][0].bias is None
+
+
+def test_only_float32_on_cpu_is_packed():
+    assert not can_pack(torch.device("cpu"), torch.bfloat16)
+    assert not can_pack(torch.device("cuda"), torch.float32)
+
+
+@pytest.mark.parametrize("quantization, expected", [("none", "PackedLinear"), ("int8", "Int8Linear")])
+def test_loader_packs_float32_models_but_not_int8_ones(tiny_llama_dir, quantization, expected):
+    bundle = load_model(EngineConfig(model=tiny_llama_dir, dtype="float32", device="cpu", quantization=quantization))
+    assert type(bundle.model.layers[0].mlp.gate_up_proj).__name__ == expected
+    assert type(bundle.model.lm_head).__name__ == expected
