@@ -32,7 +32,7 @@ def throughput_plot(report: dict, path: str) -> None:
     fig, axes = _axes(plt, 1, len(plan["workloads"]), 6.0, 4.2)
     for ax, w in zip(axes[0], plan["workloads"]):
         name = w["name"]
-        ax.plot(cs, [throughput(pick(entries, backend="engine", workload=name, concurrency=c)) for c in cs], "o-", lw=2, color="C0", label="mini-vLLM engine")
+        ax.plot(cs, [throughput(pick(entries, backend="engine", mode="serve", workload=name, concurrency=c)) for c in cs], "o-", lw=2, color="C0", label="mini-vLLM engine")
         for dtype, style, color in (("bfloat16", "s--", "C1"), ("float32", "^--", "C2")):
             ax.plot(cs, [throughput(baseline(entries, name, c, dtype)) for c in cs], style, color=color, label=f"HF static batch {dtype}")
             one = throughput(baseline(entries, name, 1, dtype))
@@ -54,7 +54,7 @@ def latency_plot(report: dict, path: str) -> None:
     fig, axes = _axes(plt, len(plan["workloads"]), len(panels), 4.6, 3.6)
     for row, w in zip(axes, plan["workloads"]):
         name = w["name"]
-        ours = [pick(entries, backend="engine", workload=name, concurrency=c) for c in cs]
+        ours = [pick(entries, backend="engine", mode="serve", workload=name, concurrency=c) for c in cs]
         hf = [baseline(entries, name, c, "bfloat16") for c in cs]
         for ax, (key, label) in zip(row, panels):
             ax.plot(cs, [metric(e, key, "p50") for e in ours], "o-", lw=2, color="C0", label="engine p50")

@@ -37,6 +37,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--skip-baselines", action="store_true")
     p.add_argument("--base-url", default=None, help="benchmark this running server instead of starting ours")
     p.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE", help="extra env for our server")
+    p.add_argument(
+        "--latency-server-env", action="append", default=[], metavar="KEY=VALUE",
+        help="also start a second server with this extra env (e.g. MINIVLLM_QUANT=int8) for one client on the uniform "
+        "workload: the single-stream latency mode, judged for the one-client target",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--docs-dir", default="docs")
     p.add_argument("--results-dir", default="bench/results")
@@ -71,6 +76,17 @@ def plan_json(plan: Plan) -> dict:
             "one_at_a_time_prompts": plan.one_at_a_time_prompts, "dtypes": plan.dtypes}
 
 
+def _server_env(*extra: list[str]) -> dict:
+    env = dict(DEFAULT_SERVER_ENV)
+    for items in extra:
+        env.update(item.split("=", 1) for item in items)
+    return env
+
+
+def _server_stats(server) -> dict:
+    return {k: server.stats.get(k) for k in ("model", "device", "dtype", "num_slots")}
+
+
 def engine_entries(args, plan, tokenizer, results_dir) -> tuple[list[dict], dict, str | None]:
     """(entries, server stats, server command) from our own server, or from `--base-url`."""
     progress = not args.no_progress
@@ -78,13 +94,26 @@ def engine_entries(args, plan, tokenizer, results_dir) -> tuple[list[dict], dict
         return run_engine_phase(plan, tokenizer, args.base_url, results_dir=results_dir, show_progress=progress), {}, None
     from .server import EngineServer
 
-    env = dict(DEFAULT_SERVER_ENV)
-    env.update(item.split("=", 1) for item in args.server_env)
-    with EngineServer(env, log_path=os.path.join(results_dir, "server.log")) as server:
+    with EngineServer(_server_env(args.server_env), log_path=os.path.join(results_dir, "server.log")) as server:
         print(f"server ready at {server.base_url}: {server.stats.get('dtype')} on {server.stats.get('device')}", flush=True)
         entries = run_engine_phase(plan, tokenizer, server.base_url, results_dir=results_dir, show_progress=progress)
-        stats = {k: server.stats.get(k) for k in ("model", "device", "dtype", "num_slots")}
-        return entries, stats, server.command
+        return entries, _server_stats(server), server.command
+
+
+def latency_entries(args, plan, tokenizer, results_dir) -> tuple[list[dict], dict | None]:
+    """One client on the uniform workload against a server started with `--latency-server-env`."""
+    if not args.latency_server_env or args.base_url:
+        return [], None
+    from .server import EngineServer
+
+    env = _server_env(args.server_env, args.latency_server_env)
+    with EngineServer(env, log_path=os.path.join(results_dir, "latency-server.log")) as server:
+        entries = run_engine_phase(
+            plan, tokenizer, server.base_url, results_dir=results_dir, show_progress=not args.no_progress,
+            mode="latency", only={("uniform", 1)},
+        )
+        info = {**_server_stats(server), "env": " ".join(args.latency_server_env), "command": server.command}
+        return entries, info
 
 
 def main(argv=None) -> dict:
@@ -104,6 +133,8 @@ def main(argv=None) -> dict:
     machine = machine_info()
     tokenizer = load_tokenizer()
     entries, server, server_command = engine_entries(args, plan, tokenizer, args.results_dir)
+    latency, latency_server = latency_entries(args, plan, tokenizer, args.results_dir)
+    entries += latency
     if not args.skip_baselines:
         entries += run_hf_phase(plan, tokenizer, results_dir=args.results_dir, show_progress=not args.no_progress)
     machine["load_average_at_end"] = os.getloadavg()
@@ -112,6 +143,7 @@ def main(argv=None) -> dict:
         "machine": machine,
         "server": server,
         "server_command": server_command,
+        "latency_server": latency_server,
         "plan": plan_json(plan),
         "entries": entries,
         "elapsed_s": time.monotonic() - started,

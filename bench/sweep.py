@@ -72,23 +72,33 @@ def baseline_command(plan: Plan, wi: int, c: int, dtype: str, *, one_at_a_time: 
     )
 
 
-def run_engine_phase(plan: Plan, tokenizer, base_url: str, *, results_dir: str | None, show_progress: bool = True) -> list[dict]:
+def run_engine_phase(
+    plan: Plan, tokenizer, base_url: str, *, results_dir: str | None, show_progress: bool = True,
+    mode: str = "serve", only: set[tuple[str, int]] | None = None,
+) -> list[dict]:
+    """Every (workload, concurrency) of the plan against one server, or just those in `only`.
+
+    `mode` tells this server's entries apart: "serve" for the main server, "latency" for the
+    single-stream one that `--latency-server-env` starts.
+    """
     from .serve import run_benchmark
 
     entries = []
     for wi, w in enumerate(plan.workloads):
         for c in plan.concurrencies:
+            if only is not None and (w.name, c) not in only:
+                continue
             requests = plan.requests(tokenizer, wi, c)
             result = asyncio.run(
                 run_benchmark(requests, base_url=base_url, concurrency=c, ignore_eos=True, seed=plan.seed_for(wi, c), show_progress=show_progress)
             )
             result["config"].update(input_len=w.input_len, output_len=w.output_len)
-            _save(results_dir, f"engine-{w.name}-c{c}", result)
+            _save(results_dir, f"engine-{'' if mode == 'serve' else mode + '-'}{w.name}-c{c}", result)
             entries.append(
-                {"backend": "engine", "mode": "serve", "workload": w.name, "concurrency": c, "dtype": None,
-                 "summary": result["summary"], "command": serve_command(plan, wi, c, "$URL")}
+                {"backend": "engine", "mode": mode, "workload": w.name, "concurrency": c, "dtype": None,
+                 "summary": result["summary"], "command": serve_command(plan, wi, c, "$URL" if mode == "serve" else "$LATENCY_URL")}
             )
-            print(f"engine {w.name} c={c}: {result['summary']['output_throughput']:.1f} tok/s, {result['summary']['failed']} failed", flush=True)
+            print(f"engine ({mode}) {w.name} c={c}: {result['summary']['output_throughput']:.1f} tok/s, {result['summary']['failed']} failed", flush=True)
     return entries
 
 

@@ -35,7 +35,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def headline_table(entries, workload: str, concurrencies: list[int]) -> list[str]:
     rows = []
     for c in concurrencies:
-        ours = throughput(pick(entries, backend="engine", workload=workload, concurrency=c))
+        ours = throughput(pick(entries, backend="engine", mode="serve", workload=workload, concurrency=c))
         one_bf16 = throughput(baseline(entries, workload, 1, "bfloat16"))
         one_f32 = throughput(baseline(entries, workload, 1, "float32"))
         rows.append([
@@ -51,7 +51,7 @@ def headline_table(entries, workload: str, concurrencies: list[int]) -> list[str
 def throughput_table(entries, workload: str, concurrencies: list[int]) -> list[str]:
     rows = []
     for c in concurrencies:
-        ours = pick(entries, backend="engine", workload=workload, concurrency=c)
+        ours = pick(entries, backend="engine", mode="serve", workload=workload, concurrency=c)
         bf16, f32 = baseline(entries, workload, c, "bfloat16"), baseline(entries, workload, c, "float32")
         waste = bf16["summary"].get("padding_waste", math.nan) * 100 if bf16 else math.nan
         failed = ours["summary"]["failed"] if ours else "–"
@@ -64,7 +64,7 @@ def throughput_table(entries, workload: str, concurrencies: list[int]) -> list[s
 def latency_table(entries, workload: str, concurrencies: list[int]) -> list[str]:
     rows = []
     for c in concurrencies:
-        ours = pick(entries, backend="engine", workload=workload, concurrency=c)
+        ours = pick(entries, backend="engine", mode="serve", workload=workload, concurrency=c)
         hf = baseline(entries, workload, c, "bfloat16")
         rows.append([
             str(c),
@@ -76,6 +76,27 @@ def latency_table(entries, workload: str, concurrencies: list[int]) -> list[str]
     header = ["concurrency", "TTFT p50", "TTFT p99", "ITL p50", "TPOT p50", "E2E p50", "E2E p99",
               "HF bf16 TTFT p50", "HF bf16 ITL p50", "HF bf16 E2E p50"]
     return _table(header, rows)
+
+
+def latency_mode_lines(report: dict) -> list[str]:
+    """The single-stream server (`--latency-server-env`) beside the main one, one client each."""
+    info, entries = report.get("latency_server"), report["entries"]
+    latency = pick(entries, backend="engine", mode="latency", workload="uniform", concurrency=1)
+    if not info or not latency:
+        return []
+    main = pick(entries, backend="engine", mode="serve", workload="uniform", concurrency=1)
+    rows = [
+        [label, _num(throughput(e)), _num(metric(e, "ttft_ms", "p50")), _num(metric(e, "itl_ms", "p50")), _num(metric(e, "itl_ms", "p99"))]
+        for label, e in ((f"latency server (`{info['env']}`, {info.get('dtype')})", latency), ("main server", main))
+    ]
+    return [
+        "## Latency mode: one client",
+        "",
+        "A second server, started with the environment below, measured on the uniform workload's one-client prompts:",
+        "",
+        *_table(["server", "tok/s", "TTFT p50 ms", "ITL p50 ms", "ITL p99 ms"], rows),
+        "",
+    ]
 
 
 def machine_lines(machine: dict, server: dict) -> list[str]:
@@ -132,11 +153,14 @@ def render(report: dict) -> str:
         out += headline_table(entries, w["name"], concurrencies) + [""]
         out += ["Throughput, output tokens/s:", ""] + throughput_table(entries, w["name"], concurrencies) + [""]
         out += ["Latency, ms (engine over HTTP; HF bfloat16 for comparison):", ""] + latency_table(entries, w["name"], concurrencies) + [""]
+    out += latency_mode_lines(report)
     out += ["![throughput](throughput.png)", "", "![latency](latency.png)", "", "## Machine", ""]
     out += machine_lines(report["machine"], report.get("server") or {}) + [""]
     out += ["## Commands", "", "The whole report:", "", "```", report["command"], "```", ""]
     if report.get("server_command"):
         out += ["The server it started (`$URL` below is `http://127.0.0.1:<port>`):", "", "```", report["server_command"], "```", ""]
+    if report.get("latency_server"):
+        out += ["The latency server (`$LATENCY_URL`):", "", "```", report["latency_server"]["command"], "```", ""]
     out += ["Each configuration alone (same seeds, so the same prompts):", "", "```"]
     out += [e["command"] for e in entries] + ["```", ""]
     return "\n".join(out)

@@ -25,6 +25,13 @@ def machine_factor(entries: list[dict], workload: str) -> float:
     return ratio(REFERENCE_HF_F32_ONE_AT_A_TIME, here)
 
 
+def single_stream_entry(entries: list[dict]) -> dict | None:
+    """One client, uniform workload: from the latency server where the run started one."""
+    return pick(entries, backend="engine", mode="latency", workload="uniform", concurrency=1) or pick(
+        entries, backend="engine", mode="serve", workload="uniform", concurrency=1
+    )
+
+
 def _verdict(ok: bool | None) -> str:
     return "–" if ok is None else ("**met**" if ok else "**not met**")
 
@@ -58,7 +65,7 @@ def evaluate(report: dict) -> list[dict]:
     workloads = {w["name"] for w in report["plan"]["workloads"]}
     rows = []
 
-    ours = throughput(pick(entries, backend="engine", workload="uniform", concurrency=top))
+    ours = throughput(pick(entries, backend="engine", mode="serve", workload="uniform", concurrency=top))
     vs_bf16 = ratio(ours, throughput(baseline(entries, "uniform", top, "bfloat16")))
     vs_f32 = ratio(ours, throughput(baseline(entries, "uniform", top, "float32")))
     rows.append({
@@ -68,7 +75,7 @@ def evaluate(report: dict) -> list[dict]:
     })
 
     if "mixed" in workloads:
-        mixed = throughput(pick(entries, backend="engine", workload="mixed", concurrency=top))
+        mixed = throughput(pick(entries, backend="engine", mode="serve", workload="mixed", concurrency=top))
         statics = {d: throughput(baseline(entries, "mixed", top, d)) for d in ("bfloat16", "float32")}
         best = max((v for v in statics.values() if not math.isnan(v)), default=math.nan)
         vs_best = ratio(mixed, best)
@@ -80,14 +87,16 @@ def evaluate(report: dict) -> list[dict]:
         })
 
     factor = machine_factor(entries, "uniform")
-    itl = metric(pick(entries, backend="engine", workload="uniform", concurrency=1), "itl_ms", "p50")
+    single = single_stream_entry(entries)
+    itl = metric(single, "itl_ms", "p50")
     hf_itl = min(metric(baseline(entries, "uniform", 1, d), "itl_ms", "p50") for d in ("bfloat16", "float32"))
+    server = "the latency server" if single and single["mode"] == "latency" else "the main server"
     rows.append(_absolute_target(
-        f"3. one client: inter-token latency p50 <= {ITL_TARGET_MS:g} ms", itl, hf_itl, "HF one-at-a-time",
+        f"3. one client: inter-token latency p50 <= {ITL_TARGET_MS:g} ms ({server})", itl, hf_itl, "HF one-at-a-time",
         ITL_TARGET_MS, factor, unit=" ms", scale=1.0, digits=1, passes=lambda v, t: v <= t,
     ))
 
-    ttft = metric(pick(entries, backend="engine", workload="uniform", concurrency=top), "ttft_ms", "p50")
+    ttft = metric(pick(entries, backend="engine", mode="serve", workload="uniform", concurrency=top), "ttft_ms", "p50")
     hf_ttft = min(metric(baseline(entries, "uniform", top, d), "ttft_ms", "p50") for d in ("bfloat16", "float32"))
     rows.append(_absolute_target(
         f"4. {top} clients: time to first token p50 < llama-server's {TTFT_TARGET_MS / 1000:g} s", ttft, hf_ttft, "HF static",

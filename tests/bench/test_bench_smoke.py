@@ -226,3 +226,19 @@ def test_report_rerenders_docs_from_saved_json(tmp_path):
     text = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert "## Targets (performance issue)" in text and "| 8 | 400.0 |" in text
     assert (tmp_path / "docs" / "throughput.png").exists()
+
+
+def test_one_client_target_is_judged_on_the_latency_server_when_there_is_one():
+    from bench.tables import render
+    from bench.targets import evaluate
+
+    report = _small_report()
+    latency = _entry("engine", "latency", "uniform", 1, None, 160.0)
+    latency["summary"]["itl_ms"] = {"mean": 6.0, "p50": 6.0, "p99": 9.0}
+    report["entries"].append(latency)
+    report["latency_server"] = {"env": "MINIVLLM_QUANT=int8", "dtype": "float32", "command": "python -m daphne ..."}
+    row = evaluate(report)[1]
+    assert "latency server" in row["target"] and row["verdict"] == "as written **met**; scaled **met**"
+    text = render(report)
+    assert "## Latency mode: one client" in text and "| latency server (`MINIVLLM_QUANT=int8`, float32) | 160.0 |" in text
+    assert "| 8 | 400.0 | **2.00×**" in text  # the main server's rows are still the main server's
