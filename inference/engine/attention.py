@@ -53,6 +53,8 @@ def paged_attention(
     v_cache.view(-1, dim).index_copy_(0, meta.write_rows, v.transpose(0, 1).reshape(-1, dim))
     nd = meta.num_decodes
     if not meta.prefills:
+        if not nd:
+            return torch.empty_like(q)
         return _decode_attention(q, k_cache, v_cache, meta.decode_block_rows, meta.decode_padding, scale)
     out = torch.empty_like(q)
     if nd:
