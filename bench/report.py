@@ -102,7 +102,10 @@ def engine_entries(args, plan, tokenizer, results_dir) -> tuple[list[dict], dict
 
 def latency_entries(args, plan, tokenizer, results_dir) -> tuple[list[dict], dict | None]:
     """One client on the uniform workload against a server started with `--latency-server-env`."""
-    if not args.latency_server_env or args.base_url:
+    if not args.latency_server_env:
+        return [], None
+    if not any(w.name == "uniform" for w in plan.workloads) or 1 not in plan.concurrencies:
+        print("--latency-server-env: the plan has no uniform workload at concurrency 1; no latency server", flush=True)
         return [], None
     from .server import EngineServer
 
@@ -121,6 +124,8 @@ def main(argv=None) -> dict:
     from .model_files import load_tokenizer
 
     args = parse_args(argv)
+    if args.base_url and args.latency_server_env:
+        raise SystemExit("--latency-server-env starts a server of ours; it cannot go with --base-url")
     if args.render_only:
         with open(args.render_only) as f:
             report = json.load(f)

@@ -159,7 +159,7 @@ def render(report: dict) -> str:
     out += ["## Commands", "", "The whole report:", "", "```", report["command"], "```", ""]
     if report.get("server_command"):
         out += ["The server it started (`$URL` below is `http://127.0.0.1:<port>`):", "", "```", report["server_command"], "```", ""]
-    if report.get("latency_server"):
+    if report.get("latency_server") and pick(entries, backend="engine", mode="latency"):
         out += ["The latency server (`$LATENCY_URL`):", "", "```", report["latency_server"]["command"], "```", ""]
     out += ["Each configuration alone (same seeds, so the same prompts):", "", "```"]
     out += [e["command"] for e in entries] + ["```", ""]

@@ -242,3 +242,12 @@ def test_one_client_target_is_judged_on_the_latency_server_when_there_is_one():
     text = render(report)
     assert "## Latency mode: one client" in text and "| latency server (`MINIVLLM_QUANT=int8`, float32) | 160.0 |" in text
     assert "| 8 | 400.0 | **2.00×**" in text  # the main server's rows are still the main server's
+
+
+def test_latency_server_needs_a_one_client_uniform_run_and_a_server_of_ours():
+    from bench.report import latency_entries, main, make_plan, parse_args
+
+    args = parse_args(["--concurrency", "8", "--latency-server-env", "MINIVLLM_QUANT=int8"])
+    assert latency_entries(args, make_plan(args), tokenizer=None, results_dir=None) == ([], None)  # no server started
+    with pytest.raises(SystemExit, match="cannot go with --base-url"):
+        main(["--base-url", "http://127.0.0.1:1", "--latency-server-env", "MINIVLLM_QUANT=int8"])
