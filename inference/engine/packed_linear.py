@@ -1,10 +1,13 @@
-"""float32 linears on CPU through oneDNN, with weights reordered once at load.
+"""float32 linears on CPU through oneDNN, with weights converted to oneDNN tensors once at load.
 
 MKL's GEMM (what F.linear calls) is slow on this project's CPUs for the shapes a batched
-decode makes: a few to a few dozen rows against a wide weight. oneDNN with the weight already
-in its blocked layout measured 1.7x the engine's whole decode step at 32 sequences and 1.3x
-at 8 (docs/performance.md, section 12), the same at one, and faster on prefill's hundreds of
-rows. `mkldnn._linear_pointwise` is the op torch's own compiler emits for this.
+decode makes: a few to a few dozen rows against a wide weight. oneDNN measured 1.7x the
+engine's whole decode step at 32 sequences and 1.3x at 8 (docs/performance.md, section 14),
+the same at one, and faster on prefill's hundreds of rows. `mkldnn._linear_pointwise` is the
+op torch's own compiler emits for this.
+
+The oneDNN weight is a plain attribute, not a parameter or buffer: load the model onto its
+device before packing, and do not move it afterwards.
 """
 from __future__ import annotations
 
