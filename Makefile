@@ -49,7 +49,9 @@ run: migrate
 clean-venv:
 	rm -rf $(VENV)
 
-BENCH_ARGS ?=
+# The main server runs the default (float32, the throughput mode); a second one in int8, the
+# latency mode, is measured at one client.
+BENCH_ARGS ?= --latency-server-env MINIVLLM_QUANT=int8
 # Full sweep (~30 min on 2 idle cores): docs/benchmarks.md, docs/throughput.png, docs/latency.png
 bench: install
 	$(PY) -m bench.report $(BENCH_ARGS)
