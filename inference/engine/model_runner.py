@@ -65,15 +65,15 @@ class ModelRunner:
         """[kv_heads * rows * blocks] rows of the cache's block view holding positions 0..length-1
         of each row's table, head-major; short tables are padded with block 0 (masked by the caller)."""
         blocks = -(-length // self.block_size)
-        tables = self._tensor([table[:blocks] + [0] * (blocks - len(table[:blocks])) for table in block_tables])
+        tables = self._tensor([(table + [0] * blocks)[:blocks] for table in block_tables])
         return (self.head_block_offsets + tables[None]).reshape(-1)
 
     def _decode_context(self, seqs: list[Sequence]):
-        lengths = self._tensor([seq.num_computed_tokens + 1 for seq in seqs])
-        longest = int(lengths.max())
+        lengths = [seq.num_computed_tokens + 1 for seq in seqs]
+        longest = max(lengths)
         block_rows = self._block_rows([seq.block_table for seq in seqs], longest)
         padded = -(-longest // self.block_size) * self.block_size
-        padding = torch.arange(padded, device=self.device)[None, :] >= lengths[:, None]
+        padding = torch.arange(padded, device=self.device)[None, :] >= self._tensor(lengths)[:, None]
         return block_rows, padding[None, :, None, :]
 
     def _prefill_chunk(self, seq: Sequence, start: int, n: int) -> PrefillChunk:

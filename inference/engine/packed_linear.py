@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .linear_swap import replace_linears
+
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
     return (
@@ -40,8 +42,4 @@ class PackedLinear(nn.Module):
 
 def pack_linears(model: nn.Module) -> nn.Module:
     """Replaces every nn.Linear with a PackedLinear (a tied lm_head gets its own packed copy)."""
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear):
-                setattr(parent, name, PackedLinear(child))
-    return model
+    return replace_linears(model, lambda _name, linear: PackedLinear(linear))

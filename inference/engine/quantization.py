@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .linear_swap import replace_linears
+
 QUANT_METHODS = ("none", "int8")
 
 # Q/K feed softmax through RoPE, where small weight errors flip near-tie tokens most: measured
@@ -69,11 +71,7 @@ class Int8Linear(nn.Module):
 def quantize_int8(model: nn.Module, two_level: tuple[str, ...] = TWO_LEVEL) -> nn.Module:
     """Replaces every nn.Linear (lm_head included, untied from the embedding) with Int8Linear,
     those named in `two_level` with two int8 levels."""
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear):
-                setattr(parent, name, Int8Linear(child, two_level=name in two_level))
-    return model
+    return replace_linears(model, lambda name, linear: Int8Linear(linear, two_level=name in two_level))
 
 
 def apply_quantization(model: nn.Module, method: str, device: torch.device) -> nn.Module:
