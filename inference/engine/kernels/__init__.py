@@ -1,0 +1,54 @@
+"""The engine's hand-written CPU kernels (AVX2 C++), built on first use and cached.
+
+`torch.utils.cpp_extension.load` compiles them with the machine's g++ (about a minute, once;
+`make install` does it up front) into ~/.cache/torch_extensions, and rebuilds when a source
+changes. `kernels()` returns the module, or None where they cannot run (no AVX2, no compiler):
+callers then keep their torch path, which is also the CUDA path.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+SOURCES = ("bindings.cpp", "int8_linear.cpp", "paged_attention.cpp", "rms_norm.cpp", "rotary.cpp")
+# -ffp-contract=off: no fused multiply-adds the source did not ask for, so the elementwise
+# kernels round exactly as the torch expressions they replace.
+FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
+
+
+class KernelsUnavailable(RuntimeError):
+    pass
+
+
+@functools.cache
+def kernels():
+    """The compiled module, or None (the reason is logged once)."""
+    try:
+        return load()
+    except KernelsUnavailable as error:
+        log.warning("CPU kernels unavailable, using the torch paths: %s", error)
+        return None
+
+
+def load():
+    """Builds (when needed) and imports the kernels; raises KernelsUnavailable saying why not."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in ("AVX2", "AVX512"):
+        raise KernelsUnavailable(f"the kernels need AVX2; this CPU offers {capability}")
+    from torch.utils import cpp_extension
+
+    here = Path(__file__).parent
+    try:
+        return cpp_extension.load(
+            name="minivllm_kernels",
+            sources=[str(here / name) for name in SOURCES],
+            extra_cflags=FLAGS,
+            extra_ldflags=["-fopenmp"],
+        )
+    except (RuntimeError, OSError, ImportError) as error:  # no compiler, no ninja, a build error
+        raise KernelsUnavailable(str(error)) from error
+

@@ -1,0 +1,60 @@
+"""The decode attention kernels against dense attention over each sequence's own tokens."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+HEADS, KV_HEADS, DIM, BLOCK, NUM_BLOCKS = 9, 3, 64, 16, 12  # SmolLM2's GQA group of three
+
+
+def scattered_cache(lengths, seed=0):
+    """A random cache and block tables handing each sequence scattered blocks."""
+    torch.manual_seed(seed)
+    k_cache = torch.randn(KV_HEADS, NUM_BLOCKS, BLOCK, DIM)
+    v_cache = torch.randn(KV_HEADS, NUM_BLOCKS, BLOCK, DIM)
+    order = torch.randperm(NUM_BLOCKS).tolist()
+    widest = -(-max(lengths) // BLOCK)
+    tables = []
+    for length in lengths:
+        blocks = [order.pop() for _ in range(-(-length // BLOCK))]
+        tables.append(blocks + [0] * (widest - len(blocks)))
+    return k_cache, v_cache, torch.tensor(tables), torch.tensor(lengths)
+
+
+def dense(q, k_cache, v_cache, table, length, scale):
+    keys = k_cache[:, table].reshape(KV_HEADS, -1, DIM)[:, :length].repeat_interleave(HEADS // KV_HEADS, 0)
+    values = v_cache[:, table].reshape(KV_HEADS, -1, DIM)[:, :length].repeat_interleave(HEADS // KV_HEADS, 0)
+    weights = torch.softmax((q[:, None] @ keys.transpose(1, 2)).squeeze(1) * scale, dim=-1)
+    return (weights[:, None] @ values).squeeze(1)
+
+
+def test_scores_softmax_values_match_dense_attention(compiled):
+    lengths = [1, 16, 17, 40]  # one token, exactly a block, a block and one, three blocks less some
+    k_cache, v_cache, tables, lens = scattered_cache(lengths)
+    q = torch.randn(len(lengths), HEADS, DIM)
+    scores = compiled.paged_attention_scores(q, k_cache, tables, lens, DIM**-0.5)
+    assert scores.shape == (4, HEADS, 40)
+    assert torch.isinf(scores[0, :, 1:]).all() and torch.isfinite(scores[3]).all()  # padding is -inf
+    out = compiled.paged_attention_values(torch.softmax(scores, dim=-1), v_cache, tables, lens)
+    for b, length in enumerate(lengths):
+        torch.testing.assert_close(out[b], dense(q[b], k_cache, v_cache, tables[b], length, DIM**-0.5), rtol=1e-5, atol=1e-5)
+
+
+def test_a_sequence_is_bit_identical_alone_and_in_a_batch(compiled):
+    k_cache, v_cache, tables, lens = scattered_cache([5, 33, 20])
+    q = torch.randn(3, HEADS, DIM)
+    together = compiled.paged_attention_values(
+        torch.softmax(compiled.paged_attention_scores(q, k_cache, tables, lens, 0.125), -1), v_cache, tables, lens
+    )
+    alone_table = tables[1:2, : -(-33 // BLOCK)].contiguous()
+    alone = compiled.paged_attention_values(
+        torch.softmax(compiled.paged_attention_scores(q[1:2].contiguous(), k_cache, alone_table, lens[1:2], 0.125), -1),
+        v_cache, alone_table, lens[1:2],
+    )
+    assert torch.equal(alone[0], together[1])
+
+
+def test_a_length_past_its_block_table_is_refused(compiled):
+    k_cache, v_cache, tables, _ = scattered_cache([16])
+    with pytest.raises(RuntimeError, match="outside its block table"):
+        compiled.paged_attention_scores(torch.randn(1, HEADS, DIM), k_cache, tables, torch.tensor([17]), 1.0)
