@@ -1,24 +1,21 @@
 """Weight-only int8 quantization (MINIVLLM_QUANT=int8): the single-stream latency mode.
 
 A decode step on CPU is bound by reading weights from memory; int8 weights halve the bytes
-of bf16 and quarter those of float32. Scales are per output channel and symmetric, and
-`aten._weight_int8pack_mm` de-quantizes on the fly inside the matmul.
+of bf16 and quarter those of float32. Scales are per output channel and symmetric, and our
+AVX2 kernel (kernels/int8_linear.cpp) converts the weights to float32 inside the dot products.
 
 Every row, prefill or decode, goes through that kernel, because it is exact per row: a row's
 result never depends on the rows beside it, so a request's tokens do not change with the
-batch around it. Any float32 GEMM in the path breaks that (MKL gives a row different low bits
-in a batch of 8 than alone), and the kernel's bf16 rounding then turns those bits into a
-different token now and then. The price is prefill: on hundreds of rows the kernel is ~1.5x
-slower than a float32 GEMM, so int8 is the single-stream latency mode, not the throughput one.
-
-The kernel always gets bf16 activations: with float32 ones it is 6x slower on an AVX2 CPU
-(measured: [3072 x 576], 1 row, 1196 us vs 199 us).
+batch around it. Any BLAS GEMM in the path breaks that (MKL gives a row different low bits
+in a batch of 8 than alone). Activations stay float32 (aten's `_weight_int8pack_mm`, used
+before, needed bf16 ones on AVX2 and streamed weights ~1.5x slower at one row).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from .kernels import kernels
 from .linear_swap import replace_linears
 
 QUANT_METHODS = ("none", "int8")
@@ -26,17 +23,15 @@ QUANT_METHODS = ("none", "int8")
 # Q/K feed softmax through RoPE, where small weight errors flip near-tie tokens most: measured
 # on SmolLM2 over 320 teacher-forced positions, plain int8 Q/K/V drops agreement with bf16 from
 # ~96.6% to ~94.7%. They get a second int8 level holding what the first one rounded away: the
-# weights' error drops ~100x, so what is left is the kernel's bf16 rounding of activations and
-# outputs, as in a bf16 model. Still through the kernel: float32 Q/K/V would cost twice the
+# weights' error drops ~100x. Still through the kernel: float32 Q/K/V would cost four times the
 # bytes and break batch invariance (see above).
 TWO_LEVEL = ("qkv_proj", "c_attn")
-KERNEL_DTYPE = torch.bfloat16
 
 
 def _quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-output-channel int8, with the scales rounded as the kernel will read them."""
-    scales = (weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0).to(KERNEL_DTYPE)
-    quantized = torch.round(weight / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
+    """Symmetric per-output-channel int8 with float32 scales."""
+    scales = weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0
+    quantized = torch.round(weight / scales[:, None]).clamp(-127, 127).to(torch.int8)
     return quantized, scales
 
 
@@ -49,7 +44,7 @@ class Int8Linear(nn.Module):
         for _ in range(2 if two_level else 1):
             quantized, scales = _quantize_rows(weight)
             levels.append((quantized, scales))
-            weight = weight - quantized.float() * scales.float()[:, None]
+            weight = weight - quantized.float() * scales[:, None]
         self.levels = len(levels)
         for i, (quantized, scales) in enumerate(levels):
             self.register_buffer(f"weight_int8_{i}", quantized)
@@ -58,10 +53,10 @@ class Int8Linear(nn.Module):
         self.out_features = linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1]).to(KERNEL_DTYPE)
-        out = torch.ops.aten._weight_int8pack_mm(rows, self.weight_int8_0, self.scales_0)
+        rows = x.reshape(-1, x.shape[-1]).float().contiguous()
+        out = kernels().int8_linear(rows, self.weight_int8_0, self.scales_0)
         if self.levels == 2:
-            out = out.float() + torch.ops.aten._weight_int8pack_mm(rows, self.weight_int8_1, self.scales_1)
+            out += kernels().int8_linear(rows, self.weight_int8_1, self.scales_1)
         out = out.to(x.dtype)
         if self.bias is not None:
             out = out + self.bias
@@ -80,5 +75,7 @@ def apply_quantization(model: nn.Module, method: str, device: torch.device) -> n
     if method == "int8":
         if device.type != "cpu":
             raise ValueError("MINIVLLM_QUANT=int8 uses a CPU kernel; on CUDA run bf16 (MINIVLLM_QUANT=none)")
+        if kernels() is None:
+            raise ValueError("MINIVLLM_QUANT=int8 needs the engine's AVX2 kernels, which did not build here (see the log)")
         return quantize_int8(model)
     raise ValueError(f"quantization {method!r} is not supported (supported: {', '.join(QUANT_METHODS)})")
