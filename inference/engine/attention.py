@@ -7,7 +7,8 @@ new tokens' K/V, and block rows into the `[kv_heads * num_blocks, block_size * h
 for reading a whole context back, a block at a time.
 
 A step's tokens are laid out decodes first (one token per sequence, attended in two batched
-matmuls over every (kv head, sequence) pair), then prefill chunks (one SDPA call each, causal
+matmuls over every (kv head, sequence) pair; on CPU in float32, our kernels read the blocks in
+place instead, from each decode's block table), then prefill chunks (one SDPA call each, causal
 with an offset when earlier chunks or cached prefix blocks are already in the cache).
 """
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from .kernels import kernels
 
 
 @dataclass
@@ -34,6 +37,8 @@ class AttentionMetadata:
     decode_block_rows: torch.Tensor | None  # [kv_heads * B * blocks] block rows of each decode's context (padded)
     decode_padding: torch.Tensor | None  # [1, B, 1, blocks * block_size] bool, True where a key is padding
     prefills: list[PrefillChunk]
+    decode_tables: torch.Tensor | None = None  # [B, blocks] int64 block tables (padded with block 0), for the kernels
+    decode_lengths: torch.Tensor | None = None  # [B] int64 context length of each decode, its new token included
 
 
 def paged_attention(
@@ -55,10 +60,10 @@ def paged_attention(
     if not meta.prefills:
         if not nd:
             return torch.empty_like(q)
-        return _decode_attention(q, k_cache, v_cache, meta.decode_block_rows, meta.decode_padding, scale)
+        return _decode_attention(q, k_cache, v_cache, meta, scale)
     out = torch.empty_like(q)
     if nd:
-        out[:nd] = _decode_attention(q[:nd], k_cache, v_cache, meta.decode_block_rows, meta.decode_padding, scale)
+        out[:nd] = _decode_attention(q[:nd], k_cache, v_cache, meta, scale)
     for chunk in meta.prefills:
         out[chunk.start : chunk.end] = _prefill_attention(q, k, v, k_cache, v_cache, chunk, scale)
     return out
@@ -70,8 +75,23 @@ def _gather(cache: torch.Tensor, block_rows: torch.Tensor, groups: int) -> torch
     return cache.view(kv_heads * num_blocks, block_size * dim).index_select(0, block_rows).view(groups, -1, dim)
 
 
-def _decode_attention(q, k_cache, v_cache, block_rows, padding, scale) -> torch.Tensor:
-    """One query token per sequence: two batched matmuls beat SDPA's kernel ~5x at these sizes.
+def _decode_attention(q, k_cache, v_cache, meta: AttentionMetadata, scale) -> torch.Tensor:
+    """One query token per sequence."""
+    compiled = kernels() if q.device.type == "cpu" and q.dtype == torch.float32 and q.shape[-1] % 8 == 0 else None
+    if compiled is not None and meta.decode_tables is not None:
+        return _decode_attention_in_place(compiled, q, k_cache, v_cache, meta, scale)
+    return _decode_attention_gathered(q, k_cache, v_cache, meta.decode_block_rows, meta.decode_padding, scale)
+
+
+def _decode_attention_in_place(compiled, q, k_cache, v_cache, meta: AttentionMetadata, scale) -> torch.Tensor:
+    """Scores and weighted values read K/V blocks where they lie (no gathered copy); softmax between."""
+    scores = compiled.paged_attention_scores(q.contiguous(), k_cache, meta.decode_tables, meta.decode_lengths, scale)
+    probs = torch.softmax(scores, dim=-1)
+    return compiled.paged_attention_values(probs, v_cache, meta.decode_tables, meta.decode_lengths)
+
+
+def _decode_attention_gathered(q, k_cache, v_cache, block_rows, padding, scale) -> torch.Tensor:
+    """Two batched matmuls over gathered blocks: beat SDPA's kernel ~5x at these sizes.
 
     Batched over (kv head, sequence) with the query heads of a group as rows (GQA), so K/V
     are never repeated and the gathered blocks feed the matmuls without a copy.

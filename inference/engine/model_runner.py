@@ -48,7 +48,7 @@ class ModelRunner:
             prefills=[],
         )
         if batch.decodes:
-            meta.decode_block_rows, meta.decode_padding = self._decode_context(batch.decodes)
+            self._add_decode_context(meta, batch.decodes)
         offset = len(batch.decodes)
         for seq, n in batch.prefills:
             meta.prefills.append(self._prefill_chunk(seq, offset, n))
@@ -61,20 +61,26 @@ class ModelRunner:
     def _slot(self, seq: Sequence, position: int) -> int:
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
 
-    def _block_rows(self, block_tables: list[list[int]], length: int) -> torch.Tensor:
-        """[kv_heads * rows * blocks] rows of the cache's block view holding positions 0..length-1
-        of each row's table, head-major; short tables are padded with block 0 (masked by the caller)."""
+    def _block_tables(self, block_tables: list[list[int]], length: int) -> torch.Tensor:
+        """[rows, blocks] tables covering positions 0..length-1; short ones padded with block 0
+        (masked by the caller)."""
         blocks = -(-length // self.block_size)
-        tables = self._tensor([(table + [0] * blocks)[:blocks] for table in block_tables])
+        return self._tensor([(table + [0] * blocks)[:blocks] for table in block_tables])
+
+    def _block_rows(self, tables: torch.Tensor) -> torch.Tensor:
+        """[kv_heads * rows * blocks] rows of the cache's block view holding each table's blocks, head-major."""
         return (self.head_block_offsets + tables[None]).reshape(-1)
 
-    def _decode_context(self, seqs: list[Sequence]):
+    def _add_decode_context(self, meta: AttentionMetadata, seqs: list[Sequence]) -> None:
+        """Block tables and lengths for the kernels; block rows and a padding mask for the torch path."""
         lengths = [seq.num_computed_tokens + 1 for seq in seqs]
         longest = max(lengths)
-        block_rows = self._block_rows([seq.block_table for seq in seqs], longest)
-        padded = -(-longest // self.block_size) * self.block_size
-        padding = torch.arange(padded, device=self.device)[None, :] >= self._tensor(lengths)[:, None]
-        return block_rows, padding[None, :, None, :]
+        meta.decode_tables = self._block_tables([seq.block_table for seq in seqs], longest)
+        meta.decode_lengths = self._tensor(lengths)
+        meta.decode_block_rows = self._block_rows(meta.decode_tables)
+        padded = meta.decode_tables.shape[1] * self.block_size
+        padding = torch.arange(padded, device=self.device)[None, :] >= meta.decode_lengths[:, None]
+        meta.decode_padding = padding[None, :, None, :]
 
     def _prefill_chunk(self, seq: Sequence, start: int, n: int) -> PrefillChunk:
         cached = seq.num_computed_tokens
@@ -87,7 +93,7 @@ class ModelRunner:
             start=start,
             end=start + n,
             context_len=total,
-            block_rows=self._block_rows([seq.block_table], total),
+            block_rows=self._block_rows(self._block_tables([seq.block_table], total)),
             causal_mask=key_pos <= query_pos,
         )
 

@@ -2,13 +2,16 @@
 
 A one-layer probe model turns each token id into fixed random q/k/v, so the expected output of
 every row is plain softmax attention over that sequence's tokens so far, whatever blocks hold
-them and whatever else shares the step.
+them and whatever else shares the step. Decodes are checked on both paths: our kernels
+reading blocks in place (CPU float32) and the gathered torch path (every other device/dtype).
 """
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
+from inference.engine import attention
 from inference.engine.attention import AttentionMetadata, paged_attention
 from inference.engine.model_runner import ModelRunner
 from inference.engine.sampling_params import SamplingParams
@@ -44,6 +47,15 @@ class AttentionProbe(nn.Module):
         k, v = (t.repeat_interleave(HEADS // KV_HEADS, dim=0) for t in (k, v))
         mask = torch.ones(n, n, dtype=torch.bool).tril()
         return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=DIM**-0.5).transpose(0, 1)
+
+
+@pytest.fixture(autouse=True, params=["kernels", "torch"])
+def decode_path(request, monkeypatch):
+    if request.param == "kernels":
+        assert attention.kernels() is not None, "the AVX2 kernels should build on the machines we test on"
+    else:
+        monkeypatch.setattr(attention, "kernels", lambda: None)
+    return request.param
 
 
 def sequence(name: str, tokens: list[int], blocks: list[int]) -> Sequence:
