@@ -5,6 +5,8 @@ import math
 
 import torch
 
+from ..kernels import kernels
+
 
 def rope_parameters(hf_config) -> dict:
     """transformers 5 keeps theta and scaling in `rope_parameters`; older configs use rope_theta/rope_scaling."""
@@ -58,6 +60,19 @@ class RotaryEmbedding(torch.nn.Module):
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotates a [T, heads, head_dim] tensor by its tokens' positions (rotate-half layout)."""
+    """Rotates a [T, heads, head_dim] tensor by its tokens' positions (rotate-half layout).
+
+    On CPU in float32 our kernel rotates `x` in place (one op instead of nine) and returns it;
+    elsewhere a new tensor is returned. Callers use the result either way.
+    """
+    compiled = kernels() if x.device.type == "cpu" and x.dtype == torch.float32 and x.stride(-1) == 1 else None
+    if compiled is not None:
+        compiled.rotary_inplace(x, cos.contiguous(), sin.contiguous())
+        return x
+    return rotated(x, cos, sin)
+
+
+def rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The torch expression of the rotation (CUDA, bf16; and what the kernel must equal)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
