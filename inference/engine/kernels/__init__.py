@@ -1,6 +1,6 @@
 """The engine's hand-written CPU kernels (AVX2 C++), built on first use and cached.
 
-`torch.utils.cpp_extension.load` compiles them with the machine's g++ (about a minute, once;
+`torch.utils.cpp_extension.load` compiles them with the machine's g++ (about two minutes, once;
 `make install` does it up front) into ~/.cache/torch_extensions, and rebuilds when a source
 changes. `kernels()` returns the module, or None where they cannot run (no AVX2, no compiler):
 callers then keep their torch path, which is also the CUDA path.
@@ -37,7 +37,7 @@ def kernels():
 def load():
     """Builds (when needed) and imports the kernels; raises KernelsUnavailable saying why not."""
     capability = torch.backends.cpu.get_cpu_capability()
-    if capability not in ("AVX2", "AVX512"):
+    if not capability.startswith("AVX"):  # AVX2, AVX512, ...
         raise KernelsUnavailable(f"the kernels need AVX2; this CPU offers {capability}")
     from torch.utils import cpp_extension
 

@@ -11,6 +11,8 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <vector>
+
 #include "simd.h"
 
 namespace minivllm {
@@ -61,38 +63,55 @@ inline void dot_two_rows(const float* x0, const float* x1, const int8_t* w, int6
 
 }  // namespace
 
-torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& scales) {
+// `weights`/`scales`: one int8 level, or several whose sum is the weight (a second level holds
+// what the first one rounded away). Level outputs are summed in order, each scaled first.
+torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.is_contiguous(), "x: contiguous float32 [M, K]");
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kChar && weight.is_contiguous(), "weight: contiguous int8 [N, K]");
-  TORCH_CHECK(scales.scalar_type() == torch::kFloat && scales.numel() == weight.size(0), "scales: float32 [N]");
-  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
-  TORCH_CHECK(weight.size(1) == K, "x and weight disagree on K");
+  TORCH_CHECK(!weights.empty() && weights.size() == scales.size(), "one scales tensor per int8 weight level");
+  const int64_t M = x.size(0), K = x.size(1), N = weights[0].size(0);
   TORCH_CHECK(K % 8 == 0, "K must be a multiple of 8");
+  std::vector<const int8_t*> wp;
+  std::vector<const float*> sp;
+  for (size_t l = 0; l < weights.size(); ++l) {
+    const auto& weight = weights[l];
+    TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kChar && weight.is_contiguous(), "weight: contiguous int8 [N, K]");
+    TORCH_CHECK(weight.size(0) == N && weight.size(1) == K, "x and the weight levels disagree on shape");
+    TORCH_CHECK(scales[l].scalar_type() == torch::kFloat && scales[l].is_contiguous() && scales[l].numel() == N, "scales: contiguous float32 [N]");
+    wp.push_back(weight.data_ptr<int8_t>());
+    sp.push_back(scales[l].data_ptr<float>());
+  }
   auto out = torch::empty({M, N}, x.options());
   const float* xp = x.data_ptr<float>();
-  const int8_t* wp = weight.data_ptr<int8_t>();
-  const float* sp = scales.contiguous().data_ptr<float>();
   float* op = out.data_ptr<float>();
+  const size_t levels = wp.size();
   const int64_t blocks = (N + kChannels - 1) / kChannels;
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     float r0[kChannels], r1[kChannels];
     for (int64_t b = begin; b < end; ++b) {
       const int64_t n0 = b * kChannels;
       const int64_t count = std::min(kChannels, N - n0);
-      const int8_t* w = wp + n0 * K;
       int64_t m = 0;
       if (count == kChannels) {
         for (; m + 1 < M; m += 2) {
-          dot_two_rows(xp + m * K, xp + (m + 1) * K, w, K, r0, r1);
-          for (int64_t c = 0; c < kChannels; ++c) {
-            op[m * N + n0 + c] = r0[c] * sp[n0 + c];
-            op[(m + 1) * N + n0 + c] = r1[c] * sp[n0 + c];
+          float* o0 = op + m * N + n0;
+          float* o1 = o0 + N;
+          for (size_t l = 0; l < levels; ++l) {
+            dot_two_rows(xp + m * K, xp + (m + 1) * K, wp[l] + n0 * K, K, r0, r1);
+            const float* s = sp[l] + n0;
+            for (int64_t c = 0; c < kChannels; ++c) {
+              o0[c] = l ? o0[c] + r0[c] * s[c] : r0[c] * s[c];
+              o1[c] = l ? o1[c] + r1[c] * s[c] : r1[c] * s[c];
+            }
           }
         }
       }
       for (; m < M; ++m) {
-        dot_one_row(xp + m * K, w, K, count, r0);
-        for (int64_t c = 0; c < count; ++c) op[m * N + n0 + c] = r0[c] * sp[n0 + c];
+        float* o = op + m * N + n0;
+        for (size_t l = 0; l < levels; ++l) {
+          dot_one_row(xp + m * K, wp[l] + n0 * K, K, count, r0);
+          const float* s = sp[l] + n0;
+          for (int64_t c = 0; c < count; ++c) o[c] = l ? o[c] + r0[c] * s[c] : r0[c] * s[c];
+        }
       }
     }
   });
