@@ -33,28 +33,32 @@ def test_scores_softmax_values_match_dense_attention(compiled):
     k_cache, v_cache, tables, lens = scattered_cache(lengths)
     q = torch.randn(len(lengths), HEADS, DIM)
     scores = compiled.paged_attention_scores(q, k_cache, tables, lens, DIM**-0.5)
-    assert scores.shape == (4, HEADS, 40)
-    assert torch.isinf(scores[0, :, 1:]).all() and torch.isfinite(scores[3]).all()  # padding is -inf
+    assert scores.shape == (4, HEADS, 48)  # three blocks of 16, whole 16-float vectors
+    assert torch.isinf(scores[0, :, 1:]).all() and torch.isfinite(scores[3, :, :40]).all()  # padding is -inf
     out = compiled.paged_attention_values(torch.softmax(scores, dim=-1), v_cache, tables, lens)
     for b, length in enumerate(lengths):
         torch.testing.assert_close(out[b], dense(q[b], k_cache, v_cache, tables[b], length, DIM**-0.5), rtol=1e-5, atol=1e-5)
 
 
-def test_a_sequence_is_bit_identical_alone_and_in_a_batch(compiled):
-    k_cache, v_cache, tables, lens = scattered_cache([5, 33, 20])
+def attend(compiled, q, k_cache, v_cache, tables, lengths):
+    probs = torch.softmax(compiled.paged_attention_scores(q, k_cache, tables, lengths, 0.125), -1)
+    return compiled.paged_attention_values(probs, v_cache, tables, lengths)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])  # 5 tokens (under one vector), 33 (the longest), 20
+def test_a_sequence_is_bit_identical_alone_and_in_a_batch(compiled, index):
+    lengths = [5, 33, 20]
+    k_cache, v_cache, tables, lens = scattered_cache(lengths)
     q = torch.randn(3, HEADS, DIM)
-    together = compiled.paged_attention_values(
-        torch.softmax(compiled.paged_attention_scores(q, k_cache, tables, lens, 0.125), -1), v_cache, tables, lens
-    )
-    alone_table = tables[1:2, : -(-33 // BLOCK)].contiguous()
-    alone = compiled.paged_attention_values(
-        torch.softmax(compiled.paged_attention_scores(q[1:2].contiguous(), k_cache, alone_table, lens[1:2], 0.125), -1),
-        v_cache, alone_table, lens[1:2],
-    )
-    assert torch.equal(alone[0], together[1])
+    together = attend(compiled, q, k_cache, v_cache, tables, lens)
+    own_table = tables[index : index + 1, : -(-lengths[index] // BLOCK)].contiguous()
+    alone = attend(compiled, q[index : index + 1].contiguous(), k_cache, v_cache, own_table, lens[index : index + 1])
+    assert torch.equal(alone[0], together[index])
 
 
-def test_a_length_past_its_block_table_is_refused(compiled):
+def test_lengths_and_blocks_outside_the_tables_are_refused(compiled):
     k_cache, v_cache, tables, _ = scattered_cache([16])
     with pytest.raises(RuntimeError, match="outside its block table"):
         compiled.paged_attention_scores(torch.randn(1, HEADS, DIM), k_cache, tables, torch.tensor([17]), 1.0)
+    with pytest.raises(RuntimeError, match="block id outside the cache"):
+        compiled.paged_attention_scores(torch.randn(1, HEADS, DIM), k_cache, torch.tensor([[NUM_BLOCKS]]), torch.tensor([3]), 1.0)
