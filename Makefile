@@ -18,9 +18,10 @@ $(STAMP): requirements.txt | $(PY)
 	touch $(STAMP)
 
 # The engine's AVX2 kernels compile once (~2 min) into ~/.cache/torch_extensions; later runs
-# only check that the sources have not changed.
+# only check that the sources have not changed. Where they cannot build (no AVX2 or g++) a
+# warning says why and the engine keeps its torch paths (int8 then refuses to start).
 install: $(STAMP)
-	$(PY) -c "from inference.engine.kernels import load; load()"
+	$(PY) -c "from inference.engine.kernels import kernels; kernels()"
 
 # The dashboard's browser tests drive Debian's Chromium (Playwright's own download cannot work
 # here); installed only when missing. Needs root, as on the dev and CI machines.

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from pathlib import Path
 
 import torch
 
 log = logging.getLogger(__name__)
+NAME = "minivllm_kernels"
+STALE_LOCK_S = 600  # a build takes ~2 min; a lock this old was left by a killed one
 SOURCES = ("bindings.cpp", "int8_linear.cpp", "paged_attention.cpp", "rms_norm.cpp", "rotary.cpp")
 # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the elementwise
 # kernels round exactly as the torch expressions they replace.
@@ -43,8 +46,9 @@ def load():
 
     here = Path(__file__).parent
     try:
+        _clear_stale_lock(Path(cpp_extension._get_build_directory(NAME, verbose=False)) / "lock")
         return cpp_extension.load(
-            name="minivllm_kernels",
+            name=NAME,
             sources=[str(here / name) for name in SOURCES],
             extra_cflags=FLAGS,
             extra_ldflags=["-fopenmp"],
@@ -52,3 +56,13 @@ def load():
     except (RuntimeError, OSError, ImportError) as error:  # no compiler, no ninja, a build error
         raise KernelsUnavailable(str(error)) from error
 
+
+
+def _clear_stale_lock(lock: Path) -> None:
+    """A build killed midway leaves its lock file behind, and cpp_extension would wait on it forever."""
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            lock.unlink()
+            log.warning("removed a stale kernel build lock: %s", lock)
+    except FileNotFoundError:
+        pass

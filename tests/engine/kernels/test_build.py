@@ -1,0 +1,19 @@
+"""The build's guard against a lock left by a killed compile (which would hang every later start)."""
+from __future__ import annotations
+
+import os
+import time
+
+from inference.engine.kernels import STALE_LOCK_S, _clear_stale_lock
+
+
+def test_an_old_lock_is_removed_and_a_fresh_one_kept(tmp_path):
+    old, fresh = tmp_path / "old", tmp_path / "fresh"
+    old.touch()
+    fresh.touch()
+    long_ago = time.time() - STALE_LOCK_S - 60
+    os.utime(old, (long_ago, long_ago))
+    _clear_stale_lock(old)
+    _clear_stale_lock(fresh)
+    _clear_stale_lock(tmp_path / "missing")
+    assert not old.exists() and fresh.exists()
