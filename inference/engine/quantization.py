@@ -66,7 +66,12 @@ class Int8Linear(nn.Module):
 def quantize_int8(model: nn.Module, two_level: tuple[str, ...] = TWO_LEVEL) -> nn.Module:
     """Replaces every nn.Linear (lm_head included, untied from the embedding) with Int8Linear,
     those named in `two_level` with two int8 levels."""
-    return replace_linears(model, lambda name, linear: Int8Linear(linear, two_level=name in two_level))
+    def build(name: str, linear: nn.Linear) -> Int8Linear:
+        if linear.in_features % 8:
+            raise ValueError(f"MINIVLLM_QUANT=int8: {name} has {linear.in_features} inputs; the kernel needs a multiple of 8")
+        return Int8Linear(linear, two_level=name in two_level)
+
+    return replace_linears(model, build)
 
 
 def apply_quantization(model: nn.Module, method: str, device: torch.device) -> nn.Module:

@@ -64,6 +64,11 @@ def test_quantize_replaces_every_linear_and_gives_qkv_two_levels():
     assert [m.levels for m in (model[0], model.qkv_proj, model.lm_head)] == [1, 2, 1]
 
 
+def test_a_linear_the_kernel_cannot_take_is_refused_at_load():
+    with pytest.raises(ValueError, match="multiple of 8"):
+        quantize_int8(nn.Sequential(nn.Linear(12, 4)))
+
+
 def engine_with(real_hf_model, tokenizer, quantization: str) -> LLMEngine:
     cfg = EngineConfig(dtype="bfloat16", device="cpu", quantization=quantization, kv_cache_mb=64, max_num_seqs=20)
     bundle = build_bundle(real_hf_model.config, tokenizer, real_hf_model.state_dict(), name="smollm2", config=cfg)
