@@ -145,7 +145,8 @@ def test_sigterm_on_an_engine_ends_in_flight_streams_and_exits(cluster):
     finally:
         ctx.__exit__(None, None, None)
     assert rest[-1]["type"] == "error" and "shut down" in rest[-1]["message"], rest[-1]
-    assert process.wait(20) == 0
+    # its shutdown may wait 10 s for the engine thread and 10 s more for forwarders (worker.py)
+    assert process.wait(60) == 0
     assert wait_until(lambda: cluster.row(request_id).get("status") == "failed", timeout=10)
     # no engine left: the web workers say so instead of hanging
     assert wait_until(lambda: httpx.get(f"{url_b}/health", timeout=5).status_code == 503, timeout=10)
