@@ -1,71 +1,64 @@
-// Weight-only int8 linear for float32 activations on AVX2: y = x @ (w * scales[:, None]).T
+// Weight-only int8 linear on CPU: y = x @ (w * scales[:, None]).T for float32 x.
 //
-// Why our own: aten's _weight_int8pack_mm wants bf16 activations on AVX2 (float32 ones are
-// ~6x slower), and its bf16 rounding costs accuracy; it also streams weights well below this
-// CPU's memory bandwidth at one row. Here each output is one float32 dot product of an int8
-// weight row, converted exactly to float32, with a float32 activation row, summed in a fixed
-// order and then scaled. A row's result therefore never depends on how many rows are in the
-// batch or which path (one row, or two rows sharing each weight load) computed it: batching
-// cannot change a request's tokens.
+// Each activation row is first rounded to int16 with its own scale (max |x| / 32767: a
+// relative error ~30x below the int8 weights' own), then every output is an exact integer dot
+// product (int8_dot.h) scaled back to float32. Exact integers make two promises cheap to keep:
+// a row's result never depends on the batch around it (batching cannot change a request's
+// tokens), and every ISA's version gives the same bits. Integer multiply-adds also do 2-4x
+// the work per instruction of converting the weights to float (the kernel before this one).
 #include <immintrin.h>
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <string>
 #include <vector>
 
-#include "simd.h"
+#include "int8_dot.h"
 
 namespace minivllm {
 namespace {
 
-constexpr int64_t kChannels = 4;  // output channels whose weight rows are read together
+constexpr float kInt16Max = 32767.0f;
 
-// One x row against `Count` weight rows (a compile-time count keeps the accumulators in registers).
-template <int64_t Count>
-inline void dot_one_row(const float* x, const int8_t* w, int64_t K, float* out) {
-  __m256 acc[Count];
-  for (int64_t c = 0; c < Count; ++c) acc[c] = _mm256_setzero_ps();
+// Rounds one row to int16 (nearest, ties to even) and returns the scale that undoes it.
+float quantize_row(const float* x, int64_t K, int16_t* out) {
+  __m256 amax = _mm256_setzero_ps();
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t k = 0; k < K; k += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, amax);
+  float top = 0.0f;
+  for (float lane : lanes) top = lane > top ? lane : top;
+  const float inverse = top > 0.0f ? kInt16Max / top : 0.0f;
+  const __m256 iv = _mm256_set1_ps(inverse);
   for (int64_t k = 0; k < K; k += 8) {
-    const __m256 xv = _mm256_loadu_ps(x + k);
-    for (int64_t c = 0; c < Count; ++c) acc[c] = _mm256_fmadd_ps(xv, load_int8x8(w + c * K + k), acc[c]);
+    __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), iv));  // |q| <= 32767 by construction
+    __m128i packed = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), packed);
   }
-  for (int64_t c = 0; c < Count; ++c) out[c] = horizontal_sum(acc[c]);
+  return top / kInt16Max;
 }
 
-inline void dot_one_row(const float* x, const int8_t* w, int64_t K, int64_t count, float* out) {
-  switch (count) {
-    case 4: return dot_one_row<4>(x, w, K, out);
-    case 3: return dot_one_row<3>(x, w, K, out);
-    case 2: return dot_one_row<2>(x, w, K, out);
-    default: return dot_one_row<1>(x, w, K, out);
+Int8DotFn choose_dot(const std::string& isa) {
+  static const bool vnni = cpu_has_avx512_vnni();
+  if (isa == "avx2") return int8_dot_avx2;
+  if (isa == "avx512_vnni") {
+    TORCH_CHECK(vnni, "this CPU has no AVX-512 VNNI");
+    return int8_dot_avx512_vnni;
   }
-}
-
-// Two x rows against kChannels weight rows: each weight load feeds two FMAs. Every
-// accumulator sees exactly the additions dot_one_row would give it.
-inline void dot_two_rows(const float* x0, const float* x1, const int8_t* w, int64_t K, float* out0, float* out1) {
-  __m256 a0[kChannels], a1[kChannels];
-  for (int64_t c = 0; c < kChannels; ++c) a0[c] = a1[c] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K; k += 8) {
-    const __m256 xv0 = _mm256_loadu_ps(x0 + k);
-    const __m256 xv1 = _mm256_loadu_ps(x1 + k);
-    for (int64_t c = 0; c < kChannels; ++c) {
-      const __m256 wv = load_int8x8(w + c * K + k);
-      a0[c] = _mm256_fmadd_ps(xv0, wv, a0[c]);
-      a1[c] = _mm256_fmadd_ps(xv1, wv, a1[c]);
-    }
-  }
-  for (int64_t c = 0; c < kChannels; ++c) {
-    out0[c] = horizontal_sum(a0[c]);
-    out1[c] = horizontal_sum(a1[c]);
-  }
+  TORCH_CHECK(isa == "auto", "isa must be auto, avx2 or avx512_vnni");
+  return vnni ? int8_dot_avx512_vnni : int8_dot_avx2;
 }
 
 }  // namespace
 
+std::string int8_linear_isa() { return cpu_has_avx512_vnni() ? "avx512_vnni" : "avx2"; }
+
 // `weights`/`scales`: one int8 level, or several whose sum is the weight (a second level holds
 // what the first one rounded away). Level outputs are summed in order, each scaled first.
-torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales) {
+// `isa`: "auto" (the best this CPU has) or one version by name, for tests.
+torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                          const std::vector<torch::Tensor>& scales, const std::string& isa) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.is_contiguous(), "x: contiguous float32 [M, K]");
   TORCH_CHECK(!weights.empty() && weights.size() == scales.size(), "one scales tensor per int8 weight level");
   const int64_t M = x.size(0), K = x.size(1), N = weights[0].size(0);
@@ -80,37 +73,45 @@ torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tenso
     wp.push_back(weight.data_ptr<int8_t>());
     sp.push_back(scales[l].data_ptr<float>());
   }
-  auto out = torch::empty({M, N}, x.options());
+  const Int8DotFn dot = choose_dot(isa);
+
+  std::vector<int16_t> xq(M * K);
+  std::vector<float> row_scales(M);
   const float* xp = x.data_ptr<float>();
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) row_scales[m] = quantize_row(xp + m * K, K, xq.data() + m * K);
+  });
+
+  auto out = torch::empty({M, N}, x.options());
   float* op = out.data_ptr<float>();
   const size_t levels = wp.size();
-  const int64_t blocks = (N + kChannels - 1) / kChannels;
+  const int64_t blocks = (N + kDotChannels - 1) / kDotChannels;
+  // Scales a level's integer sums into a row's outputs: first level assigns, later ones add.
+  auto emit = [&](size_t level, const int64_t* sums, int64_t m, int64_t n0, int64_t count) {
+    float* o = op + m * N + n0;
+    const float* s = sp[level] + n0;
+    for (int64_t c = 0; c < count; ++c) {
+      const float value = static_cast<float>(sums[c]) * s[c] * row_scales[m];
+      o[c] = level ? o[c] + value : value;
+    }
+  };
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    float r0[kChannels], r1[kChannels];
+    int64_t s0[kDotChannels], s1[kDotChannels];
     for (int64_t b = begin; b < end; ++b) {
-      const int64_t n0 = b * kChannels;
-      const int64_t count = std::min(kChannels, N - n0);
+      const int64_t n0 = b * kDotChannels;
+      const int64_t count = std::min(kDotChannels, N - n0);
       int64_t m = 0;
-      if (count == kChannels) {
-        for (; m + 1 < M; m += 2) {
-          float* o0 = op + m * N + n0;
-          float* o1 = o0 + N;
-          for (size_t l = 0; l < levels; ++l) {
-            dot_two_rows(xp + m * K, xp + (m + 1) * K, wp[l] + n0 * K, K, r0, r1);
-            const float* s = sp[l] + n0;
-            for (int64_t c = 0; c < kChannels; ++c) {
-              o0[c] = l ? o0[c] + r0[c] * s[c] : r0[c] * s[c];
-              o1[c] = l ? o1[c] + r1[c] * s[c] : r1[c] * s[c];
-            }
-          }
+      for (; m + 1 < M; m += 2) {  // two rows share each weight load
+        for (size_t l = 0; l < levels; ++l) {
+          dot(xq.data() + m * K, xq.data() + (m + 1) * K, wp[l] + n0 * K, K, count, s0, s1);
+          emit(l, s0, m, n0, count);
+          emit(l, s1, m + 1, n0, count);
         }
       }
       for (; m < M; ++m) {
-        float* o = op + m * N + n0;
         for (size_t l = 0; l < levels; ++l) {
-          dot_one_row(xp + m * K, wp[l] + n0 * K, K, count, r0);
-          const float* s = sp[l] + n0;
-          for (int64_t c = 0; c < count; ++c) o[c] = l ? o[c] + r0[c] * s[c] : r0[c] * s[c];
+          dot(xq.data() + m * K, nullptr, wp[l] + n0 * K, K, count, s0, nullptr);
+          emit(l, s0, m, n0, count);
         }
       }
     }

@@ -1,12 +1,26 @@
-"""The int8 kernel: right within float32 rounding, and exact per row whatever the batch."""
+"""The int8 kernel: exact integer sums, so the same bits per row whatever the batch or the ISA."""
 from __future__ import annotations
 
 import pytest
 import torch
 
+INT16_MAX = 32767
+
+
+def rounded_rows(x):
+    """What the kernel computes with: each row rounded to int16 steps of max|row| / 32767."""
+    top = x.abs().amax(dim=1, keepdim=True)
+    # a true division: `32767 / tensor` would be reciprocal-then-multiply, a different rounding
+    inverse = torch.where(top > 0, torch.full_like(top, INT16_MAX) / top, torch.zeros_like(top))
+    return torch.round(x * inverse).double() * (top / INT16_MAX).double()
+
 
 def reference(x, weight, scales):
-    return (x.double() @ (weight.double() * scales.double()[:, None]).T).float()
+    return (rounded_rows(x) @ (weight.double() * scales.double()[:, None]).T).float()
+
+
+def isas(compiled):
+    return ["avx2"] + (["avx512_vnni"] if compiled.int8_linear_isa() == "avx512_vnni" else [])
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 33])
@@ -17,6 +31,38 @@ def test_matches_dequantized_matmul(compiled, rows, channels):
     weight = torch.randint(-127, 128, (channels, 72), dtype=torch.int8)
     scales = torch.rand(channels) / 100
     torch.testing.assert_close(compiled.int8_linear(x, [weight], [scales]), reference(x, weight, scales), rtol=1e-5, atol=1e-5)
+
+
+def test_int16_rounding_of_activations_stays_far_below_the_int8_weights_error(compiled):
+    torch.manual_seed(3)
+    x = torch.randn(4, 576)
+    weight = torch.randint(-127, 128, (64, 576), dtype=torch.int8)
+    exact = (x.double() @ weight.double().T).float()
+    error = (compiled.int8_linear(x, [weight], [torch.ones(64)]) - exact).abs().max()
+    assert error < 1e-4 * exact.abs().max()
+
+
+@pytest.mark.parametrize("K", [8, 72, 576, 8200])  # 8200: past one exact int32 chunk, with a scalar tail
+def test_integer_sums_are_exact_even_where_int32_lanes_would_overflow(compiled, K):
+    """Rows whose largest value is 32767 round to themselves, so the output is the exact integer dot product."""
+    torch.manual_seed(K)
+    x = torch.randint(-INT16_MAX, INT16_MAX + 1, (3, K)).float()
+    x[:, 0] = INT16_MAX
+    weight = torch.randint(-127, 128, (6, K), dtype=torch.int8)
+    weight[:, : K // 2] = 127
+    x[:, : K // 2] = INT16_MAX  # sums far beyond 2^31
+    exact = (x.long() @ weight.long().T).float()  # int64, then rounded once to float32
+    for isa in isas(compiled):
+        assert torch.equal(compiled.int8_linear(x, [weight], [torch.ones(6)], isa), exact)
+
+
+def test_every_isa_gives_the_same_bits(compiled):
+    torch.manual_seed(4)
+    x = torch.randn(7, 1536)
+    weight = torch.randint(-127, 128, (41, 1536), dtype=torch.int8)
+    scales = torch.rand(41)
+    outputs = [compiled.int8_linear(x, [weight], [scales], isa) for isa in isas(compiled)]
+    assert all(torch.equal(outputs[0], other) for other in outputs[1:])
 
 
 def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled):
@@ -45,3 +91,5 @@ def test_rejects_what_it_cannot_compute(compiled):
         compiled.int8_linear(torch.randn(1, 12), [torch.zeros(4, 12, dtype=torch.int8)], [torch.ones(4)])
     with pytest.raises(RuntimeError, match="int8"):
         compiled.int8_linear(torch.randn(1, 16), [torch.zeros(4, 16)], [torch.ones(4)])
+    with pytest.raises(RuntimeError, match="isa"):
+        compiled.int8_linear(torch.randn(1, 16), [torch.zeros(4, 16, dtype=torch.int8)], [torch.ones(4)], "sse2")

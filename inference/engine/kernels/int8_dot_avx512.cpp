@@ -1,0 +1,52 @@
+// AVX-512 VNNI version of the int8 dot products (int8_dot.h): vpdpwssd over 32 elements at a time.
+//
+// Everything after the target pragma is compiled for AVX-512 and runs only where
+// cpu_has_avx512_vnni() says so. No torch header is included: an inline function from a shared
+// header compiled here could be the copy the linker keeps, and crash on an AVX2-only CPU.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "int8_dot.h"
+
+namespace minivllm {
+
+bool cpu_has_avx512_vnni() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+}  // namespace minivllm
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vnni")
+#include "int8_dot_loop.h"
+
+namespace minivllm {
+namespace {
+
+struct Avx512Vnni {
+  using Acc = __m512i;
+  static constexpr int64_t kWidth = 32;
+  static Acc zero() { return _mm512_setzero_si512(); }
+  static Acc load_x(const int16_t* p) { return _mm512_loadu_si512(p); }
+  static Acc load_w(const int8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static Acc multiply_add(Acc acc, Acc x, Acc w) { return _mm512_dpwssd_epi32(acc, x, w); }
+  static int64_t lanes_sum(Acc v) {
+    alignas(64) int32_t lanes[16];
+    _mm512_store_si512(lanes, v);
+    int64_t sum = 0;
+    for (int32_t lane : lanes) sum += lane;
+    return sum;
+  }
+};
+
+}  // namespace
+
+void int8_dot_avx512_vnni(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count,
+                          int64_t* out0, int64_t* out1) {
+  dot_any<Avx512Vnni>(x0, x1, w, K, count, out0, out1);
+}
+
+}  // namespace minivllm
+#pragma GCC pop_options
