@@ -50,12 +50,21 @@ def paged_attention(
     meta: AttentionMetadata,
     scale: float,
 ) -> torch.Tensor:
-    """Returns [T, heads, head_dim]."""
-    # index_copy_/index_select, not `cache[idx] = x` / `cache[idx]`: measured ~100x and ~6x
-    # faster on CPU for these shapes (advanced-index assignment takes a slow generic path).
-    dim = q.shape[-1]
+    """Writes the step's K/V into the cache, then attends; returns [T, heads, head_dim]."""
+    write_to_cache(k, v, k_cache, v_cache, meta)
+    return attend(q, k, v, k_cache, v_cache, meta, scale)
+
+
+def write_to_cache(k, v, k_cache, v_cache, meta: AttentionMetadata) -> None:
+    # index_copy_, not `cache[idx] = x`: measured ~100x faster on CPU for these shapes
+    # (advanced-index assignment takes a slow generic path).
+    dim = k.shape[-1]
     k_cache.view(-1, dim).index_copy_(0, meta.write_rows, k.transpose(0, 1).reshape(-1, dim))
     v_cache.view(-1, dim).index_copy_(0, meta.write_rows, v.transpose(0, 1).reshape(-1, dim))
+
+
+def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """Attention over a cache that already holds this step's K/V; returns [T, heads, head_dim]."""
     nd = meta.num_decodes
     if not meta.prefills:
         if not nd:
@@ -71,6 +80,7 @@ def paged_attention(
 
 def _gather(cache: torch.Tensor, block_rows: torch.Tensor, groups: int) -> torch.Tensor:
     """[groups, blocks * block_size, head_dim]: whole blocks copied out, one row per (kv head, block)."""
+    # index_select, not `cache[idx]`: measured ~6x faster on CPU for these shapes.
     kv_heads, num_blocks, block_size, dim = cache.shape
     return cache.view(kv_heads * num_blocks, block_size * dim).index_select(0, block_rows).view(groups, -1, dim)
 

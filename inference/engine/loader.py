@@ -16,6 +16,7 @@ from .config import EngineConfig
 from .device import dtype_name, resolve_device, resolve_dtype
 from .errors import UnsupportedModelError
 from .models import model_class_for
+from .models.compiled_layers import compile_layers
 from .packed_linear import can_pack, pack_linears
 from .quantization import apply_quantization
 
@@ -108,6 +109,7 @@ def build_bundle(hf_config, tokenizer, state: dict, *, name: str, config: Engine
     apply_quantization(model, config.quantization, device)
     if config.quantization == "none" and can_pack(device, dtype):
         pack_linears(model)
+    compile_layers(model)
     return ModelBundle(
         model=model,
         tokenizer=tokenizer,

@@ -1,24 +1,31 @@
 // Python bindings for the engine's CPU kernels (see kernels/__init__.py for how they load).
-#include <torch/extension.h>
-
-namespace minivllm {
-torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& scales,
-                          const std::string& isa);
-std::string int8_linear_isa();
-torch::Tensor paged_attention_scores(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& block_tables,
-                                     const torch::Tensor& lengths, double scale);
-torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Tensor& v_cache, const torch::Tensor& block_tables,
-                                     const torch::Tensor& lengths);
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
-void rotary_inplace(torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
-}  // namespace minivllm
+#include "kernels.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("int8_linear", &minivllm::int8_linear, "x @ (sum of int8 weight levels * their scales).T, float32, exact per row",
+  using namespace minivllm;
+  m.def("int8_linear", &int8_linear, "x @ (sum of int8 weight levels * their scales).T, float32, exact per row",
         py::arg("x"), py::arg("weights"), py::arg("scales"), py::arg("isa") = "auto");
-  m.def("int8_linear_isa", &minivllm::int8_linear_isa, "the instruction set int8_linear uses on this CPU");
-  m.def("paged_attention_scores", &minivllm::paged_attention_scores, "decode q.k scores read from the paged cache");
-  m.def("rms_norm", &minivllm::rms_norm, "RMSNorm over float32 rows, HF's order of operations");
-  m.def("rotary_inplace", &minivllm::rotary_inplace, "rotate-half RoPE in place over [T, heads, D]");
-  m.def("paged_attention_values", &minivllm::paged_attention_values, "decode probs @ V read from the paged cache");
+  m.def("int8_linear_isa", &int8_linear_isa, "the instruction set int8_linear uses on this CPU");
+  m.def("paged_attention_scores", &paged_attention_scores, "decode q.k scores read from the paged cache");
+  m.def("paged_attention_values", &paged_attention_values, "decode probs @ V read from the paged cache");
+  m.def("rms_norm", &rms_norm, "RMSNorm over float32 rows, HF's order of operations");
+  m.def("rotary_inplace", &rotary_inplace, "rotate-half RoPE in place over [T, heads, D]");
+
+  py::class_<Projection>(m, "Projection")
+      .def_static("int8", [](std::vector<torch::Tensor> weights, std::vector<torch::Tensor> scales, std::optional<torch::Tensor> bias) {
+        return Projection{std::move(weights), std::move(scales), torch::Tensor(), std::move(bias)};
+      })
+      .def_static("onednn", [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
+        return Projection{{}, {}, std::move(packed), std::move(bias)};
+      });
+  py::class_<LlamaLayerWeights>(m, "LlamaLayerWeights")
+      .def(py::init([](torch::Tensor input_norm, torch::Tensor post_attention_norm, double eps, Projection qkv, Projection o,
+                       Projection gate_up, Projection down, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t intermediate) {
+             return LlamaLayerWeights{std::move(input_norm), std::move(post_attention_norm), eps, std::move(qkv), std::move(o),
+                                      std::move(gate_up), std::move(down), heads, kv_heads, head_dim, intermediate};
+           }),
+           py::arg("input_norm"), py::arg("post_attention_norm"), py::arg("eps"), py::arg("qkv"), py::arg("o"),
+           py::arg("gate_up"), py::arg("down"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("intermediate"));
+  m.def("llama_attention_inputs", &llama_attention_inputs, "norm, QKV, RoPE and the cache write of a Llama layer");
+  m.def("llama_attention_output_and_mlp", &llama_attention_output_and_mlp, "o_proj, residual, norm and MLP of a Llama layer");
 }

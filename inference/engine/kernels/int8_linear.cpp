@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "int8_dot.h"
+#include "kernels.h"
 
 namespace minivllm {
 namespace {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "simd.h"
+#include "kernels.h"
 
 namespace minivllm {
 namespace {

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "simd.h"
+#include "kernels.h"
 
 namespace minivllm {
 

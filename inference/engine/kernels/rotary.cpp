@@ -7,6 +7,8 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include "kernels.h"
+
 namespace minivllm {
 
 // x: [T, heads, D] with a contiguous last dim (a view into the QKV output is fine);

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from ..attention import AttentionMetadata, paged_attention
+from ..attention import AttentionMetadata, attend, paged_attention
 from ..kernels import kernels
 from .rope import RotaryEmbedding, apply_rotary, rope_parameters
 
@@ -70,10 +70,21 @@ class LlamaDecoderLayer(nn.Module):
         self.self_attn = LlamaAttention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = LlamaMLP(cfg)
+        self.compiled_weights = None  # set by compiled_layers.compile_layers where the C++ halves apply
 
     def forward(self, x, rope, kv_cache, meta):
+        if self.compiled_weights is not None:
+            return self._forward_compiled(x, rope, kv_cache, meta)
         x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def _forward_compiled(self, x, rope, kv_cache, meta):
+        """The same maths in two C++ calls around attention (kernels/llama_layer.cpp)."""
+        compiled = kernels()
+        k_cache, v_cache = kv_cache
+        q, k, v = compiled.llama_attention_inputs(self.compiled_weights, x, *rope, k_cache, v_cache, meta.write_rows)
+        attended = attend(q, k, v, k_cache, v_cache, meta, self.self_attn.scale)
+        return compiled.llama_attention_output_and_mlp(self.compiled_weights, x, attended)
 
 
 class LlamaArgs:

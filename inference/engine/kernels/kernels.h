@@ -1,0 +1,42 @@
+// The kernels' C++ entry points, for the bindings and for kernels that call each other.
+#pragma once
+#include <torch/extension.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace minivllm {
+
+torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                          const std::vector<torch::Tensor>& scales, const std::string& isa);
+std::string int8_linear_isa();
+torch::Tensor paged_attention_scores(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& block_tables,
+                                     const torch::Tensor& lengths, double scale);
+torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Tensor& v_cache, const torch::Tensor& block_tables,
+                                     const torch::Tensor& lengths);
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+void rotary_inplace(torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// One projection as the loader left it: int8 levels with their scales, or a oneDNN float32 weight.
+struct Projection {
+  std::vector<torch::Tensor> int8_weights, int8_scales;
+  torch::Tensor packed;
+  std::optional<torch::Tensor> bias;
+  torch::Tensor operator()(const torch::Tensor& x) const;
+};
+
+// A Llama decoder layer's weights and shape, built once at load (models/compiled_layers.py).
+struct LlamaLayerWeights {
+  torch::Tensor input_norm, post_attention_norm;
+  double eps;
+  Projection qkv, o, gate_up, down;
+  int64_t heads, kv_heads, head_dim, intermediate;
+};
+
+std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& cos,
+                                                  const torch::Tensor& sin, torch::Tensor& k_cache, torch::Tensor& v_cache,
+                                                  const torch::Tensor& write_rows);
+torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& attended);
+
+}  // namespace minivllm

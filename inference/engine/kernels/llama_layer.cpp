@@ -1,0 +1,83 @@
+// A Llama decoder layer's two halves around attention, one C++ call each (CPU, float32).
+//
+// Why: at one stream a decode step is ~200 small ops, and Python plus nn.Module dispatch cost
+// more per op than most ops themselves. Each half calls the same kernels and aten ops as the
+// module path (models/llama.py), in the same order, so its results are the module path's bits.
+// Attention stays in Python between the halves (attention.py): prefill chunks need SDPA.
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstring>
+
+#include "kernels.h"
+
+namespace minivllm {
+namespace {
+
+// What PackedLinear calls: oneDNN's linear over a weight converted once at load.
+torch::Tensor onednn_linear(const torch::Tensor& x, const torch::Tensor& weight, const std::optional<torch::Tensor>& bias) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  std::vector<c10::IValue> stack{x, weight, bias ? c10::IValue(*bias) : c10::IValue(), c10::IValue(std::string("none")),
+                                 c10::IValue(c10::List<std::optional<at::Scalar>>()), c10::IValue(std::string(""))};
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+// Copies each new token's K and V into its cache slot: rows of the [kv_heads * slots, D] view, head-major.
+void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& k_cache, torch::Tensor& v_cache,
+              const torch::Tensor& write_rows) {
+  const int64_t T = k.size(0), kv_heads = k.size(1), D = k.size(2);
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.size(0) == kv_heads && k_cache.size(3) == D,
+              "caches: contiguous [kv_heads, blocks, block_size, D]");
+  TORCH_CHECK(write_rows.scalar_type() == torch::kLong && write_rows.is_contiguous() && write_rows.numel() == kv_heads * T,
+              "write_rows: contiguous int64 [kv_heads * T]");
+  const int64_t rows = k_cache.numel() / D;
+  const int64_t* row = write_rows.data_ptr<int64_t>();
+  float* kc = k_cache.data_ptr<float>();
+  float* vc = v_cache.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  for (int64_t h = 0; h < kv_heads; ++h) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t r = row[h * T + t];
+      TORCH_CHECK(r >= 0 && r < rows, "write row outside the cache");
+      std::memcpy(kc + r * D, kp + t * k.stride(0) + h * k.stride(1), D * sizeof(float));
+      std::memcpy(vc + r * D, vp + t * v.stride(0) + h * v.stride(1), D * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+torch::Tensor Projection::operator()(const torch::Tensor& x) const {
+  torch::Tensor out = packed.defined() ? onednn_linear(x, packed, bias) : int8_linear(x.contiguous(), int8_weights, int8_scales, "auto");
+  if (!packed.defined() && bias) out = out + *bias;
+  return out;
+}
+
+// Norm, Q/K/V projection, RoPE on Q and K, and K/V written into the cache. Returns q, k, v:
+// [T, heads or kv_heads, D] views of one projection output.
+std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& cos,
+                                                  const torch::Tensor& sin, torch::Tensor& k_cache, torch::Tensor& v_cache,
+                                                  const torch::Tensor& write_rows) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "x: float32 [T, hidden]");
+  const int64_t T = x.size(0);
+  auto qkv = w.qkv(rms_norm(x.contiguous(), w.input_norm, w.eps)).view({T, w.heads + 2 * w.kv_heads, w.head_dim});
+  auto qk = qkv.narrow(1, 0, w.heads + w.kv_heads);
+  rotary_inplace(qk, cos, sin);
+  auto q = qkv.narrow(1, 0, w.heads);
+  auto k = qkv.narrow(1, w.heads, w.kv_heads);
+  auto v = qkv.narrow(1, w.heads + w.kv_heads, w.kv_heads);
+  write_kv(k, v, k_cache, v_cache, write_rows);
+  return {q, k, v};
+}
+
+// o_proj and the residual; then norm, gate/up, SiLU(gate) * up, down and the residual.
+torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& attended) {
+  const int64_t T = x.size(0);
+  auto h = x + w.o(attended.reshape({T, w.heads * w.head_dim}));
+  auto gate_up = w.gate_up(rms_norm(h.contiguous(), w.post_attention_norm, w.eps));
+  auto gated = at::silu(gate_up.narrow(-1, 0, w.intermediate)) * gate_up.narrow(-1, w.intermediate, w.intermediate);
+  return h + w.down(gated);
+}
+
+}  // namespace minivllm
