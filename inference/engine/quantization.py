@@ -1,14 +1,14 @@
 """Weight-only int8 quantization (MINIVLLM_QUANT=int8): the single-stream latency mode.
 
 A decode step on CPU is bound by reading weights from memory; int8 weights halve the bytes
-of bf16 and quarter those of float32. Scales are per output channel and symmetric, and our
-AVX2 kernel (kernels/int8_linear.cpp) converts the weights to float32 inside the dot products.
+of bf16 and quarter those of float32. Scales are per output channel and symmetric. Our kernel
+(kernels/int8_linear.cpp) rounds each float32 activation row to int16 with its own scale and
+sums exact integer products (AVX2 or AVX-512 VNNI, the same bits on both).
 
 Every row, prefill or decode, goes through that kernel, because it is exact per row: a row's
 result never depends on the rows beside it, so a request's tokens do not change with the
 batch around it. Any BLAS GEMM in the path breaks that (MKL gives a row different low bits
-in a batch of 8 than alone). Activations stay float32 (aten's `_weight_int8pack_mm`, used
-before, needed bf16 ones on AVX2 and streamed weights ~1.5x slower at one row).
+in a batch of 8 than alone).
 """
 from __future__ import annotations
 

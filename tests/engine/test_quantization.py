@@ -89,7 +89,6 @@ def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
         return model.compute_logits(hidden).argmax(dim=-1).tolist()
 
 
-@pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int8pack_mm"), reason="no int8 CPU kernel in this torch")
 def test_int8_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_tokenizer):
     """Per position, teacher-forced: given bf16's own greedy text, does int8 pick bf16's next token?
 
@@ -113,7 +112,6 @@ def test_int8_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_tokeni
     assert agree / total >= 0.95, f"int8 agrees with bf16 on {agree}/{total} positions"
 
 
-@pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int8pack_mm"), reason="no int8 CPU kernel in this torch")
 def test_int8_batching_does_not_change_greedy_tokens(real_hf_model, smollm_tokenizer):
     """Alone or in a batch of 8 (with other requests' prefill chunks in its steps), the same tokens."""
     cfg = EngineConfig(dtype="float32", device="cpu", quantization="int8", kv_cache_mb=64, max_num_seqs=8)

@@ -3,13 +3,16 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace minivllm;
-  m.def("int8_linear", &int8_linear, "x @ (sum of int8 weight levels * their scales).T, float32, exact per row",
+  // The kernels drop the GIL while they run: a whole decode step can be one call, and the
+  // server's event loop must keep streaming meanwhile.
+  using nogil = py::call_guard<py::gil_scoped_release>;
+  m.def("int8_linear", &int8_linear, nogil(), "x @ (sum of int8 weight levels * their scales).T, float32, exact per row",
         py::arg("x"), py::arg("weights"), py::arg("scales"), py::arg("isa") = "auto");
   m.def("int8_linear_isa", &int8_linear_isa, "the instruction set int8_linear uses on this CPU");
-  m.def("paged_attention_scores", &paged_attention_scores, "decode q.k scores read from the paged cache");
-  m.def("paged_attention_values", &paged_attention_values, "decode probs @ V read from the paged cache");
-  m.def("rms_norm", &rms_norm, "RMSNorm over float32 rows, HF's order of operations");
-  m.def("rotary_inplace", &rotary_inplace, "rotate-half RoPE in place over [T, heads, D]");
+  m.def("paged_attention_scores", &paged_attention_scores, nogil(), "decode q.k scores read from the paged cache");
+  m.def("paged_attention_values", &paged_attention_values, nogil(), "decode probs @ V read from the paged cache");
+  m.def("rms_norm", &rms_norm, nogil(), "RMSNorm over float32 rows, HF's order of operations");
+  m.def("rotary_inplace", &rotary_inplace, nogil(), "rotate-half RoPE in place over [T, heads, D]");
 
   py::class_<Projection>(m, "Projection")
       .def_static("int8", [](std::vector<torch::Tensor> weights, std::vector<torch::Tensor> scales, std::optional<torch::Tensor> bias) {
@@ -26,6 +29,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            }),
            py::arg("input_norm"), py::arg("post_attention_norm"), py::arg("eps"), py::arg("qkv"), py::arg("o"),
            py::arg("gate_up"), py::arg("down"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("intermediate"));
-  m.def("llama_attention_inputs", &llama_attention_inputs, "norm, QKV, RoPE and the cache write of a Llama layer");
-  m.def("llama_attention_output_and_mlp", &llama_attention_output_and_mlp, "o_proj, residual, norm and MLP of a Llama layer");
+  m.def("llama_attention_inputs", &llama_attention_inputs, nogil(), "norm, QKV, RoPE and the cache write of a Llama layer");
+  m.def("llama_attention_output_and_mlp", &llama_attention_output_and_mlp, nogil(), "o_proj, residual, norm and MLP of a Llama layer");
+  m.def("llama_decode_layers", &llama_decode_layers, nogil(), "every Llama layer of a decode-only step, paged attention included");
 }

@@ -38,5 +38,9 @@ std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, co
                                                   const torch::Tensor& sin, torch::Tensor& k_cache, torch::Tensor& v_cache,
                                                   const torch::Tensor& write_rows);
 torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& attended);
+torch::Tensor llama_decode_layers(const std::vector<const LlamaLayerWeights*>& layers, torch::Tensor x, const torch::Tensor& cos,
+                                  const torch::Tensor& sin, const std::vector<torch::Tensor>& k_caches,
+                                  const std::vector<torch::Tensor>& v_caches, const torch::Tensor& write_rows,
+                                  const torch::Tensor& block_tables, const torch::Tensor& lengths, double scale);
 
 }  // namespace minivllm

@@ -3,7 +3,8 @@
 // Why: at one stream a decode step is ~200 small ops, and Python plus nn.Module dispatch cost
 // more per op than most ops themselves. Each half calls the same kernels and aten ops as the
 // module path (models/llama.py), in the same order, so its results are the module path's bits.
-// Attention stays in Python between the halves (attention.py): prefill chunks need SDPA.
+// Attention stays in Python between the halves (attention.py) where prefill chunks need SDPA;
+// a step of decodes only runs every layer, attention included, in one call.
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstring>
@@ -78,6 +79,23 @@ torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const t
   auto gate_up = w.gate_up(rms_norm(h.contiguous(), w.post_attention_norm, w.eps));
   auto gated = at::silu(gate_up.narrow(-1, 0, w.intermediate)) * gate_up.narrow(-1, w.intermediate, w.intermediate);
   return h + w.down(gated);
+}
+
+// Every layer of a decode-only step: each layer's halves with the paged decode attention
+// between them, the same calls attention.py's kernel path makes (softmax included).
+torch::Tensor llama_decode_layers(const std::vector<const LlamaLayerWeights*>& layers, torch::Tensor x, const torch::Tensor& cos,
+                                  const torch::Tensor& sin, const std::vector<torch::Tensor>& k_caches,
+                                  const std::vector<torch::Tensor>& v_caches, const torch::Tensor& write_rows,
+                                  const torch::Tensor& block_tables, const torch::Tensor& lengths, double scale) {
+  TORCH_CHECK(k_caches.size() == layers.size() && v_caches.size() == layers.size(), "one K and one V cache per layer");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    torch::Tensor k_cache = k_caches[i], v_cache = v_caches[i];
+    const auto qkv = llama_attention_inputs(*layers[i], x, cos, sin, k_cache, v_cache, write_rows);
+    const auto scores = paged_attention_scores(qkv[0].contiguous(), k_cache, block_tables, lengths, scale);
+    const auto attended = paged_attention_values(at::softmax(scores, -1), v_cache, block_tables, lengths);
+    x = llama_attention_output_and_mlp(*layers[i], x, attended);
+  }
+  return x;
 }
 
 }  // namespace minivllm

@@ -1,7 +1,8 @@
 """Hands each Llama decoder layer to the C++ kernels (kernels/llama_layer.cpp) where it can.
 
 At one stream a decode step is ~200 small ops and Python's per-op cost exceeds most of them;
-the C++ halves of a layer make it two calls around attention. They run the same kernels as
+the C++ halves of a layer make it two calls around attention, and a step of decodes only
+runs all layers in one call. They run the same kernels as
 the module path, so they apply wherever every projection is one our C++ can call: int8
 (MINIVLLM_QUANT=int8) or oneDNN-packed float32, on CPU. Elsewhere (bf16, CUDA) the modules run.
 """
@@ -53,4 +54,6 @@ def compile_layers(model: nn.Module) -> bool:
         return False
     for layer, w in zip(model.layers, weights):
         layer.compiled_weights = w
+    if model.cfg.head_dim % 8 == 0:  # what the paged decode attention kernels need
+        model.compiled_decode_layers = weights
     return True

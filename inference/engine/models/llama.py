@@ -124,6 +124,7 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        self.compiled_decode_layers = None  # every layer's C++ weights, set by compiled_layers.compile_layers
 
     @property
     def kv_shape(self) -> tuple[int, int, int]:
@@ -133,6 +134,12 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
         rope = self.rotary.tables(positions, x.dtype)
+        if self.compiled_decode_layers is not None and not meta.prefills and meta.decode_tables is not None:
+            x = kernels().llama_decode_layers(
+                self.compiled_decode_layers, x, *rope, [k for k, _ in kv_caches], [v for _, v in kv_caches],
+                meta.write_rows, meta.decode_tables, meta.decode_lengths, self.layers[0].self_attn.scale,
+            )
+            return self.norm(x)
         for layer, kv_cache in zip(self.layers, kv_caches):
             x = layer(x, rope, kv_cache, meta)
         return self.norm(x)

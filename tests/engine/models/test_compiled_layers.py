@@ -23,14 +23,19 @@ def run_mixed_steps(engine) -> dict:
 
 @pytest.mark.parametrize("make_model", [tiny_llama_hf, tiny_qwen2_hf], ids=["llama", "qwen2-bias"])
 @pytest.mark.parametrize("quantization", ["none", "int8"])
-def test_compiled_halves_give_the_modules_bits(make_model, quantization, smollm_tokenizer):
+def test_compiled_paths_give_the_modules_bits(make_model, quantization, smollm_tokenizer):
+    """Decode-only steps in one call, other steps in layer halves, against the modules throughout."""
     hf = make_model()
-    compiled = engine_for(hf, smollm_tokenizer, quantization=quantization, max_num_batched_tokens=48)
-    modules = engine_for(hf, smollm_tokenizer, quantization=quantization, max_num_batched_tokens=48)
-    assert all(layer.compiled_weights is not None for layer in compiled.bundle.model.layers)
-    for layer in modules.bundle.model.layers:
+    engines = [engine_for(hf, smollm_tokenizer, quantization=quantization, max_num_batched_tokens=48) for _ in range(3)]
+    whole, halves, modules = (engine.bundle.model for engine in engines)
+    assert whole.compiled_decode_layers is not None
+    assert all(layer.compiled_weights is not None for layer in whole.layers)
+    halves.compiled_decode_layers = modules.compiled_decode_layers = None
+    for layer in modules.layers:
         layer.compiled_weights = None
-    assert run_mixed_steps(compiled) == run_mixed_steps(modules)
+    reference = run_mixed_steps(engines[2])
+    assert run_mixed_steps(engines[0]) == reference
+    assert run_mixed_steps(engines[1]) == reference
 
 
 def test_a_bf16_model_keeps_its_modules(smollm_tokenizer):
@@ -39,3 +44,4 @@ def test_a_bf16_model_keeps_its_modules(smollm_tokenizer):
     config = EngineConfig(dtype="bfloat16", device="cpu")
     bundle = build_bundle(hf.config, smollm_tokenizer, hf.state_dict(), name="tiny", config=config)
     assert all(layer.compiled_weights is None for layer in bundle.model.layers)
+    assert bundle.model.compiled_decode_layers is None
