@@ -8,6 +8,7 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -56,6 +57,65 @@ int64_t score_width(const torch::Tensor& block_tables, int64_t block_size) {
   return (block_tables.size(1) * block_size + kRowAlign - 1) / kRowAlign * kRowAlign;
 }
 
+// Scores of 8 consecutive tokens for one query head: 8 accumulators, then one hadd tree.
+inline void score_eight(const float* query, const PagedView& keys, int64_t h, const int64_t* table, int64_t t, int64_t dim,
+                        float scale, float* out) {
+  const float* rows[8];
+  for (int64_t j = 0; j < 8; ++j) rows[j] = keys.row(h, table, t + j);
+  __m256 acc[8];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int64_t d = 0; d < dim; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(query + d);
+    for (int64_t j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[j] + d), acc[j]);
+  }
+  _mm256_storeu_ps(out, _mm256_mul_ps(horizontal_sums(acc), _mm256_set1_ps(scale)));
+}
+
+// Up to 32 output floats of up to 3 heads of a group, accumulated in registers over every token
+// in order: each output is p[0] * v[0] + p[1] * v[1] + ..., one fused multiply-add per token.
+// Several heads per pass share each V load and keep 4-12 independent accumulator chains busy.
+constexpr int64_t kValueSlice = 32;
+constexpr int64_t kValueHeads = 3;
+
+template <int64_t Heads, int64_t Vectors>
+void weighted_sums(const float* p, int64_t width, const PagedView& values, int64_t h, const int64_t* table, int64_t length,
+                   int64_t d, float* out, int64_t dim) {
+  __m256 acc[Heads][Vectors];
+  for (auto& head : acc)
+    for (auto& a : head) a = _mm256_setzero_ps();
+  for (int64_t t = 0; t < length; ++t) {
+    const float* value = values.row(h, table, t) + d;
+    __m256 v[Vectors];
+    for (int64_t i = 0; i < Vectors; ++i) v[i] = _mm256_loadu_ps(value + 8 * i);
+    for (int64_t g = 0; g < Heads; ++g) {
+      const __m256 weight = _mm256_set1_ps(p[g * width + t]);
+      for (int64_t i = 0; i < Vectors; ++i) acc[g][i] = _mm256_fmadd_ps(weight, v[i], acc[g][i]);
+    }
+  }
+  for (int64_t g = 0; g < Heads; ++g)
+    for (int64_t i = 0; i < Vectors; ++i) _mm256_storeu_ps(out + g * dim + 8 * i, acc[g][i]);
+}
+
+template <int64_t Heads>
+void weighted_sums(const float* p, int64_t width, const PagedView& values, int64_t h, const int64_t* table, int64_t length,
+                   int64_t d, int64_t floats, float* out, int64_t dim) {
+  switch (floats / 8) {
+    case 4: return weighted_sums<Heads, 4>(p, width, values, h, table, length, d, out, dim);
+    case 3: return weighted_sums<Heads, 3>(p, width, values, h, table, length, d, out, dim);
+    case 2: return weighted_sums<Heads, 2>(p, width, values, h, table, length, d, out, dim);
+    default: return weighted_sums<Heads, 1>(p, width, values, h, table, length, d, out, dim);
+  }
+}
+
+inline void weighted_sums(const float* p, int64_t width, const PagedView& values, int64_t h, const int64_t* table,
+                          int64_t length, int64_t d, int64_t floats, int64_t heads, float* out, int64_t dim) {
+  switch (heads) {
+    case 3: return weighted_sums<3>(p, width, values, h, table, length, d, floats, out, dim);
+    case 2: return weighted_sums<2>(p, width, values, h, table, length, d, floats, out, dim);
+    default: return weighted_sums<1>(p, width, values, h, table, length, d, floats, out, dim);
+  }
+}
+
 }  // namespace
 
 // [B, heads, score_width] scaled q.k scores; -inf past each sequence's length.
@@ -78,14 +138,14 @@ torch::Tensor paged_attention_scores(const torch::Tensor& q, const torch::Tensor
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / keys.kv_heads, h = task % keys.kv_heads;
       const int64_t* table = tables + b * block_tables.size(1);
-      const float* query = qp + (b * heads + h * group) * dim;
-      float* out = sp + (b * heads + h * group) * width;
-      for (int64_t t = 0; t < lens[b]; ++t) {
-        const float* key = keys.row(h, table, t);
-        for (int64_t g = 0; g < group; ++g) out[g * width + t] = dot(query + g * dim, key, dim) * s;
+      for (int64_t g = 0; g < group; ++g) {
+        const float* query = qp + (b * heads + h * group + g) * dim;
+        float* out = sp + (b * heads + h * group + g) * width;
+        int64_t t = 0;
+        for (; t + 8 <= lens[b]; t += 8) score_eight(query, keys, h, table, t, dim, s, out + t);
+        for (; t < lens[b]; ++t) out[t] = dot(query, keys.row(h, table, t), dim) * s;
+        std::fill(out + lens[b], out + width, -std::numeric_limits<float>::infinity());
       }
-      for (int64_t g = 0; g < group; ++g)
-        std::fill(out + g * width + lens[b], out + (g + 1) * width, -std::numeric_limits<float>::infinity());
     }
   });
   return scores;
@@ -102,7 +162,7 @@ torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Te
   TORCH_CHECK(width >= block_tables.size(1) * values.block_size, "probs narrower than the block tables");
   const int64_t group = heads / values.kv_heads;
   const int64_t* lens = lengths.data_ptr<int64_t>();
-  auto out = torch::zeros({batch, heads, dim}, probs.options());
+  auto out = torch::empty({batch, heads, dim}, probs.options());
   const float* pp = probs.data_ptr<float>();
   const int64_t* tables = block_tables.data_ptr<int64_t>();
   float* op = out.data_ptr<float>();
@@ -110,11 +170,12 @@ torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Te
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / values.kv_heads, h = task % values.kv_heads;
       const int64_t* table = tables + b * block_tables.size(1);
-      const float* p = pp + (b * heads + h * group) * width;
-      float* acc = op + (b * heads + h * group) * dim;
-      for (int64_t t = 0; t < lens[b]; ++t) {
-        const float* value = values.row(h, table, t);
-        for (int64_t g = 0; g < group; ++g) axpy(p[g * width + t], value, acc + g * dim, dim);
+      for (int64_t g = 0; g < group; g += kValueHeads) {
+        const float* p = pp + (b * heads + h * group + g) * width;
+        float* acc = op + (b * heads + h * group + g) * dim;
+        const int64_t heads_now = std::min(kValueHeads, group - g);
+        for (int64_t d = 0; d < dim; d += kValueSlice)
+          weighted_sums(p, width, values, h, table, lens[b], d, std::min(kValueSlice, dim - d), heads_now, acc + d, dim);
       }
     }
   });
