@@ -17,15 +17,25 @@ def resolve_device(requested: str) -> torch.device:
 
 
 @functools.cache
-def cpu_flags() -> frozenset[str]:
+def _cpuinfo_field(name: str) -> str:
+    """The first value of a /proc/cpuinfo field ("" where there is none, e.g. off Linux)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+                if line.startswith(name):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return frozenset()
+    return ""
+
+
+def cpu_flags() -> frozenset[str]:
+    return frozenset(_cpuinfo_field("flags").split())
+
+
+def cpu_vendor() -> str:
+    """"GenuineIntel", "AuthenticAMD", ..."""
+    return _cpuinfo_field("vendor_id")
 
 
 def bf16_beats_float32(flags: frozenset[str]) -> bool:

@@ -1,4 +1,4 @@
-"""Swapping a loaded model's nn.Linear layers for a faster kind (int8, oneDNN-packed)."""
+"""Swapping a loaded model's nn.Linear layers for a faster kind (int8, packed float32)."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,45 +1,69 @@
-"""float32 linears on CPU through oneDNN, with weights converted to oneDNN tensors once at load.
+"""float32 linears on CPU with weights packed once at load for the fastest GEMM this CPU has.
 
-MKL's GEMM (what F.linear calls) is slow on this project's CPUs for the shapes a batched
-decode makes: a few to a few dozen rows against a wide weight. oneDNN measured 1.7x the
-engine's whole decode step at 32 sequences and 1.3x at 8 (docs/performance.md, section 14),
-the same at one, and faster on prefill's hundreds of rows. `mkldnn._linear_pointwise` is the
-op torch's own compiler emits for this.
+A batched decode multiplies a few to a few dozen rows by a wide weight, where plain F.linear
+is slow. Which packed GEMM wins depends on the CPU (docs/performance.md, sections 14 and 22):
+- Intel: MKL's packed SGEMM (`cblas_sgemm_compute`, what `mkl::_mkl_linear` calls), measured
+  1.6-1.9x oneDNN at 8-32 rows on a Xeon. The packed layout does not depend on the row count,
+  so the one packing serves every call: we pass each call's own row count as the "prepacked
+  batch size", which keeps the op on its packed path (a test checks every row count's result).
+- elsewhere (AMD): oneDNN (`mkldnn::_linear_pointwise`), measured 1.7x MKL's F.linear on an
+  EPYC at 32 rows; MKL is Intel's library.
+Both are the ops torch's own compiler emits for CPU linears.
 
-The oneDNN weight is a plain attribute, not a parameter or buffer: load the model onto its
+The packed weights are plain attributes, not parameters or buffers: load the model onto its
 device before packing, and do not move it afterwards.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
+from .device import cpu_vendor
 from .linear_swap import replace_linears
+
+MKL_PACKING_ROWS = 32  # what the packing call is told; the layout it returns is the same for any
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    return (
-        device.type == "cpu"
-        and dtype == torch.float32
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    )
+    return device.type == "cpu" and dtype == torch.float32 and packing_backend() is not None
+
+
+@functools.cache
+def packing_backend() -> str | None:
+    """"mkl" on Intel CPUs, "onednn" on others, None where this torch has neither op."""
+    has_mkl = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+    has_onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    if has_mkl and cpu_vendor() == "GenuineIntel":
+        return "mkl"
+    return "onednn" if has_onednn else None
 
 
 class PackedLinear(nn.Module):
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, backend: str | None = None):
         super().__init__()
-        self.packed_weight = linear.weight.detach().to_mkldnn()
+        self.backend = backend or packing_backend()
+        weight = linear.weight.detach()
+        if self.backend == "mkl":
+            self.weight = weight  # the op reads its shape, and falls back to it for unpacked row counts
+            self.packed_weight = torch.ops.mkl._mkl_reorder_linear_weight(weight, MKL_PACKING_ROWS)
+        else:
+            self.weight = None
+            self.packed_weight = weight.to_mkldnn()
         self.bias = linear.bias
         self.in_features = linear.in_features
         self.out_features = linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        out = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
+        if self.backend == "mkl":
+            out = torch.ops.mkl._mkl_linear(rows, self.packed_weight, self.weight, self.bias, rows.shape[0])
+        else:
+            out = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
         return out.view(*x.shape[:-1], self.out_features)
 
 
-def pack_linears(model: nn.Module) -> nn.Module:
+def pack_linears(model: nn.Module, backend: str | None = None) -> nn.Module:
     """Replaces every nn.Linear with a PackedLinear (a tied lm_head gets its own packed copy)."""
-    return replace_linears(model, lambda _name, linear: PackedLinear(linear))
+    return replace_linears(model, lambda _name, linear: PackedLinear(linear, backend))

@@ -1,4 +1,4 @@
-"""oneDNN-packed float32 linears: the same function as nn.Linear, chosen only where it applies."""
+"""Packed float32 linears (MKL, oneDNN): the same function as nn.Linear, chosen only where it applies."""
 from __future__ import annotations
 
 import pytest
@@ -7,20 +7,28 @@ from torch import nn
 
 from inference.engine.config import EngineConfig
 from inference.engine.loader import load_model
-from inference.engine.packed_linear import PackedLinear, can_pack, pack_linears
+from inference.engine.packed_linear import PackedLinear, can_pack, pack_linears, packing_backend
 
-pytestmark = pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="no oneDNN in this torch")
+pytestmark = pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="no packed GEMM in this torch")
+BACKENDS = [b for b in ("mkl", "onednn") if b == "onednn" or torch.backends.mkl.is_available()]
 
 
-@pytest.mark.parametrize("rows", [1, 7, 32, 300])
-def test_packed_linear_matches_nn_linear(rows):
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rows", [1, 7, 31, 32, 33, 300])  # MKL's packing is made once, for 32 rows
+def test_packed_linear_matches_nn_linear(backend, rows):
     torch.manual_seed(0)
     linear = nn.Linear(96, 320)
     x = torch.randn(2, rows, 96)
     expected = linear(x)
-    got = PackedLinear(linear)(x)
+    got = PackedLinear(linear, backend)(x)
     assert got.shape == expected.shape
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_mkl_is_the_choice_on_intel_only():
+    from inference.engine.device import cpu_vendor
+
+    assert (packing_backend() == "mkl") == (cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available())
 
 
 def test_pack_replaces_every_linear_and_keeps_biases():

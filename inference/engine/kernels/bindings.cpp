@@ -16,10 +16,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   py::class_<Projection>(m, "Projection")
       .def_static("int8", [](std::vector<torch::Tensor> weights, std::vector<torch::Tensor> scales, std::optional<torch::Tensor> bias) {
-        return Projection{std::move(weights), std::move(scales), torch::Tensor(), std::move(bias)};
+        return Projection{std::move(weights), std::move(scales), torch::Tensor(), torch::Tensor(), std::move(bias)};
       })
       .def_static("onednn", [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
-        return Projection{{}, {}, std::move(packed), std::move(bias)};
+        return Projection{{}, {}, std::move(packed), torch::Tensor(), std::move(bias)};
+      })
+      .def_static("mkl", [](torch::Tensor packed, torch::Tensor dense, std::optional<torch::Tensor> bias) {
+        return Projection{{}, {}, std::move(packed), std::move(dense), std::move(bias)};
       });
   py::class_<LlamaLayerWeights>(m, "LlamaLayerWeights")
       .def(py::init([](torch::Tensor input_norm, torch::Tensor post_attention_norm, double eps, Projection qkv, Projection o,

@@ -18,10 +18,11 @@ torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Te
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 void rotary_inplace(torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
-// One projection as the loader left it: int8 levels with their scales, or a oneDNN float32 weight.
+// One projection as the loader left it: int8 levels with their scales, or a packed float32
+// weight (MKL's when `dense` holds the plain weight too, oneDNN's otherwise; packed_linear.py).
 struct Projection {
   std::vector<torch::Tensor> int8_weights, int8_scales;
-  torch::Tensor packed;
+  torch::Tensor packed, dense;
   std::optional<torch::Tensor> bias;
   torch::Tensor operator()(const torch::Tensor& x) const;
 };

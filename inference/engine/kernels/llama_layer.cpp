@@ -14,11 +14,20 @@
 namespace minivllm {
 namespace {
 
-// What PackedLinear calls: oneDNN's linear over a weight converted once at load.
+// What PackedLinear calls (packed_linear.py): oneDNN's linear, or MKL's packed SGEMM told the
+// call's own row count (the packed layout serves any).
 torch::Tensor onednn_linear(const torch::Tensor& x, const torch::Tensor& weight, const std::optional<torch::Tensor>& bias) {
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
   std::vector<c10::IValue> stack{x, weight, bias ? c10::IValue(*bias) : c10::IValue(), c10::IValue(std::string("none")),
                                  c10::IValue(c10::List<std::optional<at::Scalar>>()), c10::IValue(std::string(""))};
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+torch::Tensor mkl_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& dense,
+                         const std::optional<torch::Tensor>& bias) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkl::_mkl_linear", "");
+  std::vector<c10::IValue> stack{x, packed, dense, bias ? c10::IValue(*bias) : c10::IValue(), c10::IValue(x.size(0))};
   op.callBoxed(&stack);
   return stack[0].toTensor();
 }
@@ -50,9 +59,10 @@ void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& k_c
 }  // namespace
 
 torch::Tensor Projection::operator()(const torch::Tensor& x) const {
-  torch::Tensor out = packed.defined() ? onednn_linear(x, packed, bias) : int8_linear(x.contiguous(), int8_weights, int8_scales, "auto");
-  if (!packed.defined() && bias) out = out + *bias;
-  return out;
+  if (dense.defined()) return mkl_linear(x, packed, dense, bias);
+  if (packed.defined()) return onednn_linear(x, packed, bias);
+  torch::Tensor out = int8_linear(x.contiguous(), int8_weights, int8_scales, "auto");
+  return bias ? out + *bias : out;
 }
 
 // Norm, Q/K/V projection, RoPE on Q and K, and K/V written into the cache. Returns q, k, v:

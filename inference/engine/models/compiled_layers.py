@@ -4,7 +4,7 @@ At one stream a decode step is ~200 small ops and Python's per-op cost exceeds m
 the C++ halves of a layer make it two calls around attention, and a step of decodes only
 runs all layers in one call. They run the same kernels as
 the module path, so they apply wherever every projection is one our C++ can call: int8
-(MINIVLLM_QUANT=int8) or oneDNN-packed float32, on CPU. Elsewhere (bf16, CUDA) the modules run.
+(MINIVLLM_QUANT=int8) or packed float32 (MKL or oneDNN), on CPU. Elsewhere (bf16, CUDA) the modules run.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def _projection(compiled, linear: nn.Module):
         weights = [linear._buffers[f"weight_int8_{i}"] for i in range(linear.levels)]
         scales = [linear._buffers[f"scales_{i}"] for i in range(linear.levels)]
         return compiled.Projection.int8(weights, scales, linear.bias)
+    if isinstance(linear, PackedLinear) and linear.backend == "mkl":
+        return compiled.Projection.mkl(linear.packed_weight, linear.weight, linear.bias)
     if isinstance(linear, PackedLinear):
         return compiled.Projection.onednn(linear.packed_weight, linear.bias)
     return None
