@@ -117,8 +117,9 @@ def targets_section(report: dict) -> list[str]:
     out = [
         "## Targets (performance issue)",
         "",
-        (f"Machine factor: this run's HF float32 one-at-a-time baseline is {_fmt(factor, 'x')} slower than on the machine "
-         "the targets were set on; absolute targets are judged as written and scaled by that factor."),
+        (f"Machine factor {_fmt(factor)}: this run's HF float32 one-at-a-time baseline took {_fmt(factor, 'x')} the time per "
+         "token it took on the machine the targets were set on (above 1: this machine is slower); absolute targets are "
+         "judged as written and scaled by that factor."),
         "",
         "| target | measured | verdict |",
         "|---|---|---|",
