@@ -70,7 +70,9 @@ def test_a_linear_the_kernel_cannot_take_is_refused_at_load():
 
 
 def engine_with(real_hf_model, tokenizer, quantization: str) -> LLMEngine:
-    cfg = EngineConfig(dtype="bfloat16", device="cpu", quantization=quantization, kv_cache_mb=64, max_num_seqs=20)
+    """bf16 for the reference; int8 as the server runs it without AMX: float32 activations, every kernel in its path."""
+    dtype = "bfloat16" if quantization == "none" else "float32"
+    cfg = EngineConfig(dtype=dtype, device="cpu", quantization=quantization, kv_cache_mb=64, max_num_seqs=20)
     bundle = build_bundle(real_hf_model.config, tokenizer, real_hf_model.state_dict(), name="smollm2", config=cfg)
     return LLMEngine(cfg, bundle=bundle)
 
