@@ -1,4 +1,4 @@
-"""The engine's hand-written CPU kernels (AVX2 C++), built on first use and cached.
+"""The engine's hand-written CPU kernels (C++, AVX2 and up), built on first use and cached.
 
 `torch.utils.cpp_extension.load` compiles them with the machine's g++ (about two minutes, once;
 `make install` does it up front) into ~/.cache/torch_extensions, and rebuilds when a source
