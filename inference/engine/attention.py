@@ -34,8 +34,8 @@ class PrefillChunk:
 class AttentionMetadata:
     write_rows: torch.Tensor  # [kv_heads * T] rows of the [kv_heads * slots, head_dim] view, head-major
     num_decodes: int
-    decode_block_rows: torch.Tensor | None  # [kv_heads * B * blocks] block rows of each decode's context (padded)
-    decode_padding: torch.Tensor | None  # [1, B, 1, blocks * block_size] bool, True where a key is padding
+    decode_block_rows: torch.Tensor | None  # [kv_heads * B * blocks] block rows of each decode's context (padded), torch path only
+    decode_padding: torch.Tensor | None  # [1, B, 1, blocks * block_size] bool, True where a key is padding, torch path only
     prefills: list[PrefillChunk]
     decode_tables: torch.Tensor | None = None  # [B, blocks] int64 block tables (padded with block 0), for the kernels
     decode_lengths: torch.Tensor | None = None  # [B] int64 context length of each decode, its new token included
@@ -85,11 +85,15 @@ def _gather(cache: torch.Tensor, block_rows: torch.Tensor, groups: int) -> torch
     return cache.view(kv_heads * num_blocks, block_size * dim).index_select(0, block_rows).view(groups, -1, dim)
 
 
+def decode_in_place(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether decodes read the cache in place through our kernels (else the gathered torch path)."""
+    return device.type == "cpu" and dtype == torch.float32 and head_dim % 8 == 0 and kernels() is not None
+
+
 def _decode_attention(q, k_cache, v_cache, meta: AttentionMetadata, scale) -> torch.Tensor:
     """One query token per sequence."""
-    compiled = kernels() if q.device.type == "cpu" and q.dtype == torch.float32 and q.shape[-1] % 8 == 0 else None
-    if compiled is not None and meta.decode_tables is not None:
-        return _decode_attention_in_place(compiled, q, k_cache, v_cache, meta, scale)
+    if meta.decode_tables is not None and decode_in_place(q.device, q.dtype, q.shape[-1]):
+        return _decode_attention_in_place(kernels(), q, k_cache, v_cache, meta, scale)
     return _decode_attention_gathered(q, k_cache, v_cache, meta.decode_block_rows, meta.decode_padding, scale)
 
 
