@@ -5,7 +5,9 @@ is slow. Which packed GEMM wins depends on the CPU (docs/performance.md, section
 - Intel: MKL's packed SGEMM (`cblas_sgemm_compute`, what `mkl::_mkl_linear` calls), measured
   1.6-1.9x oneDNN at 8-32 rows on a Xeon. The packed layout does not depend on the row count,
   so the one packing serves every call: we pass each call's own row count as the "prepacked
-  batch size", which keeps the op on its packed path (a test checks every row count's result).
+  batch size", which keeps the op on its packed path. MKL does not promise that layout, so
+  it is checked once per process against F.linear (`mkl_packing_serves_any_row_count`); where
+  the check fails, oneDNN is used.
 - elsewhere (AMD): oneDNN (`mkldnn::_linear_pointwise`), measured 1.7x MKL's F.linear on an
   EPYC at 32 rows; MKL is Intel's library.
 Both are the ops torch's own compiler emits for CPU linears.
@@ -35,9 +37,30 @@ def packing_backend() -> str | None:
     """"mkl" on Intel CPUs, "onednn" on others, None where this torch has neither op."""
     has_mkl = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
     has_onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    if has_mkl and cpu_vendor() == "GenuineIntel":
+    if has_mkl and cpu_vendor() == "GenuineIntel" and mkl_packing_serves_any_row_count():
         return "mkl"
     return "onednn" if has_onednn else None
+
+
+@functools.cache
+def mkl_packing_serves_any_row_count() -> bool:
+    """One weight packed for MKL_PACKING_ROWS, multiplied at other row counts, equals F.linear."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(72, 48, generator=generator)
+    packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, MKL_PACKING_ROWS)
+    for rows in (1, 3, MKL_PACKING_ROWS + 9):
+        x = torch.randn(rows, 48, generator=generator)
+        got = torch.ops.mkl._mkl_linear(x, packed, _shape_of(weight), None, rows)
+        if not torch.allclose(got, torch.nn.functional.linear(x, weight), rtol=1e-4, atol=1e-4):
+            return False
+    return True
+
+
+def _shape_of(weight: torch.Tensor) -> torch.Tensor:
+    """What `_mkl_linear` wants beside the packed weight: it reads only the shape and dtype, since we
+    always pass the call's own row count (it would fall back to this tensor otherwise). A
+    zero-strided view, so the dense weight need not stay in memory beside its packed copy."""
+    return weight.new_zeros(()).expand(weight.shape)
 
 
 class PackedLinear(nn.Module):
@@ -46,7 +69,7 @@ class PackedLinear(nn.Module):
         self.backend = backend or packing_backend()
         weight = linear.weight.detach()
         if self.backend == "mkl":
-            self.weight = weight  # the op reads its shape, and falls back to it for unpacked row counts
+            self.weight = _shape_of(weight)
             self.packed_weight = torch.ops.mkl._mkl_reorder_linear_weight(weight, MKL_PACKING_ROWS)
         else:
             self.weight = None

@@ -25,10 +25,25 @@ def test_packed_linear_matches_nn_linear(backend, rows):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="no MKL in this torch")
+@pytest.mark.parametrize("shape", [(3072, 576), (576, 1536)])  # SmolLM2's gate/up and down
+@pytest.mark.parametrize("rows", [1, 5, 33, 100])
+def test_one_mkl_packing_serves_every_row_count_at_model_shapes(shape, rows):
+    torch.manual_seed(rows)
+    linear = nn.Linear(shape[1], shape[0], bias=False)
+    x = torch.randn(rows, shape[1])
+    packed = PackedLinear(linear, "mkl")
+    assert packed.weight.stride() == (0, 0)  # no dense copy kept beside the packed one
+    torch.testing.assert_close(packed(x), linear(x), rtol=1e-4, atol=1e-4)
+
+
 def test_mkl_is_the_choice_on_intel_only():
     from inference.engine.device import cpu_vendor
 
-    assert (packing_backend() == "mkl") == (cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available())
+    from inference.engine.packed_linear import mkl_packing_serves_any_row_count
+
+    on_intel = cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available()
+    assert (packing_backend() == "mkl") == (on_intel and mkl_packing_serves_any_row_count())
 
 
 def test_pack_replaces_every_linear_and_keeps_biases():

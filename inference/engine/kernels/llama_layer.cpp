@@ -38,6 +38,7 @@ void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& k_c
   const int64_t T = k.size(0), kv_heads = k.size(1), D = k.size(2);
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.size(0) == kv_heads && k_cache.size(3) == D,
               "caches: contiguous [kv_heads, blocks, block_size, D]");
+  TORCH_CHECK(v_cache.sizes() == k_cache.sizes(), "K and V caches differ in shape");
   TORCH_CHECK(write_rows.scalar_type() == torch::kLong && write_rows.is_contiguous() && write_rows.numel() == kv_heads * T,
               "write_rows: contiguous int64 [kv_heads * T]");
   const int64_t rows = k_cache.numel() / D;
