@@ -58,7 +58,6 @@ def load():
         raise KernelsUnavailable(str(error)) from error
 
 
-
 def _clear_stale_lock(lock: Path) -> None:
     """A build killed midway leaves its lock file behind, and cpp_extension would wait on it forever."""
     try:

@@ -2,15 +2,16 @@
 
 At one stream a decode step is ~200 small ops and Python's per-op cost exceeds most of them;
 the C++ halves of a layer make it two calls around attention, and a step of decodes only
-runs all layers in one call. They run the same kernels as
-the module path, so they apply wherever every projection is one our C++ can call: int8
-(MINIVLLM_QUANT=int8) or packed float32 (MKL or oneDNN), on CPU. Elsewhere (bf16, CUDA) the modules run.
+runs all layers in one call. They run the same kernels as the module path, so they apply
+wherever every projection is one our C++ can call: int8 (MINIVLLM_QUANT=int8) or packed
+float32 (MKL or oneDNN), on CPU. Elsewhere (bf16, CUDA) the modules run.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from ..attention import decode_in_place
 from ..kernels import kernels
 from ..packed_linear import PackedLinear
 from ..quantization import Int8Linear
@@ -19,9 +20,7 @@ from .llama import LlamaDecoderLayer, LlamaForCausalLM
 
 def _projection(compiled, linear: nn.Module):
     if isinstance(linear, Int8Linear):
-        weights = [linear._buffers[f"weight_int8_{i}"] for i in range(linear.levels)]
-        scales = [linear._buffers[f"scales_{i}"] for i in range(linear.levels)]
-        return compiled.Projection.int8(weights, scales, linear.bias)
+        return compiled.Projection.int8(*linear.weight_levels(), linear.bias)
     if isinstance(linear, PackedLinear) and linear.backend == "mkl":
         return compiled.Projection.mkl(linear.packed_weight, linear.weight, linear.bias)
     if isinstance(linear, PackedLinear):
@@ -56,6 +55,6 @@ def compile_layers(model: nn.Module) -> bool:
         return False
     for layer, w in zip(model.layers, weights):
         layer.compiled_weights = w
-    if model.cfg.head_dim % 8 == 0:  # what the paged decode attention kernels need
-        model.compiled_decode_layers = weights
+    if decode_in_place(model.norm.weight.device, model.norm.weight.dtype, model.cfg.head_dim):
+        model.compiled_decode_layers = weights  # the one-call step runs the decode attention kernels
     return True
