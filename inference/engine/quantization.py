@@ -3,7 +3,8 @@
 A decode step on CPU is bound by reading weights from memory; int8 weights halve the bytes
 of bf16 and quarter those of float32. Scales are per output channel and symmetric. Our kernel
 (kernels/int8_linear.cpp) rounds each float32 activation row to int16 with its own scale and
-sums exact integer products (AVX2 or AVX-512 VNNI, the same bits on both).
+sums exact integer products (AVX2 or AVX-512 VNNI, the same bits on both). The weights are
+kept in the kernel's packed order, which makes each block of channels one sequential read.
 
 Every row, prefill or decode, goes through that kernel, because it is exact per row: a row's
 result never depends on the rows beside it, so a request's tokens do not change with the
@@ -47,15 +48,15 @@ class Int8Linear(nn.Module):
             weight = weight - quantized.float() * scales[:, None]
         self.levels = len(levels)
         for i, (quantized, scales) in enumerate(levels):
-            self.register_buffer(f"weight_int8_{i}", quantized)
+            self.register_buffer(f"packed_int8_{i}", kernels().int8_pack_weight(quantized))
             self.register_buffer(f"scales_{i}", scales)
         self.bias = linear.bias
         self.out_features = linear.out_features
 
     def weight_levels(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The int8 weights and their scales, level by level, as the kernel takes them."""
+        """The int8 weights (in the kernel's packed order) and their scales, level by level."""
         buffers = self._buffers  # direct: this runs ~120 times a decode step on the module path
-        return [buffers[f"weight_int8_{i}"] for i in range(self.levels)], [buffers[f"scales_{i}"] for i in range(self.levels)]
+        return [buffers[f"packed_int8_{i}"] for i in range(self.levels)], [buffers[f"scales_{i}"] for i in range(self.levels)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).float().contiguous()

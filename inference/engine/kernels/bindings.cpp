@@ -8,6 +8,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using nogil = py::call_guard<py::gil_scoped_release>;
   m.def("int8_linear", &int8_linear, nogil(), "x @ (sum of int8 weight levels * their scales).T, float32, exact per row",
         py::arg("x"), py::arg("weights"), py::arg("scales"), py::arg("isa") = "auto");
+  m.def("int8_pack_weight", &int8_pack_weight, "an int8 [N, K] weight reordered for int8_linear (same shape)");
   m.def("int8_linear_isa", &int8_linear_isa, "the instruction set int8_linear uses on this CPU");
   m.def("paged_attention_scores", &paged_attention_scores, nogil(), "decode q.k scores read from the paged cache");
   m.def("paged_attention_values", &paged_attention_values, nogil(), "decode probs @ V read from the paged cache");

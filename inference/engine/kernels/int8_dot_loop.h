@@ -11,28 +11,27 @@
 namespace minivllm {
 namespace {
 
-// Weights stream from memory once per step; the hardware prefetcher alone kept one core at
-// ~8 GB/s. Asking for the bytes this far ahead (past the row's end means the next channels,
-// which lie right after it; prefetches never fault) measured 2x that. 4-16 KB all did well.
-constexpr int64_t kPrefetchBytes = 8192;
-
+// Reads one packed block (int8_dot.h) front to back, a group of kGroup elements per channel at
+// a time; an ISA narrower than a group takes it in several steps.
 template <class Isa, int64_t Count, bool TwoRows>
 void dot_rows(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t* out0, int64_t* out1) {
   using Acc = typename Isa::Acc;
+  static_assert(kGroup % Isa::kWidth == 0 && kExactChunk % kGroup == 0, "a group is whole vectors; a chunk whole groups");
   int64_t t0[Count] = {}, t1[Count] = {};
-  const int64_t vector_end = K - K % Isa::kWidth;
-  for (int64_t chunk = 0; chunk < vector_end; chunk += kExactChunk) {  // int32 lanes, emptied into int64 per chunk
-    const int64_t end = chunk + kExactChunk < vector_end ? chunk + kExactChunk : vector_end;
+  const int64_t grouped = K - K % kGroup;
+  for (int64_t chunk = 0; chunk < grouped; chunk += kExactChunk) {  // int32 lanes, emptied into int64 per chunk
+    const int64_t end = chunk + kExactChunk < grouped ? chunk + kExactChunk : grouped;
     Acc a0[Count], a1[Count];
     for (int64_t c = 0; c < Count; ++c) a0[c] = a1[c] = Isa::zero();
-    for (int64_t k = chunk; k < end; k += Isa::kWidth) {
-      const Acc xv0 = Isa::load_x(x0 + k);
-      const Acc xv1 = TwoRows ? Isa::load_x(x1 + k) : xv0;
-      for (int64_t c = 0; c < Count; ++c) {
-        _mm_prefetch(reinterpret_cast<const char*>(w + c * K + k + kPrefetchBytes), _MM_HINT_T0);
-        const Acc wv = Isa::load_w(w + c * K + k);  // each weight load feeds both rows
-        a0[c] = Isa::multiply_add(a0[c], xv0, wv);
-        if (TwoRows) a1[c] = Isa::multiply_add(a1[c], xv1, wv);
+    for (int64_t k = chunk; k < end; k += kGroup) {
+      for (int64_t step = 0; step < kGroup; step += Isa::kWidth) {
+        const Acc xv0 = Isa::load_x(x0 + k + step);
+        const Acc xv1 = TwoRows ? Isa::load_x(x1 + k + step) : xv0;
+        for (int64_t c = 0; c < Count; ++c) {
+          const Acc wv = Isa::load_w(w + packed_group_offset(k, c, Count) + step);  // each weight load feeds both rows
+          a0[c] = Isa::multiply_add(a0[c], xv0, wv);
+          if (TwoRows) a1[c] = Isa::multiply_add(a1[c], xv1, wv);
+        }
       }
     }
     for (int64_t c = 0; c < Count; ++c) {
@@ -41,9 +40,10 @@ void dot_rows(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, 
     }
   }
   for (int64_t c = 0; c < Count; ++c) {
-    for (int64_t k = vector_end; k < K; ++k) {
-      t0[c] += int64_t{x0[k]} * w[c * K + k];
-      if (TwoRows) t1[c] += int64_t{x1[k]} * w[c * K + k];
+    for (int64_t k = grouped; k < K; ++k) {
+      const int64_t weight = w[packed_tail_offset(K, k, c, Count)];
+      t0[c] += x0[k] * weight;
+      if (TwoRows) t1[c] += x1[k] * weight;
     }
     out0[c] = t0[c];
     if (TwoRows) out1[c] = t1[c];

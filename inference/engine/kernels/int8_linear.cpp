@@ -10,6 +10,7 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,28 @@ Int8DotFn choose_dot(const std::string& isa) {
 
 std::string int8_linear_isa() { return cpu_has_avx512_vnni() ? "avx512_vnni" : "avx2"; }
 
-// `weights`/`scales`: one int8 level, or several whose sum is the weight (a second level holds
+torch::Tensor int8_pack_weight(const torch::Tensor& weight) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kChar, "weight: int8 [N, K]");
+  const auto source = weight.contiguous();
+  const int64_t N = source.size(0), K = source.size(1);
+  TORCH_CHECK(K % 8 == 0, "K must be a multiple of 8");
+  auto packed = torch::empty_like(source);
+  const int8_t* from = source.data_ptr<int8_t>();
+  int8_t* to = packed.data_ptr<int8_t>();
+  const int64_t grouped = K - K % kGroup;
+  for (int64_t n0 = 0; n0 < N; n0 += kDotChannels) {
+    const int64_t count = std::min(kDotChannels, N - n0);
+    int8_t* block = to + n0 * K;
+    for (int64_t c = 0; c < count; ++c) {
+      const int8_t* row = from + (n0 + c) * K;
+      for (int64_t k = 0; k < grouped; k += kGroup) std::memcpy(block + packed_group_offset(k, c, count), row + k, kGroup);
+      if (grouped < K) std::memcpy(block + packed_tail_offset(K, grouped, c, count), row + grouped, K - grouped);
+    }
+  }
+  return packed;
+}
+
+// `weights`/`scales`: one int8 level (laid out by int8_pack_weight), or several whose sum is the weight (a second level holds
 // what the first one rounded away). Level outputs are summed in order, each scaled first.
 // `isa`: "auto" (the best this CPU has) or one version by name, for tests.
 torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,

@@ -10,6 +10,8 @@ namespace minivllm {
 
 torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                           const std::vector<torch::Tensor>& scales, const std::string& isa);
+// The int8 weight in the order int8_linear reads it (int8_dot.h): same shape, same values.
+torch::Tensor int8_pack_weight(const torch::Tensor& weight);
 std::string int8_linear_isa();
 torch::Tensor paged_attention_scores(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& block_tables,
                                      const torch::Tensor& lengths, double scale);

@@ -19,6 +19,11 @@ def reference(x, weight, scales):
     return (rounded_rows(x) @ (weight.double() * scales.double()[:, None]).T).float()
 
 
+def linear(compiled, x, weights, scales, isa="auto"):
+    """The kernel over plain int8 weights, packed first as Int8Linear packs them."""
+    return compiled.int8_linear(x, [compiled.int8_pack_weight(weight) for weight in weights], scales, isa)
+
+
 def isas(compiled):
     return ["avx2"] + (["avx512_vnni"] if compiled.int8_linear_isa() == "avx512_vnni" else [])
 
@@ -30,7 +35,7 @@ def test_matches_dequantized_matmul(compiled, rows, channels):
     x = torch.randn(rows, 72)
     weight = torch.randint(-127, 128, (channels, 72), dtype=torch.int8)
     scales = torch.rand(channels) / 100
-    torch.testing.assert_close(compiled.int8_linear(x, [weight], [scales]), reference(x, weight, scales), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(linear(compiled, x, [weight], [scales]), reference(x, weight, scales), rtol=1e-5, atol=1e-5)
 
 
 def test_int16_rounding_of_activations_stays_far_below_the_int8_weights_error(compiled):
@@ -38,7 +43,7 @@ def test_int16_rounding_of_activations_stays_far_below_the_int8_weights_error(co
     x = torch.randn(4, 576)
     weight = torch.randint(-127, 128, (64, 576), dtype=torch.int8)
     exact = (x.double() @ weight.double().T).float()
-    error = (compiled.int8_linear(x, [weight], [torch.ones(64)]) - exact).abs().max()
+    error = (linear(compiled, x, [weight], [torch.ones(64)]) - exact).abs().max()
     assert error < 1e-4 * exact.abs().max()
 
 
@@ -53,7 +58,7 @@ def test_integer_sums_are_exact_even_where_int32_lanes_would_overflow(compiled, 
     x[:, : K // 2] = INT16_MAX  # sums far beyond 2^31
     exact = (x.long() @ weight.long().T).float()  # int64, then rounded once to float32
     for isa in isas(compiled):
-        assert torch.equal(compiled.int8_linear(x, [weight], [torch.ones(6)], isa), exact)
+        assert torch.equal(linear(compiled, x, [weight], [torch.ones(6)], isa), exact)
 
 
 def test_every_isa_gives_the_same_bits(compiled):
@@ -61,7 +66,7 @@ def test_every_isa_gives_the_same_bits(compiled):
     x = torch.randn(7, 1536)
     weight = torch.randint(-127, 128, (41, 1536), dtype=torch.int8)
     scales = torch.rand(41)
-    outputs = [compiled.int8_linear(x, [weight], [scales], isa) for isa in isas(compiled)]
+    outputs = [linear(compiled, x, [weight], [scales], isa) for isa in isas(compiled)]
     assert all(torch.equal(outputs[0], other) for other in outputs[1:])
 
 
@@ -71,9 +76,9 @@ def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled):
     x = torch.randn(9, 256)
     weight = torch.randint(-127, 128, (37, 256), dtype=torch.int8)
     scales = torch.rand(37)
-    whole = compiled.int8_linear(x, [weight], [scales])
-    assert torch.equal(torch.cat([compiled.int8_linear(row[None].contiguous(), [weight], [scales]) for row in x]), whole)
-    assert torch.equal(compiled.int8_linear(x[3:7].contiguous(), [weight], [scales]), whole[3:7])
+    whole = linear(compiled, x, [weight], [scales])
+    assert torch.equal(torch.cat([linear(compiled, row[None].contiguous(), [weight], [scales]) for row in x]), whole)
+    assert torch.equal(linear(compiled, x[3:7].contiguous(), [weight], [scales]), whole[3:7])
 
 
 def test_two_levels_in_one_call_equal_the_levels_summed(compiled):
@@ -82,13 +87,15 @@ def test_two_levels_in_one_call_equal_the_levels_summed(compiled):
     x = torch.randn(5, 64)
     first, second = (torch.randint(-127, 128, (12, 64), dtype=torch.int8) for _ in range(2))
     scales = [torch.rand(12), torch.rand(12) / 254]
-    both = compiled.int8_linear(x, [first, second], scales)
-    assert torch.equal(both, compiled.int8_linear(x, [first], scales[:1]) + compiled.int8_linear(x, [second], scales[1:]))
+    both = linear(compiled, x, [first, second], scales)
+    assert torch.equal(both, linear(compiled, x, [first], scales[:1]) + linear(compiled, x, [second], scales[1:]))
 
 
 def test_rejects_what_it_cannot_compute(compiled):
     with pytest.raises(RuntimeError, match="multiple of 8"):
         compiled.int8_linear(torch.randn(1, 12), [torch.zeros(4, 12, dtype=torch.int8)], [torch.ones(4)])
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        compiled.int8_pack_weight(torch.zeros(4, 12, dtype=torch.int8))
     with pytest.raises(RuntimeError, match="int8"):
         compiled.int8_linear(torch.randn(1, 16), [torch.zeros(4, 16)], [torch.ones(4)])
     with pytest.raises(RuntimeError, match="isa"):
