@@ -17,7 +17,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None  # None: the model's own context length
     enable_prefix_caching: bool = True
-    quantization: str = "none"  # none | int8 (weight-only, CPU)
+    quantization: str = "none"  # none | int8 | bf16 (weight-only, CPU)
     num_kv_blocks: int | None = None  # exact pool size, overriding the memory-based plan (tests, tuning)
 
     def __post_init__(self):
@@ -25,8 +25,8 @@ class EngineConfig:
             raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.quantization not in ("none", "int8"):
-            raise ValueError(f"quantization must be none or int8, got {self.quantization!r}")
+        if self.quantization not in ("none", "int8", "bf16"):
+            raise ValueError(f"quantization must be none, int8 or bf16, got {self.quantization!r}")
         for name in ("block_size", "kv_cache_mb", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")

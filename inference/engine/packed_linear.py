@@ -12,6 +12,9 @@ is slow. Which packed GEMM wins depends on the CPU (docs/performance.md, section
   EPYC at 32 rows; MKL is Intel's library.
 Both are the ops torch's own compiler emits for CPU linears.
 
+`onednn_bf16` (MINIVLLM_QUANT=bf16, see quantization.py) packs the weights as bf16 for oneDNN's
+bf16 GEMM: each call rounds its float32 rows to bf16 and its outputs come back as float32.
+
 The packed weights are plain attributes, not parameters or buffers: load the model onto its
 device before packing, and do not move it afterwards.
 """
@@ -71,6 +74,9 @@ class PackedLinear(nn.Module):
         if self.backend == "mkl":
             self.weight = _shape_of(weight)
             self.packed_weight = torch.ops.mkl._mkl_reorder_linear_weight(weight, MKL_PACKING_ROWS)
+        elif self.backend == "onednn_bf16":
+            self.weight = None
+            self.packed_weight = weight.to(torch.bfloat16).to_mkldnn()
         else:
             self.weight = None
             self.packed_weight = weight.to_mkldnn()
@@ -82,6 +88,10 @@ class PackedLinear(nn.Module):
         rows = x.reshape(-1, self.in_features)
         if self.backend == "mkl":
             out = torch.ops.mkl._mkl_linear(rows, self.packed_weight, self.weight, self.bias, rows.shape[0])
+        elif self.backend == "onednn_bf16":  # the same ops, in the same order, as Projection in llama_layer.cpp
+            out = torch.ops.mkldnn._linear_pointwise(rows.to(torch.bfloat16), self.packed_weight, None, "none", [], "").float()
+            if self.bias is not None:
+                out = out + self.bias
         else:
             out = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
         return out.view(*x.shape[:-1], self.out_features)

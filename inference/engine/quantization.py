@@ -1,4 +1,13 @@
-"""Weight-only int8 quantization (MINIVLLM_QUANT=int8): the single-stream latency mode.
+"""Weight-only quantization on CPU: int8 (MINIVLLM_QUANT=int8), the single-stream latency mode,
+and bf16 (MINIVLLM_QUANT=bf16), the batched throughput mode where the CPU multiplies bf16 natively.
+
+bf16: the linears' weights are stored in bf16 and multiplied by oneDNN's bf16 GEMM (rows rounded
+to bf16, float32 sums, outputs rounded to bf16 and handed back as float32); norms, attention, the
+residual stream and the KV cache stay float32. On an EPYC with AVX512-BF16 (and no AMX) that GEMM
+ran 1.7-2x oneDNN's float32 at 8-32 rows (docs/performance.md, section 26). Without AVX512-BF16,
+oneDNN emulates bf16 slowly, so the mode is refused there.
+
+int8:
 
 A decode step on CPU is bound by reading weights from memory; int8 weights halve the bytes
 of bf16 and quarter those of float32. Scales are per output channel and symmetric. Our kernel
@@ -16,10 +25,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .device import cpu_flags
 from .kernels import kernels
 from .linear_swap import replace_linears
+from .packed_linear import pack_linears, packing_backend
 
-QUANT_METHODS = ("none", "int8")
+QUANT_METHODS = ("none", "int8", "bf16")
 
 # Q/K feed softmax through RoPE, where small weight errors flip near-tie tokens most: measured
 # on SmolLM2 over 320 teacher-forced positions, plain int8 Q/K/V drops agreement with bf16 from
@@ -86,4 +97,11 @@ def apply_quantization(model: nn.Module, method: str, device: torch.device) -> n
         if kernels() is None:
             raise ValueError("MINIVLLM_QUANT=int8 needs the engine's AVX2 kernels, which did not build here (see the log)")
         return quantize_int8(model)
+    if method == "bf16":
+        dtype = next(model.parameters()).dtype
+        if device.type != "cpu" or dtype != torch.float32:
+            raise ValueError("MINIVLLM_QUANT=bf16 gives a float32 CPU model bf16 linears; on CUDA, or for a bf16 model, set MINIVLLM_DTYPE=bfloat16 instead")
+        if "avx512_bf16" not in cpu_flags() or packing_backend() is None:
+            raise ValueError("MINIVLLM_QUANT=bf16 needs a CPU with AVX512-BF16 and torch's oneDNN; use MINIVLLM_QUANT=none here")
+        return pack_linears(model, backend="onednn_bf16")
     raise ValueError(f"quantization {method!r} is not supported (supported: {', '.join(QUANT_METHODS)})")

@@ -25,6 +25,20 @@ def test_packed_linear_matches_nn_linear(backend, rows):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [1, 7, 33])
+def test_bf16_packing_is_nn_linear_with_bf16_weights_and_rounding(rows):
+    """MINIVLLM_QUANT=bf16's linear: float32 in and out, the product of bf16-rounded rows and weights."""
+    torch.manual_seed(rows)
+    linear = nn.Linear(96, 320)
+    x = torch.randn(rows, 96)
+    got = PackedLinear(linear, "onednn_bf16")(x)
+    assert got.dtype == torch.float32
+    rounded = x.bfloat16().double() @ linear.weight.detach().bfloat16().double().T
+    expected = rounded.bfloat16().float() + linear.bias.detach()  # the GEMM hands back bf16, then the bias is added
+    torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2)
+    assert (got - linear(x)).abs().max() > 0  # not float32's product: the mode's rounding is real
+
+
 @pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="no MKL in this torch")
 @pytest.mark.parametrize("shape", [(3072, 576), (576, 1536)])  # SmolLM2's gate/up and down
 @pytest.mark.parametrize("rows", [1, 5, 33, 100])

@@ -7,10 +7,13 @@ from torch import nn
 
 from inference.engine.attention import AttentionMetadata, PrefillChunk
 from inference.engine.config import EngineConfig
+from inference.engine.device import cpu_flags
 from inference.engine.engine import LLMEngine
 from inference.engine.loader import build_bundle
 from inference.engine.quantization import Int8Linear, quantize_int8
 from tests.engine.helpers import generated_ids, greedy, run_to_completion
+
+NEEDS_AVX512_BF16 = pytest.mark.skipif("avx512_bf16" not in cpu_flags(), reason="MINIVLLM_QUANT=bf16 needs AVX512-BF16")
 
 PROMPTS = [
     "The future of AI inference is", "Once upon a time", "The best way to learn a language is",
@@ -64,6 +67,16 @@ def test_quantize_replaces_every_linear_and_gives_qkv_two_levels():
     assert [m.levels for m in (model[0], model.qkv_proj, model.lm_head)] == [1, 2, 1]
 
 
+def test_bf16_weights_are_refused_where_they_mean_nothing_or_run_slowly(monkeypatch):
+    from inference.engine import quantization
+
+    with pytest.raises(ValueError, match="MINIVLLM_DTYPE=bfloat16"):
+        quantization.apply_quantization(nn.Sequential(nn.Linear(8, 8)).bfloat16(), "bf16", torch.device("cpu"))
+    monkeypatch.setattr(quantization, "cpu_flags", lambda: frozenset({"avx2"}))
+    with pytest.raises(ValueError, match="AVX512-BF16"):
+        quantization.apply_quantization(nn.Sequential(nn.Linear(8, 8)), "bf16", torch.device("cpu"))
+
+
 def test_a_linear_the_kernel_cannot_take_is_refused_at_load():
     with pytest.raises(ValueError, match="multiple of 8"):
         quantize_int8(nn.Sequential(nn.Linear(12, 4)))
@@ -91,8 +104,9 @@ def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
         return model.compute_logits(hidden).argmax(dim=-1).tolist()
 
 
-def test_int8_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_tokenizer):
-    """Per position, teacher-forced: given bf16's own greedy text, does int8 pick bf16's next token?
+@pytest.mark.parametrize("quantization", ["int8", pytest.param("bf16", marks=NEEDS_AVX512_BF16)])
+def test_quantized_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_tokenizer, quantization):
+    """Per position, teacher-forced: given bf16's own greedy text, does the quantized model pick bf16's next token?
 
     Free-running agreement would count every token after a first near-tie flip as a miss
     (bf16 itself agrees with float32 on under 80% of positions that way), so it measures the
@@ -103,20 +117,21 @@ def test_int8_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_tokeni
         bf16.add_request(str(i), prompt, greedy(16))
     results = run_to_completion(bf16)
     texts = [bf16.tokenize(p) + generated_ids(results[str(i)]) for i, p in enumerate(PROMPTS)]
-    int8 = engine_with(real_hf_model, smollm_tokenizer, "int8")
+    quantized = engine_with(real_hf_model, smollm_tokenizer, quantization)
     agree = total = 0
     for ids in texts:
         positions = slice(len(ids) - 17, len(ids) - 1)  # the 16 predictions of the generated tokens
-        reference, chosen = greedy_choices(bf16, ids)[positions], greedy_choices(int8, ids)[positions]
+        reference, chosen = greedy_choices(bf16, ids)[positions], greedy_choices(quantized, ids)[positions]
         agree += sum(a == b for a, b in zip(reference, chosen))
         total += len(reference)
     assert total == 20 * 16
-    assert agree / total >= 0.95, f"int8 agrees with bf16 on {agree}/{total} positions"
+    assert agree / total >= 0.95, f"{quantization} agrees with bf16 on {agree}/{total} positions"
 
 
-def test_int8_batching_does_not_change_greedy_tokens(real_hf_model, smollm_tokenizer):
+@pytest.mark.parametrize("quantization", ["int8", pytest.param("bf16", marks=NEEDS_AVX512_BF16)])
+def test_quantized_batching_does_not_change_greedy_tokens(real_hf_model, smollm_tokenizer, quantization):
     """Alone or in a batch of 8 (with other requests' prefill chunks in its steps), the same tokens."""
-    cfg = EngineConfig(dtype="float32", device="cpu", quantization="int8", kv_cache_mb=64, max_num_seqs=8)
+    cfg = EngineConfig(dtype="float32", device="cpu", quantization=quantization, kv_cache_mb=64, max_num_seqs=8)
     bundle = build_bundle(real_hf_model.config, smollm_tokenizer, real_hf_model.state_dict(), name="smollm2", config=cfg)
     engine = LLMEngine(cfg, bundle=bundle)
     prompts = PROMPTS[:8]

@@ -22,6 +22,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_static("onednn", [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
         return Projection{{}, {}, std::move(packed), torch::Tensor(), std::move(bias)};
       })
+      .def_static("onednn_bf16", [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
+        return Projection{{}, {}, std::move(packed), torch::Tensor(), std::move(bias), true};
+      })
       .def_static("mkl", [](torch::Tensor packed, torch::Tensor dense, std::optional<torch::Tensor> bias) {
         return Projection{{}, {}, std::move(packed), std::move(dense), std::move(bias)};
       });

@@ -26,6 +26,7 @@ struct Projection {
   std::vector<torch::Tensor> int8_weights, int8_scales;
   torch::Tensor packed, dense;
   std::optional<torch::Tensor> bias;
+  bool bf16 = false;  // `packed` is a bf16 oneDNN weight: rows go in as bf16, outputs come back float32
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 

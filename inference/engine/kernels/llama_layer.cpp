@@ -14,7 +14,7 @@
 namespace minivllm {
 namespace {
 
-// What PackedLinear calls (packed_linear.py): oneDNN's linear, or MKL's packed SGEMM told the
+// What PackedLinear calls (packed_linear.py): oneDNN's linear (float32 or bf16), or MKL's packed SGEMM told the
 // call's own row count (the packed layout serves any).
 torch::Tensor onednn_linear(const torch::Tensor& x, const torch::Tensor& weight, const std::optional<torch::Tensor>& bias) {
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
@@ -61,6 +61,10 @@ void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& k_c
 
 torch::Tensor Projection::operator()(const torch::Tensor& x) const {
   if (dense.defined()) return mkl_linear(x, packed, dense, bias);
+  if (packed.defined() && bf16) {
+    torch::Tensor out = onednn_linear(x.to(torch::kBFloat16), packed, std::nullopt).to(torch::kFloat);
+    return bias ? out + *bias : out;
+  }
   if (packed.defined()) return onednn_linear(x, packed, bias);
   torch::Tensor out = int8_linear(x.contiguous(), int8_weights, int8_scales, "auto");
   return bias ? out + *bias : out;

@@ -3,8 +3,8 @@
 At one stream a decode step is ~200 small ops and Python's per-op cost exceeds most of them;
 the C++ halves of a layer make it two calls around attention, and a step of decodes only
 runs all layers in one call. They run the same kernels as the module path, so they apply
-wherever every projection is one our C++ can call: int8 (MINIVLLM_QUANT=int8) or packed
-float32 (MKL or oneDNN), on CPU. Elsewhere (bf16, CUDA) the modules run.
+wherever every projection is one our C++ can call: int8 (MINIVLLM_QUANT=int8), bf16 weights
+(MINIVLLM_QUANT=bf16) or packed float32 (MKL or oneDNN), on CPU. Elsewhere (bf16, CUDA) the modules run.
 """
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from .llama import LlamaDecoderLayer, LlamaForCausalLM
 def _projection(compiled, linear: nn.Module):
     if isinstance(linear, Int8Linear):
         return compiled.Projection.int8(*linear.weight_levels(), linear.bias)
+    if isinstance(linear, PackedLinear) and linear.backend == "onednn_bf16":
+        return compiled.Projection.onednn_bf16(linear.packed_weight, linear.bias)
     if isinstance(linear, PackedLinear) and linear.backend == "mkl":
         return compiled.Projection.mkl(linear.packed_weight, linear.weight, linear.bias)
     if isinstance(linear, PackedLinear):

@@ -6,9 +6,13 @@ import torch
 
 from inference.engine import packed_linear
 from inference.engine.config import EngineConfig
+from inference.engine.device import cpu_flags
 from inference.engine.loader import build_bundle
 from tests.conftest import tiny_llama_hf, tiny_qwen2_hf
 from tests.engine.helpers import engine_for, greedy, run_to_completion
+
+
+HAS_AVX512_BF16 = "avx512_bf16" in cpu_flags()
 
 
 def run_mixed_steps(engine) -> dict:
@@ -22,15 +26,15 @@ def run_mixed_steps(engine) -> dict:
     }
 
 
-PROJECTIONS = ["int8", "onednn"] + (["mkl"] if torch.backends.mkl.is_available() else [])
+PROJECTIONS = ["int8", "onednn"] + (["mkl"] if torch.backends.mkl.is_available() else []) + (["bf16"] if HAS_AVX512_BF16 else [])
 
 
 @pytest.mark.parametrize("make_model", [tiny_llama_hf, tiny_qwen2_hf], ids=["llama", "qwen2-bias"])
 @pytest.mark.parametrize("projection", PROJECTIONS)
 def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tokenizer, monkeypatch):
     """Decode-only steps in one call, other steps in layer halves, against the modules throughout."""
-    quantization = "int8" if projection == "int8" else "none"
-    if projection != "int8":  # pack with this backend, whatever this CPU would choose
+    quantization = projection if projection in ("int8", "bf16") else "none"
+    if quantization == "none":  # pack with this backend, whatever this CPU would choose
         monkeypatch.setattr(packed_linear, "packing_backend", lambda: projection)
     hf = make_model()
     engines = [engine_for(hf, smollm_tokenizer, quantization=quantization, max_num_batched_tokens=48) for _ in range(3)]
@@ -38,7 +42,7 @@ def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tok
     assert whole.compiled_decode_layers is not None
     assert all(layer.compiled_weights is not None for layer in whole.layers)
     if projection != "int8":
-        assert whole.layers[0].mlp.gate_up_proj.backend == projection
+        assert whole.layers[0].mlp.gate_up_proj.backend == {"bf16": "onednn_bf16"}.get(projection, projection)
     halves.compiled_decode_layers = modules.compiled_decode_layers = None
     for layer in modules.layers:
         layer.compiled_weights = None
