@@ -97,7 +97,7 @@ def engine_entries(args, plan, tokenizer, results_dir) -> tuple[list[dict], dict
     with EngineServer(_server_env(args.server_env), log_path=os.path.join(results_dir, "server.log")) as server:
         print(f"server ready at {server.base_url}: {server.stats.get('dtype')} on {server.stats.get('device')}", flush=True)
         entries = run_engine_phase(plan, tokenizer, server.base_url, results_dir=results_dir, show_progress=progress)
-        return entries, _server_stats(server), server.command
+        return entries, {**_server_stats(server), "env": " ".join(args.server_env)}, server.command
 
 
 def latency_entries(args, plan, tokenizer, results_dir) -> tuple[list[dict], dict | None]:

@@ -117,7 +117,7 @@ def machine_lines(machine: dict, server: dict) -> list[str]:
         ),
         (
             f"- Server: {server.get('model', '?')} on {server.get('device', '?')} in {server.get('dtype', '?')}, "
-            f"{server.get('num_slots', '?')} batch slots"
+            f"{server.get('num_slots', '?')} batch slots" + (f", started with `{server['env']}`" if server.get("env") else "")
             if server
             else "- Server: an external URL (not started by this report)"
         ),
