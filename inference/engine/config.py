@@ -5,6 +5,9 @@ import os
 from dataclasses import dataclass
 
 
+QUANT_METHODS = ("none", "int8", "bf16")  # weight-only, CPU (quantization.py)
+
+
 @dataclass
 class EngineConfig:
     model: str | None = None  # None: the embedded SmolLM2-135M-Instruct GGUF
@@ -25,8 +28,8 @@ class EngineConfig:
             raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.quantization not in ("none", "int8", "bf16"):
-            raise ValueError(f"quantization must be none, int8 or bf16, got {self.quantization!r}")
+        if self.quantization not in QUANT_METHODS:
+            raise ValueError(f"quantization must be one of {', '.join(QUANT_METHODS)}, got {self.quantization!r}")
         for name in ("block_size", "kv_cache_mb", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")

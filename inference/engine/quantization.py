@@ -25,12 +25,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .config import QUANT_METHODS
 from .device import cpu_flags
 from .kernels import kernels
 from .linear_swap import replace_linears
-from .packed_linear import pack_linears, packing_backend
-
-QUANT_METHODS = ("none", "int8", "bf16")
+from .packed_linear import pack_linears
 
 # Q/K feed softmax through RoPE, where small weight errors flip near-tie tokens most: measured
 # on SmolLM2 over 320 teacher-forced positions, plain int8 Q/K/V drops agreement with bf16 from
@@ -88,6 +87,11 @@ def quantize_int8(model: nn.Module, two_level: tuple[str, ...] = TWO_LEVEL) -> n
     return replace_linears(model, build)
 
 
+def bf16_weights_run_natively() -> bool:
+    """MINIVLLM_QUANT=bf16 needs oneDNN and a CPU whose bf16 dot products are instructions."""
+    return "avx512_bf16" in cpu_flags() and torch.backends.mkldnn.is_available()
+
+
 def apply_quantization(model: nn.Module, method: str, device: torch.device) -> nn.Module:
     if method == "none":
         return model
@@ -101,7 +105,7 @@ def apply_quantization(model: nn.Module, method: str, device: torch.device) -> n
         dtype = next(model.parameters()).dtype
         if device.type != "cpu" or dtype != torch.float32:
             raise ValueError("MINIVLLM_QUANT=bf16 gives a float32 CPU model bf16 linears; on CUDA, or for a bf16 model, set MINIVLLM_DTYPE=bfloat16 instead")
-        if "avx512_bf16" not in cpu_flags() or packing_backend() is None:
+        if not bf16_weights_run_natively():
             raise ValueError("MINIVLLM_QUANT=bf16 needs a CPU with AVX512-BF16 and torch's oneDNN; use MINIVLLM_QUANT=none here")
         return pack_linears(model, backend="onednn_bf16")
     raise ValueError(f"quantization {method!r} is not supported (supported: {', '.join(QUANT_METHODS)})")

@@ -7,13 +7,12 @@ from torch import nn
 
 from inference.engine.attention import AttentionMetadata, PrefillChunk
 from inference.engine.config import EngineConfig
-from inference.engine.device import cpu_flags
 from inference.engine.engine import LLMEngine
 from inference.engine.loader import build_bundle
-from inference.engine.quantization import Int8Linear, quantize_int8
+from inference.engine.quantization import Int8Linear, bf16_weights_run_natively, quantize_int8
 from tests.engine.helpers import generated_ids, greedy, run_to_completion
 
-NEEDS_AVX512_BF16 = pytest.mark.skipif("avx512_bf16" not in cpu_flags(), reason="MINIVLLM_QUANT=bf16 needs AVX512-BF16")
+NEEDS_AVX512_BF16 = pytest.mark.skipif(not bf16_weights_run_natively(), reason="MINIVLLM_QUANT=bf16 needs AVX512-BF16")
 
 PROMPTS = [
     "The future of AI inference is", "Once upon a time", "The best way to learn a language is",

@@ -77,8 +77,9 @@ torch::Tensor int8_pack_weight(const torch::Tensor& weight) {
   return packed;
 }
 
-// `weights`/`scales`: one int8 level (laid out by int8_pack_weight), or several whose sum is the weight (a second level holds
-// what the first one rounded away). Level outputs are summed in order, each scaled first.
+// `weights`/`scales`: one int8 level (laid out by int8_pack_weight), or several whose sum is the
+// weight (a second level holds what the first one rounded away). Level outputs are summed in
+// order, each scaled first.
 // `isa`: "auto" (the best this CPU has) or one version by name, for tests.
 torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                           const std::vector<torch::Tensor>& scales, const std::string& isa) {

@@ -6,13 +6,10 @@ import torch
 
 from inference.engine import packed_linear
 from inference.engine.config import EngineConfig
-from inference.engine.device import cpu_flags
 from inference.engine.loader import build_bundle
+from inference.engine.quantization import bf16_weights_run_natively
 from tests.conftest import tiny_llama_hf, tiny_qwen2_hf
 from tests.engine.helpers import engine_for, greedy, run_to_completion
-
-
-HAS_AVX512_BF16 = "avx512_bf16" in cpu_flags()
 
 
 def run_mixed_steps(engine) -> dict:
@@ -26,7 +23,7 @@ def run_mixed_steps(engine) -> dict:
     }
 
 
-PROJECTIONS = ["int8", "onednn"] + (["mkl"] if torch.backends.mkl.is_available() else []) + (["bf16"] if HAS_AVX512_BF16 else [])
+PROJECTIONS = ["int8", "onednn"] + (["mkl"] if torch.backends.mkl.is_available() else []) + (["bf16"] if bf16_weights_run_natively() else [])
 
 
 @pytest.mark.parametrize("make_model", [tiny_llama_hf, tiny_qwen2_hf], ids=["llama", "qwen2-bias"])
