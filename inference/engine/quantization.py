@@ -12,7 +12,7 @@ int8:
 A decode step on CPU is bound by reading weights from memory; int8 weights halve the bytes
 of bf16 and quarter those of float32. Scales are per output channel and symmetric. Our kernel
 (kernels/int8_linear.cpp) rounds each float32 activation row to int16 with its own scale and
-sums exact integer products (AVX2 or AVX-512 VNNI, the same bits on both). The weights are
+sums exact integer products (AVX2, AVX-512BW or AVX-512 VNNI, the same bits on each). The weights are
 kept in the kernel's packed order, which makes each block of channels one sequential read.
 
 Every row, prefill or decode, goes through that kernel, because it is exact per row: a row's

@@ -24,6 +24,8 @@ void dot_rows(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, 
     Acc a0[Count], a1[Count];
     for (int64_t c = 0; c < Count; ++c) a0[c] = a1[c] = Isa::zero();
     for (int64_t k = chunk; k < end; k += kGroup) {
+      for (int64_t line = 0; line < Count * kGroup; line += kCacheLine)  // the lines kPrefetchBytes ahead of this group's
+        _mm_prefetch(reinterpret_cast<const char*>(w + packed_group_offset(k, 0, Count) + line + kPrefetchBytes), _MM_HINT_T0);
       for (int64_t step = 0; step < kGroup; step += Isa::kWidth) {
         const Acc xv0 = Isa::load_x(x0 + k + step);
         const Acc xv1 = TwoRows ? Isa::load_x(x1 + k + step) : xv0;

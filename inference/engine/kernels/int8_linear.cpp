@@ -41,20 +41,29 @@ float quantize_row(const float* x, int64_t K, int16_t* out) {
   return top / kInt16Max;
 }
 
-Int8DotFn choose_dot(const std::string& isa) {
-  static const bool vnni = cpu_has_avx512_vnni();
+// The best version this CPU runs first; tests name each one.
+std::string best_isa() {
+  if (cpu_has_avx512_vnni()) return "avx512_vnni";
+  if (cpu_has_avx512bw()) return "avx512bw";
+  return "avx2";
+}
+
+Int8DotFn choose_dot(const std::string& requested) {
+  static const std::string best = best_isa();
+  const std::string isa = requested == "auto" ? best : requested;
   if (isa == "avx2") return int8_dot_avx2;
-  if (isa == "avx512_vnni") {
-    TORCH_CHECK(vnni, "this CPU has no AVX-512 VNNI");
-    return int8_dot_avx512_vnni;
+  if (isa == "avx512bw") {
+    TORCH_CHECK(cpu_has_avx512bw(), "this CPU has no AVX-512BW");
+    return int8_dot_avx512bw;
   }
-  TORCH_CHECK(isa == "auto", "isa must be auto, avx2 or avx512_vnni");
-  return vnni ? int8_dot_avx512_vnni : int8_dot_avx2;
+  TORCH_CHECK(isa == "avx512_vnni", "isa must be auto, avx2, avx512bw or avx512_vnni");
+  TORCH_CHECK(cpu_has_avx512_vnni(), "this CPU has no AVX-512 VNNI");
+  return int8_dot_avx512_vnni;
 }
 
 }  // namespace
 
-std::string int8_linear_isa() { return cpu_has_avx512_vnni() ? "avx512_vnni" : "avx2"; }
+std::string int8_linear_isa() { return best_isa(); }
 
 torch::Tensor int8_pack_weight(const torch::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kChar, "weight: int8 [N, K]");
