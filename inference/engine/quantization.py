@@ -27,6 +27,7 @@ from torch import nn
 
 from .config import QUANT_METHODS
 from .device import cpu_flags
+from .int8_prefetch import tune_int8_prefetch
 from .kernels import kernels
 from .linear_swap import replace_linears
 from .packed_linear import pack_linears
@@ -100,7 +101,9 @@ def apply_quantization(model: nn.Module, method: str, device: torch.device) -> n
             raise ValueError("MINIVLLM_QUANT=int8 uses a CPU kernel; on CUDA run bf16 (MINIVLLM_QUANT=none)")
         if kernels() is None:
             raise ValueError("MINIVLLM_QUANT=int8 needs the engine's AVX2 kernels, which did not build here (see the log)")
-        return quantize_int8(model)
+        quantize_int8(model)
+        tune_int8_prefetch([module for module in model.modules() if isinstance(module, Int8Linear)])
+        return model
     if method == "bf16":
         dtype = next(model.parameters()).dtype
         if device.type != "cpu" or dtype != torch.float32:

@@ -16,12 +16,8 @@ constexpr int64_t kGroup = 32;       // K elements of one channel stored togethe
 // groups, channel by channel. A block is then one sequential stream: interleaved rows were
 // four short streams that the hardware prefetcher never caught (13-17 GB/s here against
 // ~30 GB/s read sequentially, docs/performance.md section 25).
-// How far ahead of its reads a dot product asks for weight lines. A thread's blocks lie end to
-// end, so this runs into the next block too (a prefetch past the weight's end is harmless). On a
-// 2-core Skylake Xeon whose cores each read ~8 GB/s, the hardware prefetcher alone streamed the
-// layers' weights at ~8 GB/s against ~11-14 GB/s with this (docs/performance.md section 28).
-constexpr int64_t kPrefetchBytes = 4096;
 constexpr int64_t kCacheLine = 64;
+
 inline int64_t packed_group_offset(int64_t k, int64_t c, int64_t count) { return k * count + c * kGroup; }
 inline int64_t packed_tail_offset(int64_t K, int64_t k, int64_t c, int64_t count) {
   const int64_t grouped = K - K % kGroup;
@@ -30,14 +26,16 @@ inline int64_t packed_tail_offset(int64_t K, int64_t k, int64_t c, int64_t count
 
 // out0[c] = x0 . w[c], out1[c] = x1 . w[c] for c < count (count <= kDotChannels);
 // x1/out1 may be null for one row. w is one packed block of `count` channels; K % 8 == 0.
+// `prefetch`: bytes ahead of its reads to ask for weight lines, 0 for none. A thread's blocks lie
+// end to end, so this runs on into the next block (a prefetch past the weight's end is harmless).
 using Int8DotFn = void (*)(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count,
-                           int64_t* out0, int64_t* out1);
+                           int64_t prefetch, int64_t* out0, int64_t* out1);
 
-void int8_dot_avx2(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count, int64_t* out0,
+void int8_dot_avx2(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count, int64_t prefetch, int64_t* out0,
                    int64_t* out1);
-void int8_dot_avx512_vnni(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count,
+void int8_dot_avx512_vnni(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count, int64_t prefetch,
                           int64_t* out0, int64_t* out1);
-void int8_dot_avx512bw(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count, int64_t* out0,
+void int8_dot_avx512bw(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count, int64_t prefetch, int64_t* out0,
                        int64_t* out1);
 bool cpu_has_avx512_vnni();
 bool cpu_has_avx512bw();

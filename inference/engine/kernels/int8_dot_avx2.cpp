@@ -24,9 +24,9 @@ struct Avx2 {
 
 }  // namespace
 
-void int8_dot_avx2(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count, int64_t* out0,
+void int8_dot_avx2(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count, int64_t prefetch, int64_t* out0,
                    int64_t* out1) {
-  dot_any<Avx2>(x0, x1, w, K, count, out0, out1);
+  dot_any<Avx2>(x0, x1, w, K, count, prefetch, out0, out1);
 }
 
 }  // namespace minivllm

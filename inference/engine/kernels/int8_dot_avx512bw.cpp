@@ -42,9 +42,9 @@ struct Avx512Bw {
 
 }  // namespace
 
-void int8_dot_avx512bw(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count, int64_t* out0,
+void int8_dot_avx512bw(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count, int64_t prefetch, int64_t* out0,
                        int64_t* out1) {
-  dot_any<Avx512Bw>(x0, x1, w, K, count, out0, out1);
+  dot_any<Avx512Bw>(x0, x1, w, K, count, prefetch, out0, out1);
 }
 
 }  // namespace minivllm

@@ -10,6 +10,7 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -21,6 +22,10 @@ namespace minivllm {
 namespace {
 
 constexpr float kInt16Max = 32767.0f;
+
+// Bytes ahead of its reads the dot products prefetch weights; 0 leaves it to the hardware. Which
+// is faster depends on the machine (int8_prefetch.py measures it at load), not on the call.
+std::atomic<int64_t> prefetch_bytes{0};
 
 // Rounds one row to int16 (nearest, ties to even) and returns the scale that undoes it.
 float quantize_row(const float* x, int64_t K, int16_t* out) {
@@ -65,6 +70,13 @@ Int8DotFn choose_dot(const std::string& requested) {
 
 std::string int8_linear_isa() { return best_isa(); }
 
+void int8_set_prefetch_bytes(int64_t bytes) {
+  TORCH_CHECK(bytes >= 0 && bytes % kCacheLine == 0, "prefetch distance: whole cache lines of ", kCacheLine, " bytes, >= 0");
+  prefetch_bytes.store(bytes);
+}
+
+int64_t int8_prefetch_bytes() { return prefetch_bytes.load(); }
+
 torch::Tensor int8_pack_weight(const torch::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kChar, "weight: int8 [N, K]");
   const auto source = weight.contiguous();
@@ -107,6 +119,7 @@ torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tenso
     sp.push_back(scales[l].data_ptr<float>());
   }
   const Int8DotFn dot = choose_dot(isa);
+  const int64_t prefetch = prefetch_bytes.load(std::memory_order_relaxed);
 
   std::vector<int16_t> xq(M * K);
   std::vector<float> row_scales(M);
@@ -136,14 +149,14 @@ torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tenso
       int64_t m = 0;
       for (; m + 1 < M; m += 2) {  // two rows share each weight load
         for (size_t l = 0; l < levels; ++l) {
-          dot(xq.data() + m * K, xq.data() + (m + 1) * K, wp[l] + n0 * K, K, count, s0, s1);
+          dot(xq.data() + m * K, xq.data() + (m + 1) * K, wp[l] + n0 * K, K, count, prefetch, s0, s1);
           emit(l, s0, m, n0, count);
           emit(l, s1, m + 1, n0, count);
         }
       }
       for (; m < M; ++m) {
         for (size_t l = 0; l < levels; ++l) {
-          dot(xq.data() + m * K, nullptr, wp[l] + n0 * K, K, count, s0, nullptr);
+          dot(xq.data() + m * K, nullptr, wp[l] + n0 * K, K, count, prefetch, s0, nullptr);
           emit(l, s0, m, n0, count);
         }
       }

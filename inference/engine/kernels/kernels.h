@@ -13,6 +13,9 @@ torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tenso
 // The int8 weight in the order int8_linear reads it (int8_dot.h): same shape, same values.
 torch::Tensor int8_pack_weight(const torch::Tensor& weight);
 std::string int8_linear_isa();
+// How far ahead int8_linear prefetches weights, process-wide (bytes, whole cache lines; 0: none).
+void int8_set_prefetch_bytes(int64_t bytes);
+int64_t int8_prefetch_bytes();
 torch::Tensor paged_attention_scores(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& block_tables,
                                      const torch::Tensor& lengths, double scale);
 torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Tensor& v_cache, const torch::Tensor& block_tables,

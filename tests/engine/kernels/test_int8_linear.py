@@ -104,3 +104,30 @@ def test_rejects_what_it_cannot_compute(compiled):
         compiled.int8_linear(torch.randn(1, 16), [torch.zeros(4, 16)], [torch.ones(4)])
     with pytest.raises(RuntimeError, match="isa"):
         compiled.int8_linear(torch.randn(1, 16), [torch.zeros(4, 16, dtype=torch.int8)], [torch.ones(4)], "sse2")
+
+
+@pytest.fixture
+def restore_prefetch(compiled):
+    before = compiled.int8_prefetch_bytes()
+    yield
+    compiled.int8_set_prefetch_bytes(before)
+
+
+def test_the_prefetch_distance_changes_no_bits(compiled, restore_prefetch):
+    """Rows and channels past the weight's end included: 1 MB ahead points far outside it."""
+    torch.manual_seed(5)
+    x = torch.randn(5, 1544)  # a tail of 8 past the last group of 32
+    weight = torch.randint(-127, 128, (67, 1544), dtype=torch.int8)
+    scales = torch.rand(67)
+    outputs = []
+    for bytes_ahead in (0, 64, 4096, 1 << 20):
+        compiled.int8_set_prefetch_bytes(bytes_ahead)
+        assert compiled.int8_prefetch_bytes() == bytes_ahead
+        outputs += [linear(compiled, x, [weight], [scales], isa) for isa in isas(compiled)]
+    assert all(torch.equal(outputs[0], other) for other in outputs[1:])
+
+
+@pytest.mark.parametrize("bytes_ahead", [-64, 100])
+def test_a_prefetch_distance_is_whole_cache_lines(compiled, restore_prefetch, bytes_ahead):
+    with pytest.raises(RuntimeError, match="cache lines"):
+        compiled.int8_set_prefetch_bytes(bytes_ahead)

@@ -1,0 +1,38 @@
+"""The int8 prefetch distance is timed at load and the fastest one is kept."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from inference.engine.int8_prefetch import CANDIDATE_BYTES, tune_int8_prefetch
+from inference.engine.kernels import kernels
+from inference.engine.quantization import Int8Linear, apply_quantization, quantize_int8
+
+pytestmark = pytest.mark.skipif(kernels() is None, reason="the int8 kernel did not build here")
+
+
+@pytest.fixture
+def restore_prefetch():
+    before = kernels().int8_prefetch_bytes()
+    yield
+    kernels().int8_set_prefetch_bytes(before)
+
+
+def int8_layers():
+    torch.manual_seed(0)
+    model = quantize_int8(nn.Sequential(nn.Linear(256, 1024), nn.Linear(1024, 256), nn.Linear(256, 96)))
+    return [module for module in model.modules() if isinstance(module, Int8Linear)]
+
+
+def test_keeps_the_candidate_with_the_fastest_median_pass(restore_prefetch):
+    medians = tune_int8_prefetch(int8_layers(), candidates=(0, 64, 2048), rounds=3)
+    assert set(medians) == {0, 64, 2048} and all(seconds > 0 for seconds in medians.values())
+    assert kernels().int8_prefetch_bytes() == min(medians, key=medians.get)
+
+
+def test_int8_quantization_at_load_tunes_the_distance(restore_prefetch):
+    """apply_quantization (what the loader calls) leaves the kernel at a candidate it timed."""
+    kernels().int8_set_prefetch_bytes(192)  # no candidate: only tuning can change it to one
+    apply_quantization(nn.Sequential(nn.Linear(256, 512), nn.Linear(512, 64)), "int8", torch.device("cpu"))
+    assert kernels().int8_prefetch_bytes() in CANDIDATE_BYTES
