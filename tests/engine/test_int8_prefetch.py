@@ -12,13 +12,6 @@ from inference.engine.quantization import Int8Linear, apply_quantization, quanti
 pytestmark = pytest.mark.skipif(kernels() is None, reason="the int8 kernel did not build here")
 
 
-@pytest.fixture
-def restore_prefetch():
-    before = kernels().int8_prefetch_bytes()
-    yield
-    kernels().int8_set_prefetch_bytes(before)
-
-
 def int8_layers():
     torch.manual_seed(0)
     model = quantize_int8(nn.Sequential(nn.Linear(256, 1024), nn.Linear(1024, 256), nn.Linear(256, 96)))

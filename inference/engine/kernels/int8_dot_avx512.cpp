@@ -20,25 +20,14 @@ bool cpu_has_avx512_vnni() {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vnni")
+#include "int8_dot_avx512_lanes.h"
 #include "int8_dot_loop.h"
 
 namespace minivllm {
 namespace {
 
-struct Avx512Vnni {
-  using Acc = __m512i;
-  static constexpr int64_t kWidth = 32;
-  static Acc zero() { return _mm512_setzero_si512(); }
-  static Acc load_x(const int16_t* p) { return _mm512_loadu_si512(p); }
-  static Acc load_w(const int8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+struct Avx512Vnni : Avx512Lanes {
   static Acc multiply_add(Acc acc, Acc x, Acc w) { return _mm512_dpwssd_epi32(acc, x, w); }
-  static int64_t lanes_sum(Acc v) {
-    alignas(64) int32_t lanes[16];
-    _mm512_store_si512(lanes, v);
-    int64_t sum = 0;
-    for (int32_t lane : lanes) sum += lane;
-    return sum;
-  }
 };
 
 }  // namespace

@@ -19,25 +19,14 @@ bool cpu_has_avx512bw() { return __builtin_cpu_supports("avx512f") && __builtin_
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw")
+#include "int8_dot_avx512_lanes.h"
 #include "int8_dot_loop.h"
 
 namespace minivllm {
 namespace {
 
-struct Avx512Bw {
-  using Acc = __m512i;
-  static constexpr int64_t kWidth = 32;
-  static Acc zero() { return _mm512_setzero_si512(); }
-  static Acc load_x(const int16_t* p) { return _mm512_loadu_si512(p); }
-  static Acc load_w(const int8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+struct Avx512Bw : Avx512Lanes {
   static Acc multiply_add(Acc acc, Acc x, Acc w) { return _mm512_add_epi32(acc, _mm512_madd_epi16(x, w)); }
-  static int64_t lanes_sum(Acc v) {
-    alignas(64) int32_t lanes[16];
-    _mm512_store_si512(lanes, v);
-    int64_t sum = 0;
-    for (int32_t lane : lanes) sum += lane;
-    return sum;
-  }
 };
 
 }  // namespace

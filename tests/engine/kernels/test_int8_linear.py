@@ -106,13 +106,6 @@ def test_rejects_what_it_cannot_compute(compiled):
         compiled.int8_linear(torch.randn(1, 16), [torch.zeros(4, 16, dtype=torch.int8)], [torch.ones(4)], "sse2")
 
 
-@pytest.fixture
-def restore_prefetch(compiled):
-    before = compiled.int8_prefetch_bytes()
-    yield
-    compiled.int8_set_prefetch_bytes(before)
-
-
 def test_the_prefetch_distance_changes_no_bits(compiled, restore_prefetch):
     """Rows and channels past the weight's end included: 1 MB ahead points far outside it."""
     torch.manual_seed(5)
