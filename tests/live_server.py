@@ -47,6 +47,7 @@ class LiveServer:
             "MINIVLLM_AUTOSTART": "1",
             "MINIVLLM_DEVICE": "cpu",
             "PYTHONUNBUFFERED": "1",
+            "PYTHONFAULTHANDLER": "1",  # a crash writes every thread's stack into the log
             **settings,
         }
         self.engine = self.env["MINIVLLM_AUTOSTART"] == "1"
