@@ -38,22 +38,19 @@ def cpu_vendor() -> str:
     return _cpuinfo_field("vendor_id")
 
 
-def bf16_beats_float32(flags: frozenset[str]) -> bool:
-    """Only AMX tiles make bf16 faster than float32 on a CPU.
-
-    AVX512-BF16 alone is not enough: on such a Xeon (no AMX) bf16 matmuls at 32 rows ran at
-    ~140 GFLOP/s against float32's ~175, HF generate at batch 32 made 253 tok/s in bf16 against
-    309 in float32, and our engine 285 against 359 (docs/performance.md, section 19).
-    """
-    return "amx_bf16" in flags
-
-
 def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
+    """`auto` is float32 on every CPU: our kernels (the C++ layer, the int8 and bf16 weight modes)
+    take float32 activations, and a bf16 model runs the slower torch modules instead.
+
+    Even with AMX a bf16 model did not pay: on a Xeon with AMX, engine alone, it made 25 / 173 /
+    468 tok/s at 1 / 8 / 32 streams against float32's 42 / 189 / 459, and float32 with
+    MINIVLLM_QUANT=bf16 (bf16 weights, oneDNN's GEMM) 37 / 249 / 676 (docs/performance.md, section 30).
+    """
     if requested != "auto":
         return DTYPES[requested]
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if bf16_beats_float32(cpu_flags()) else torch.float32
+    return torch.float32
 
 
 def dtype_name(dtype: torch.dtype) -> str:

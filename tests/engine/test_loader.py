@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from inference.engine.config import EngineConfig
-from inference.engine.device import bf16_beats_float32, cpu_flags, resolve_dtype
+from inference.engine.device import resolve_dtype
 from inference.engine.errors import UnsupportedModelError
 from inference.engine.loader import EMBEDDED_GGUF, ModelLoadError, load_model, resolve_source
 
@@ -65,11 +65,8 @@ def test_hub_id_without_network_says_so():
     assert "ERROR could not fetch 'gpt2' from the Hugging Face hub (no network access" in result.stdout
 
 
-def test_auto_dtype_is_bf16_only_where_amx_makes_it_faster():
-    assert not bf16_beats_float32(frozenset({"avx2", "avx512f", "avx512_bf16"}))
-    assert bf16_beats_float32(frozenset({"avx512_bf16", "amx_bf16", "amx_tile"}))
-    expected = torch.bfloat16 if bf16_beats_float32(cpu_flags()) else torch.float32
-    assert resolve_dtype("auto", torch.device("cpu")) == expected
+def test_auto_dtype_on_cpu_is_float32_which_our_kernels_take():
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
     assert resolve_dtype("float16", torch.device("cpu")) == torch.float16
 
 
