@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 
 
-QUANT_METHODS = ("none", "int8", "bf16")  # weight-only, CPU (quantization.py)
+QUANT_METHODS = ("none", "int8", "int4", "bf16")  # weight-only, CPU (quantization.py)
 
 
 @dataclass
@@ -20,7 +20,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None  # None: the model's own context length
     enable_prefix_caching: bool = True
-    quantization: str = "none"  # none | int8 | bf16 (weight-only, CPU)
+    quantization: str = "none"  # none | int8 | int4 | bf16 (weight-only, CPU)
     num_kv_blocks: int | None = None  # exact pool size, overriding the memory-based plan (tests, tuning)
 
     def __post_init__(self):

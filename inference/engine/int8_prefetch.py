@@ -1,4 +1,4 @@
-"""How far ahead the int8 kernel prefetches weights: timed on this machine when the model loads.
+"""How far ahead the int8 and 4-bit kernels prefetch weights: timed on this machine when the model loads.
 
 Why timed, not fixed: asking for the weight lines 4 KB ahead made a pass over SmolLM2's int8
 weights ~30% faster on a 2-core Skylake Xeon whose cores each read ~8 GB/s, and ~35% slower on a
@@ -24,16 +24,15 @@ ROUNDS = 5
 
 
 def tune_int8_prefetch(layers: list, candidates=CANDIDATE_BYTES, rounds: int = ROUNDS) -> dict[int, float]:
-    """Times one-row passes over `layers` (Int8Linear modules) at each candidate distance, sets the
-    kernel to the fastest and returns each candidate's median pass in seconds."""
+    """Times one-row passes over `layers` (Int8Linear and Int4Linear modules) at each candidate
+    distance, sets the kernels to the fastest and returns each candidate's median pass in seconds."""
     compiled = kernels()
-    weights = [layer.weight_levels() for layer in layers]
-    rows = {levels[0].shape[1]: torch.randn(1, levels[0].shape[1]) for levels, _ in weights}
+    rows = {layer.in_features: torch.randn(1, layer.in_features) for layer in layers}
 
     def one_pass() -> float:
         start = time.perf_counter()
-        for levels, scales in weights:
-            compiled.int8_linear(rows[levels[0].shape[1]], levels, scales)
+        for layer in layers:
+            layer.matmul(rows[layer.in_features])
         return time.perf_counter() - start
 
     one_pass()  # first touch: page faults and cold caches count against no candidate

@@ -7,7 +7,8 @@ from torch import nn
 
 
 def replace_linears(model: nn.Module, build: Callable[[str, nn.Linear], nn.Module]) -> nn.Module:
-    """Replaces every nn.Linear, wherever it sits, with `build(its attribute name, it)`."""
+    """Replaces every nn.Linear, wherever it sits, with `build(its attribute name, it)` (which may
+    return it unchanged, to leave it for another kind)."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):

@@ -1,5 +1,5 @@
-"""Weight-only quantization on CPU: int8 (MINIVLLM_QUANT=int8), the single-stream latency mode,
-and bf16 (MINIVLLM_QUANT=bf16), the batched throughput mode where the CPU multiplies bf16 natively.
+"""Weight-only quantization on CPU: int8 (MINIVLLM_QUANT=int8) and int4 (MINIVLLM_QUANT=int4, its
+layers in 4-bit groups, int4_linear.py), the single-stream latency modes, and bf16 (MINIVLLM_QUANT=bf16), the batched throughput mode where the CPU multiplies bf16 natively.
 
 bf16: the linears' weights are stored in bf16 and multiplied by oneDNN's bf16 GEMM (rows rounded
 to bf16, float32 sums, outputs rounded to bf16 and handed back as float32); norms, attention, the
@@ -27,6 +27,7 @@ from torch import nn
 
 from .config import QUANT_METHODS
 from .device import cpu_flags
+from .int4_linear import Int4Linear, quantize_int4
 from .int8_prefetch import tune_int8_prefetch
 from .kernels import kernels
 from .linear_swap import replace_linears
@@ -62,16 +63,19 @@ class Int8Linear(nn.Module):
             self.register_buffer(f"packed_int8_{i}", kernels().int8_pack_weight(quantized))
             self.register_buffer(f"scales_{i}", scales)
         self.bias = linear.bias
-        self.out_features = linear.out_features
+        self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def weight_levels(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The int8 weights (in the kernel's packed order) and their scales, level by level."""
         buffers = self._buffers  # direct: this runs ~120 times a decode step on the module path
         return [buffers[f"packed_int8_{i}"] for i in range(self.levels)], [buffers[f"scales_{i}"] for i in range(self.levels)]
 
+    def matmul(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows (contiguous float32 [M, K]) @ W.T, no bias."""
+        return kernels().int8_linear(rows, *self.weight_levels())
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1]).float().contiguous()
-        out = kernels().int8_linear(rows, *self.weight_levels()).to(x.dtype)
+        out = self.matmul(x.reshape(-1, x.shape[-1]).float().contiguous()).to(x.dtype)
         if self.bias is not None:
             out = out + self.bias
         return out.view(*x.shape[:-1], self.out_features)
@@ -96,13 +100,15 @@ def bf16_weights_run_natively() -> bool:
 def apply_quantization(model: nn.Module, method: str, device: torch.device) -> nn.Module:
     if method == "none":
         return model
-    if method == "int8":
+    if method in ("int8", "int4"):
         if device.type != "cpu":
-            raise ValueError("MINIVLLM_QUANT=int8 uses a CPU kernel; on CUDA run bf16 (MINIVLLM_QUANT=none)")
+            raise ValueError(f"MINIVLLM_QUANT={method} uses a CPU kernel; on CUDA run bf16 (MINIVLLM_QUANT=none)")
         if kernels() is None:
-            raise ValueError("MINIVLLM_QUANT=int8 needs the engine's AVX2 kernels, which did not build here (see the log)")
+            raise ValueError(f"MINIVLLM_QUANT={method} needs the engine's AVX2 kernels, which did not build here (see the log)")
+        if method == "int4":
+            quantize_int4(model)  # what it leaves (the lm_head) becomes int8 below
         quantize_int8(model)
-        tune_int8_prefetch([module for module in model.modules() if isinstance(module, Int8Linear)])
+        tune_int8_prefetch([module for module in model.modules() if isinstance(module, (Int8Linear, Int4Linear))])
         return model
     if method == "bf16":
         dtype = next(model.parameters()).dtype

@@ -1,4 +1,4 @@
-"""Weight-only int8: close to the float weights, and greedy tokens agree with bf16 on >= 95% of positions."""
+"""Weight-only int8 (and the int4, bf16 modes): close to the float weights, and greedy tokens agree with bf16 on >= 95% of positions."""
 from __future__ import annotations
 
 import pytest
@@ -103,7 +103,7 @@ def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
         return model.compute_logits(hidden).argmax(dim=-1).tolist()
 
 
-@pytest.mark.parametrize("quantization", ["int8", pytest.param("bf16", marks=NEEDS_AVX512_BF16)])
+@pytest.mark.parametrize("quantization", ["int8", "int4", pytest.param("bf16", marks=NEEDS_AVX512_BF16)])
 def test_quantized_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_tokenizer, quantization):
     """Per position, teacher-forced: given bf16's own greedy text, does the quantized model pick bf16's next token?
 
@@ -127,7 +127,7 @@ def test_quantized_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_t
     assert agree / total >= 0.95, f"{quantization} agrees with bf16 on {agree}/{total} positions"
 
 
-@pytest.mark.parametrize("quantization", ["int8", pytest.param("bf16", marks=NEEDS_AVX512_BF16)])
+@pytest.mark.parametrize("quantization", ["int8", "int4", pytest.param("bf16", marks=NEEDS_AVX512_BF16)])
 def test_quantized_batching_does_not_change_greedy_tokens(real_hf_model, smollm_tokenizer, quantization):
     """Alone or in a batch of 8 (with other requests' prefill chunks in its steps), the same tokens."""
     cfg = EngineConfig(dtype="float32", device="cpu", quantization=quantization, kv_cache_mb=64, max_num_seqs=8)

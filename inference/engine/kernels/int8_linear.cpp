@@ -15,36 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "activation_rows.h"
 #include "int8_dot.h"
 #include "kernels.h"
 
 namespace minivllm {
 namespace {
 
-constexpr float kInt16Max = 32767.0f;
-
 // Bytes ahead of its reads the dot products prefetch weights; 0 leaves it to the hardware. Which
 // is faster depends on the machine (int8_prefetch.py measures it at load), not on the call.
 std::atomic<int64_t> prefetch_bytes{0};
-
-// Rounds one row to int16 (nearest, ties to even) and returns the scale that undoes it.
-float quantize_row(const float* x, int64_t K, int16_t* out) {
-  __m256 amax = _mm256_setzero_ps();
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (int64_t k = 0; k < K; k += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, amax);
-  float top = 0.0f;
-  for (float lane : lanes) top = lane > top ? lane : top;
-  const float inverse = top > 0.0f ? kInt16Max / top : 0.0f;
-  const __m256 iv = _mm256_set1_ps(inverse);
-  for (int64_t k = 0; k < K; k += 8) {
-    __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), iv));  // |q| <= 32767 by construction
-    __m128i packed = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), packed);
-  }
-  return top / kInt16Max;
-}
 
 // The best version this CPU runs first; tests name each one.
 std::string best_isa() {
@@ -125,7 +105,7 @@ torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tenso
   std::vector<float> row_scales(M);
   const float* xp = x.data_ptr<float>();
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t m = begin; m < end; ++m) row_scales[m] = quantize_row(xp + m * K, K, xq.data() + m * K);
+    for (int64_t m = begin; m < end; ++m) row_scales[m] = quantize_row_int16(xp + m * K, K, xq.data() + m * K);
   });
 
   auto out = torch::empty({M, N}, x.options());

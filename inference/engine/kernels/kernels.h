@@ -16,6 +16,11 @@ std::string int8_linear_isa();
 // How far ahead int8_linear prefetches weights, process-wide (bytes, whole cache lines; 0: none).
 void int8_set_prefetch_bytes(int64_t bytes);
 int64_t int8_prefetch_bytes();
+// 4-bit weights in groups of 32 (int4_dot.h): `levels` uint8 [N, K] of 0..15, float16 scales and
+// minimums [N, K / 32], packed into int4_linear's uint8 [N, 5K/8]; W = scale * level + minimum.
+torch::Tensor int4_pack_weight(const torch::Tensor& levels, const torch::Tensor& scales, const torch::Tensor& minimums);
+torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, const std::string& isa);
+std::string int4_linear_isa();
 torch::Tensor paged_attention_scores(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& block_tables,
                                      const torch::Tensor& lengths, double scale);
 torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Tensor& v_cache, const torch::Tensor& block_tables,
@@ -23,13 +28,15 @@ torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Te
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 void rotary_inplace(torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
-// One projection as the loader left it: int8 levels with their scales, or a packed float32
-// weight (MKL's when `dense` holds the plain weight too, oneDNN's otherwise; packed_linear.py).
+// One projection as the loader left it: int8 levels with their scales, a packed 4-bit weight
+// (`int4`), or a packed float32 weight (MKL's when `dense` holds the plain weight too, oneDNN's
+// otherwise; packed_linear.py).
 struct Projection {
   std::vector<torch::Tensor> int8_weights, int8_scales;
   torch::Tensor packed, dense;
   std::optional<torch::Tensor> bias;
   bool bf16 = false;  // `packed` is a bf16 oneDNN weight: rows go in as bf16, outputs come back float32
+  torch::Tensor int4;
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 

@@ -3,7 +3,7 @@
 At one stream a decode step is ~200 small ops and Python's per-op cost exceeds most of them;
 the C++ halves of a layer make it two calls around attention, and a step of decodes only
 runs all layers in one call. They run the same kernels as the module path, so they apply
-wherever every projection is one our C++ can call: int8 (MINIVLLM_QUANT=int8), bf16 weights
+wherever every projection is one our C++ can call: int8 or 4-bit (MINIVLLM_QUANT=int8, int4), bf16 weights
 (MINIVLLM_QUANT=bf16) or packed float32 (MKL or oneDNN), on CPU. Elsewhere (bf16, CUDA) the modules run.
 """
 from __future__ import annotations
@@ -14,11 +14,14 @@ from torch import nn
 from ..attention import decode_in_place
 from ..kernels import kernels
 from ..packed_linear import PackedLinear
+from ..int4_linear import Int4Linear
 from ..quantization import Int8Linear
 from .llama import LlamaDecoderLayer, LlamaForCausalLM
 
 
 def _projection(compiled, linear: nn.Module):
+    if isinstance(linear, Int4Linear):
+        return compiled.Projection.int4(linear.packed_int4, linear.bias)
     if isinstance(linear, Int8Linear):
         return compiled.Projection.int8(*linear.weight_levels(), linear.bias)
     if isinstance(linear, PackedLinear) and linear.backend == "onednn_bf16":

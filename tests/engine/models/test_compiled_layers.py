@@ -23,14 +23,14 @@ def run_mixed_steps(engine) -> dict:
     }
 
 
-PROJECTIONS = ["int8", "onednn"] + (["mkl"] if torch.backends.mkl.is_available() else []) + (["bf16"] if bf16_weights_run_natively() else [])
+PROJECTIONS = ["int8", "int4", "onednn"] + (["mkl"] if torch.backends.mkl.is_available() else []) + (["bf16"] if bf16_weights_run_natively() else [])
 
 
 @pytest.mark.parametrize("make_model", [tiny_llama_hf, tiny_qwen2_hf], ids=["llama", "qwen2-bias"])
 @pytest.mark.parametrize("projection", PROJECTIONS)
 def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tokenizer, monkeypatch):
     """Decode-only steps in one call, other steps in layer halves, against the modules throughout."""
-    quantization = projection if projection in ("int8", "bf16") else "none"
+    quantization = projection if projection in ("int8", "int4", "bf16") else "none"
     if quantization == "none":  # pack with this backend, whatever this CPU would choose
         monkeypatch.setattr(packed_linear, "packing_backend", lambda: projection)
     hf = make_model()
@@ -38,7 +38,9 @@ def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tok
     whole, halves, modules = (engine.bundle.model for engine in engines)
     assert whole.compiled_decode_layers is not None
     assert all(layer.compiled_weights is not None for layer in whole.layers)
-    if projection != "int8":
+    if projection in ("int8", "int4"):
+        assert type(whole.layers[0].mlp.gate_up_proj).__name__ == {"int8": "Int8Linear", "int4": "Int4Linear"}[projection]
+    else:
         assert whole.layers[0].mlp.gate_up_proj.backend == {"bf16": "onednn_bf16"}.get(projection, projection)
     halves.compiled_decode_layers = modules.compiled_decode_layers = None
     for layer in modules.layers:

@@ -1,0 +1,84 @@
+"""The 4-bit kernel: close to the de-quantized weight's product, and the same bits per row whatever the batch or the ISA."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference.engine.int4_linear import dequantize_groups, quantize_groups
+from tests.engine.kernels.test_int8_linear import rounded_rows
+
+ISAS_BY_REACH = ["avx2", "avx512"]
+
+
+def isas(compiled):
+    return ISAS_BY_REACH[: ISAS_BY_REACH.index(compiled.int4_linear_isa()) + 1]
+
+
+def packed(compiled, weight):
+    return compiled.int4_pack_weight(*quantize_groups(weight))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 33])
+@pytest.mark.parametrize("channels, K", [(4, 64), (13, 576), (96, 1536), (6, 32)])  # 13: a last block of fewer than four
+def test_matches_the_dequantized_matmul(compiled, rows, channels, K):
+    torch.manual_seed(rows * 100 + channels)
+    x, weight = torch.randn(rows, K), torch.randn(channels, K) / 10
+    expected = rounded_rows(x) @ dequantize_groups(*quantize_groups(weight)).double().T
+    for isa in isas(compiled):
+        torch.testing.assert_close(compiled.int4_linear(x, packed(compiled, weight), isa), expected.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_minimums_count_as_much_as_the_levels(compiled):
+    """Weights all above zero: the minimum term is most of every output, so dropping it cannot pass."""
+    torch.manual_seed(5)
+    x, weight = torch.randn(3, 128), torch.rand(8, 128) + 2
+    expected = (rounded_rows(x) @ dequantize_groups(*quantize_groups(weight)).double().T).float()
+    torch.testing.assert_close(compiled.int4_linear(x, packed(compiled, weight)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_every_isa_gives_the_same_bits(compiled):
+    torch.manual_seed(4)
+    x, weight = torch.randn(7, 1536), torch.randn(41, 1536)
+    outputs = [compiled.int4_linear(x, packed(compiled, weight), isa) for isa in isas(compiled)]
+    assert all(torch.equal(outputs[0], other) for other in outputs[1:])
+
+
+def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled):
+    """Row pairs share each unpack, odd rows go alone: both paths must round the same."""
+    torch.manual_seed(0)
+    x, weight = torch.randn(9, 256), torch.randn(37, 256)
+    w = packed(compiled, weight)
+    whole = compiled.int4_linear(x, w)
+    assert torch.equal(torch.cat([compiled.int4_linear(row[None].contiguous(), w) for row in x]), whole)
+    assert torch.equal(compiled.int4_linear(x[3:7].contiguous(), w), whole[3:7])
+
+
+def test_prefetch_distance_changes_no_bits(compiled, restore_prefetch):
+    torch.manual_seed(2)
+    x, weight = torch.randn(3, 576), torch.randn(24, 576)
+    w = packed(compiled, weight)
+    compiled.int8_set_prefetch_bytes(0)
+    plain = compiled.int4_linear(x, w)
+    for bytes_ahead in (64, 4096, 1 << 20):  # the last far past the weight's end
+        compiled.int8_set_prefetch_bytes(bytes_ahead)
+        assert torch.equal(compiled.int4_linear(x, w), plain)
+
+
+def test_packing_keeps_every_level_scale_and_minimum(compiled):
+    """Each byte holds weight i low and weight 16 + i high; then each channel's scales, then its minimums."""
+    torch.manual_seed(6)
+    levels, scales, minimums = quantize_groups(torch.randn(1, 64))
+    row = compiled.int4_pack_weight(levels, scales, minimums)[0]
+    assert row.shape == (64 // 2 + 4 * 2,)
+    nibbles = row[:32].reshape(2, 16)
+    assert torch.equal(nibbles & 15, levels[0].reshape(2, 32)[:, :16])
+    assert torch.equal(nibbles >> 4, levels[0].reshape(2, 32)[:, 16:])
+    assert torch.equal(row[32:].view(torch.float16), torch.cat([scales[0], minimums[0]]))
+
+
+def test_rejects_what_it_cannot_compute(compiled):
+    levels, scales, minimums = quantize_groups(torch.randn(4, 64))
+    with pytest.raises(RuntimeError, match="0..15"):
+        compiled.int4_pack_weight(levels + 16, scales, minimums)
+    with pytest.raises(RuntimeError, match="disagree on K"):
+        compiled.int4_linear(torch.randn(1, 32), compiled.int4_pack_weight(levels, scales, minimums))
