@@ -19,7 +19,7 @@ from .kernels import kernels
 
 log = logging.getLogger(__name__)
 
-CANDIDATE_BYTES = (0, 1024, 2048, 4096)  # 0: the hardware prefetcher alone
+CANDIDATE_BYTES = (0, 1024, 2048, 4096, 8192)  # 0: the hardware prefetcher alone
 ROUNDS = 5
 
 
