@@ -54,7 +54,7 @@ class Int4Linear(nn.Module):
 
     def matmul(self, rows: torch.Tensor) -> torch.Tensor:
         """rows (contiguous float32 [M, K]) @ W.T, no bias."""
-        return kernels().int4_linear(rows, self.packed_int4)
+        return kernels().int4_linear(rows, self.packed_int4, self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.matmul(x.reshape(-1, x.shape[-1]).float().contiguous()).to(x.dtype)

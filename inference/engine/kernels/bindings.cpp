@@ -13,7 +13,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("int8_set_prefetch_bytes", &int8_set_prefetch_bytes, "how far ahead int8_linear prefetches weights (0: not at all)");
   m.def("int8_prefetch_bytes", &int8_prefetch_bytes, "how far ahead int8_linear prefetches weights now");
   m.def("int4_linear", &int4_linear, nogil(), "x @ W.T for 4-bit weights in groups of 32, float32, exact order per row",
-        py::arg("x"), py::arg("packed"), py::arg("isa") = "auto");
+        py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("isa") = "auto");
   m.def("int4_pack_weight", &int4_pack_weight, "4-bit levels, scales and minimums packed for int4_linear");
   m.def("int4_linear_isa", &int4_linear_isa, "the instruction set int4_linear uses on this CPU");
   m.def("paged_attention_scores", &paged_attention_scores, nogil(), "decode q.k scores read from the paged cache");
@@ -25,9 +25,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_static("int8", [](std::vector<torch::Tensor> weights, std::vector<torch::Tensor> scales, std::optional<torch::Tensor> bias) {
         return Projection{std::move(weights), std::move(scales), torch::Tensor(), torch::Tensor(), std::move(bias)};
       })
-      .def_static("int4", [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
+      .def_static("int4", [](torch::Tensor packed, int64_t out_features, std::optional<torch::Tensor> bias) {
         Projection p{{}, {}, torch::Tensor(), torch::Tensor(), std::move(bias)};
         p.int4 = std::move(packed);
+        p.int4_out_features = out_features;
         return p;
       })
       .def_static("onednn", [](torch::Tensor packed, std::optional<torch::Tensor> bias) {

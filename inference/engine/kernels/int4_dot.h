@@ -1,5 +1,5 @@
-// 4-bit weights in groups of 32 (a scale and a minimum each, float16): the dot products of
-// int16 activation rows with them, one version per ISA, every version giving the same bits.
+// 4-bit weights in groups of 32 (a float16 scale and minimum each): the dot products of int16
+// activation rows with them, one version per ISA, every version giving the same bits.
 //
 // Why this format: a decode step at one stream reads every weight once, so its time is the
 // weights' bytes over the memory bandwidth (~22 GB/s on two cores). Groups of 32 at 4 bits
@@ -12,39 +12,37 @@
 namespace minivllm {
 
 constexpr int64_t kInt4Group = 32;     // weights sharing one scale and one minimum
-constexpr int64_t kInt4Channels = 4;   // output channels one call reads together
-constexpr int64_t kInt4Lanes = 16;     // float lanes every version accumulates in (AVX2: two halves of 8)
+constexpr int64_t kInt4Channels = 4;   // output channels in a block, read together
+constexpr int64_t kInt4GroupBytes = kInt4Channels * kInt4Group / 2 + kInt4Channels * 4;  // 64 of nibbles, 16 of float16
 
-// Bytes of one channel: K / 2 of nibbles, then a float16 scale and minimum per group.
-inline int64_t int4_channel_bytes(int64_t K) { return K / 2 + 4 * (K / kInt4Group); }
-
-// A row's group sums are zero-padded to whole vectors of kInt4Lanes groups.
-inline int64_t int4_padded_groups(int64_t K) { return (K / kInt4Group + kInt4Lanes - 1) / kInt4Lanes * kInt4Lanes; }
-
-// The packed layout (int4_pack_weight): channels in blocks of kInt4Channels (the last block may
-// hold fewer, `count`). A block is the groups' nibbles, for each group the 16 bytes of channel 0,
-// then of channel 1, ...; then each channel's G scales, then its G minimums (G = K / 32). One
-// group's 16 bytes hold weight i in the low nibble of byte i and weight 16 + i in its high nibble.
-inline int64_t int4_nibbles_offset(int64_t group, int64_t c, int64_t count) { return (group * count + c) * (kInt4Group / 2); }
-
-// What every version computes, for a row x (int16), channel c and groups g of weights q (0..15),
-// scale d and minimum m:  16 float lanes, lane j of group g holding the exact integer
-// x[32g + 2j] q[..] + x[32g + 2j + 1] q[..] (weights in the order of a group's 32 elements), are
-// accumulated as lane = fma(lane_g, d_g, lane) over g in order; then lane = fma(m, xs, lane) over
-// the 16-group vectors of minimums and of the row's group sums xs (zero-padded); then the lanes are
-// added as a tree: i + (i + 8), then + 4, + 2, + 1. Fused multiply-adds round once on every ISA.
+// The packed layout (int4_pack_weight): blocks of kInt4Channels channels (the last one padded
+// with zero channels), each its groups one after the other, so a block is one sequential read.
+// A group is 80 bytes: each channel's 16 bytes of nibbles (weight i of the group in the low
+// nibble of byte i, weight 16 + i in its high nibble), then the 4 scales, then the 4 minimums.
 //
-// x0/x1: int16 rows of K; xs0/xs1: their float group sums, zero-padded to a multiple of 16 groups;
-// x1/xs1/out1 null for one row. out[c] = the channel's total, before the row's scale.
-// `prefetch`: bytes ahead of the nibble reads to ask for (0: none), as int8_dot.h.
+// Read as 16-bit words, a channel's 8 words give four vectors of levels: word i & 15 is weight
+// 2i, (word i >> 4) & 15 weight 16 + 2i, (word i >> 8) & 15 weight 2i + 1, word i >> 12 weight
+// 17 + 2i. The activations are permuted once per row to match (int4_linear.cpp): x[2i],
+// x[16 + 2i], x[2i + 1], x[17 + 2i] for i < 8, 32 int16 a group. Then pmaddwd pairs words 2k and
+// 2k + 1, so each of a channel's 4 int32 lanes k sums, exactly, the 8 products of weights
+// 4k..4k+3 and 16+4k..16+4k+3 (at most 8 * 32767 * 15 < 2^24: exact in float32 too).
+//
+// What every version computes, per row and channel, with 4 float lanes k (AVX-512 holds the 4
+// channels' 16 lanes in one register, AVX2 two channels' in each of two):
+//   for each group in order:  lane = fma(float(lane's integer sum), scale, lane)
+//                             lane = fma(xs, minimum, lane)     xs: the row's sum of the lane's 8 x
+//   total = (lane0 + lane1) + (lane2 + lane3)
+// Fused multiply-adds round once on every ISA, so the bits agree.
+//
+// x0/x1: permuted int16 rows of K; xs0/xs1: their 4 lane sums per group (float); x1/xs1/out1 null
+// for one row. out: the block's 4 channel totals, before the row's scale. `prefetch`: bytes ahead
+// of the reads to ask for (0: none), as int8_dot.h.
 using Int4DotFn = void (*)(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block,
-                           int64_t K, int64_t count, int64_t prefetch, float* out0, float* out1);
+                           int64_t groups, int64_t prefetch, float* out0, float* out1);
 
-void int4_dot_avx2(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t K,
-                   int64_t count, int64_t prefetch, float* out0, float* out1);
-void int4_dot_avx512(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t K,
-                     int64_t count, int64_t prefetch, float* out0, float* out1);
-
-constexpr int64_t kInt4MaxK = 16384;  // bounds a block's float scratch on the stack
+void int4_dot_avx2(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t groups,
+                   int64_t prefetch, float* out0, float* out1);
+void int4_dot_avx512(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t groups,
+                     int64_t prefetch, float* out0, float* out1);
 
 }  // namespace minivllm

@@ -1,4 +1,4 @@
-// AVX2 version of the 4-bit dot products (int4_dot.h): the 16 float lanes as two halves of 8.
+// AVX2 version of the 4-bit dot products (int4_dot.h): a block's 4 channels in two registers of 2.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
@@ -9,42 +9,43 @@ namespace minivllm {
 namespace {
 
 struct Avx2Int4 {
-  struct F { __m256 lo, hi; };   // lanes 0-7, 8-15
-  struct I { __m256i lo, hi; };  // a group's elements 0-15, 16-31
-  static F zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-  static I load_x(const int16_t* p) {
-    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16))};
+  static constexpr int kParts = 2, kPartChannels = 2;
+  using F = __m256;
+  struct Levels { __m256i a, b, c, d; };
+  struct Scales { __m256 scale, minimum; };
+  static F zero() { return _mm256_setzero_ps(); }
+  static Levels unpack(const uint8_t* group, int part) {
+    const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32 * part));
+    const __m256i low = _mm256_set1_epi16(15);
+    return {_mm256_and_si256(words, low), _mm256_and_si256(_mm256_srli_epi16(words, 4), low),
+            _mm256_and_si256(_mm256_srli_epi16(words, 8), low), _mm256_srli_epi16(words, 12)};
   }
-  static I unpack(const uint8_t* p) {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i low = _mm_set1_epi8(0x0F);
-    return {_mm256_cvtepu8_epi16(_mm_and_si128(bytes, low)), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), low))};
+  static Scales scales(const uint8_t* group, int part) {
+    const __m256 both = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 64)));  // 4 scales, 4 minimums
+    const __m256i first = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    const __m256i channel = _mm256_add_epi32(first, _mm256_set1_epi32(2 * part));
+    return {_mm256_permutevar8x32_ps(both, channel), _mm256_permutevar8x32_ps(both, _mm256_add_epi32(channel, _mm256_set1_epi32(4)))};
   }
-  static F fma_group(F acc, const I& x, const I& q, float scale) {
-    const __m256 d = _mm256_set1_ps(scale);
-    return {_mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(x.lo, q.lo)), d, acc.lo),
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(x.hi, q.hi)), d, acc.hi)};
+  static __m256i x_quarter(const int16_t* x) { return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))); }
+  static F accumulate(F acc, const Levels& q, const Scales& s, const int16_t* x, const float* xs) {
+    const __m256i sums = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(q.a, x_quarter(x)), _mm256_madd_epi16(q.b, x_quarter(x + 8))),
+                                          _mm256_add_epi32(_mm256_madd_epi16(q.c, x_quarter(x + 16)), _mm256_madd_epi16(q.d, x_quarter(x + 24))));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s.scale, acc);
+    return _mm256_fmadd_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(xs)), s.minimum, acc);
   }
-  static F fma_lanes(const float* a, const float* b, F acc) {
-    return {_mm256_fmadd_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b), acc.lo),
-            _mm256_fmadd_ps(_mm256_loadu_ps(a + 8), _mm256_loadu_ps(b + 8), acc.hi)};
-  }
-  static float tree_sum(F v) {
-    const __m256 s8 = _mm256_add_ps(v.lo, v.hi);
-    return sum8_tree(s8);
-  }
-  static void halves_to_floats(const uint16_t* from, int64_t n, float* to) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(to + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i))));
-    for (; i < n; ++i) to[i] = _cvtsh_ss(from[i]);
+  static void totals(F acc, float* out) {
+    const __m256 pairs = _mm256_add_ps(acc, _mm256_permute_ps(acc, 0b10110001));         // lane0 + lane1, lane2 + lane3
+    const __m256 total = _mm256_add_ps(pairs, _mm256_permute_ps(pairs, 0b01001110));   // (0 + 1) + (2 + 3)
+    out[0] = _mm256_cvtss_f32(total);
+    out[1] = _mm_cvtss_f32(_mm256_extractf128_ps(total, 1));
   }
 };
 
 }  // namespace
 
-void int4_dot_avx2(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t K,
-                   int64_t count, int64_t prefetch, float* out0, float* out1) {
-  int4_any<Avx2Int4>(x0, x1, xs0, xs1, block, K, count, prefetch, out0, out1);
+void int4_dot_avx2(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t groups,
+                   int64_t prefetch, float* out0, float* out1) {
+  int4_any<Avx2Int4>(x0, x1, xs0, xs1, block, groups, prefetch, out0, out1);
 }
 
 }  // namespace minivllm

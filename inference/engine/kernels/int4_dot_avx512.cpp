@@ -1,7 +1,7 @@
-// AVX-512 version of the 4-bit dot products (int4_dot.h): the 16 float lanes in one register.
+// AVX-512 version of the 4-bit dot products (int4_dot.h): a block's 4 channels in one register.
 //
-// Nothing after the target pragma runs unless cpu_has_avx512bw() says so (int8_dot_avx512bw.cpp),
-// and no torch header is included, as in the int8 versions.
+// Nothing after the target pragma runs unless int4_linear_isa() says so, and no torch header is
+// included, as in the int8 versions.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -16,37 +16,43 @@ namespace minivllm {
 namespace {
 
 struct Avx512Int4 {
+  static constexpr int kParts = 1, kPartChannels = 4;
   using F = __m512;
-  using I = __m512i;
+  struct Levels { __m512i a, b, c, d; };
+  struct Scales { __m512 scale, minimum; };
   static F zero() { return _mm512_setzero_ps(); }
-  static I load_x(const int16_t* p) { return _mm512_loadu_si512(p); }
-  static I unpack(const uint8_t* p) {
-    const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m256i low = _mm256_and_si256(bytes, _mm256_set1_epi16(0x0F));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(low), _mm256_srli_epi16(bytes, 4), 1);
+  static Levels unpack(const uint8_t* group, int) {
+    const __m512i words = _mm512_loadu_si512(group);
+    const __m512i low = _mm512_set1_epi16(15);
+    return {_mm512_and_si512(words, low), _mm512_and_si512(_mm512_srli_epi16(words, 4), low),
+            _mm512_and_si512(_mm512_srli_epi16(words, 8), low), _mm512_srli_epi16(words, 12)};
   }
-  static F fma_group(F acc, I x, I q, float scale) {
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(x, q)), _mm512_set1_ps(scale), acc);
+  static Scales scales(const uint8_t* group, int) {
+    const __m512 both = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 64))));
+    const __m512i channel = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return {_mm512_permutexvar_ps(channel, both), _mm512_permutexvar_ps(_mm512_add_epi32(channel, _mm512_set1_epi32(4)), both)};
   }
-  static F fma_lanes(const float* a, const float* b, F acc) { return _mm512_fmadd_ps(_mm512_loadu_ps(a), _mm512_loadu_ps(b), acc); }
-  static float tree_sum(F v) {
-    const __m256 lo = _mm512_castps512_ps256(v);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    const __m256 s8 = _mm256_add_ps(lo, hi);
-    return sum8_tree(s8);
+  static __m512i x_quarter(const int16_t* x) { return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x))); }
+  static F accumulate(F acc, const Levels& q, const Scales& s, const int16_t* x, const float* xs) {
+    const __m512i sums = _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(q.a, x_quarter(x)), _mm512_madd_epi16(q.b, x_quarter(x + 8))),
+                                          _mm512_add_epi32(_mm512_madd_epi16(q.c, x_quarter(x + 16)), _mm512_madd_epi16(q.d, x_quarter(x + 24))));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), s.scale, acc);
+    return _mm512_fmadd_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(xs)), s.minimum, acc);
   }
-  static void halves_to_floats(const uint16_t* from, int64_t n, float* to) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(to + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + i))));
-    for (; i < n; ++i) to[i] = _cvtsh_ss(from[i]);
+  static void totals(F acc, float* out) {
+    const __m512 pairs = _mm512_add_ps(acc, _mm512_permute_ps(acc, 0b10110001));        // lane0 + lane1, lane2 + lane3
+    const __m512 total = _mm512_add_ps(pairs, _mm512_permute_ps(pairs, 0b01001110));  // (0 + 1) + (2 + 3)
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, total);
+    for (int c = 0; c < 4; ++c) out[c] = lanes[4 * c];
   }
 };
 
 }  // namespace
 
-void int4_dot_avx512(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t K,
-                     int64_t count, int64_t prefetch, float* out0, float* out1) {
-  int4_any<Avx512Int4>(x0, x1, xs0, xs1, block, K, count, prefetch, out0, out1);
+void int4_dot_avx512(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t groups,
+                     int64_t prefetch, float* out0, float* out1) {
+  int4_any<Avx512Int4>(x0, x1, xs0, xs1, block, groups, prefetch, out0, out1);
 }
 
 }  // namespace minivllm

@@ -17,9 +17,10 @@ std::string int8_linear_isa();
 void int8_set_prefetch_bytes(int64_t bytes);
 int64_t int8_prefetch_bytes();
 // 4-bit weights in groups of 32 (int4_dot.h): `levels` uint8 [N, K] of 0..15, float16 scales and
-// minimums [N, K / 32], packed into int4_linear's uint8 [N, 5K/8]; W = scale * level + minimum.
+// minimums [N, K / 32], packed into int4_linear's blocks of 4 channels, uint8 [ceil(N / 4), 80 * K / 32];
+// W = scale * level + minimum.
 torch::Tensor int4_pack_weight(const torch::Tensor& levels, const torch::Tensor& scales, const torch::Tensor& minimums);
-torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, const std::string& isa);
+torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& isa);
 std::string int4_linear_isa();
 torch::Tensor paged_attention_scores(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& block_tables,
                                      const torch::Tensor& lengths, double scale);
@@ -37,6 +38,7 @@ struct Projection {
   std::optional<torch::Tensor> bias;
   bool bf16 = false;  // `packed` is a bf16 oneDNN weight: rows go in as bf16, outputs come back float32
   torch::Tensor int4;
+  int64_t int4_out_features = 0;
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 

@@ -66,7 +66,7 @@ torch::Tensor Projection::operator()(const torch::Tensor& x) const {
     return bias ? out + *bias : out;
   }
   if (packed.defined()) return onednn_linear(x, packed, bias);
-  torch::Tensor out = int4.defined() ? int4_linear(x.contiguous(), int4, "auto")
+  torch::Tensor out = int4.defined() ? int4_linear(x.contiguous(), int4, int4_out_features, "auto")
                                      : int8_linear(x.contiguous(), int8_weights, int8_scales, "auto");
   return bias ? out + *bias : out;
 }

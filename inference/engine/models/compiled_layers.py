@@ -21,7 +21,7 @@ from .llama import LlamaDecoderLayer, LlamaForCausalLM
 
 def _projection(compiled, linear: nn.Module):
     if isinstance(linear, Int4Linear):
-        return compiled.Projection.int4(linear.packed_int4, linear.bias)
+        return compiled.Projection.int4(linear.packed_int4, linear.out_features, linear.bias)
     if isinstance(linear, Int8Linear):
         return compiled.Projection.int8(*linear.weight_levels(), linear.bias)
     if isinstance(linear, PackedLinear) and linear.backend == "onednn_bf16":

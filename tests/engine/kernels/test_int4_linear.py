@@ -18,6 +18,10 @@ def packed(compiled, weight):
     return compiled.int4_pack_weight(*quantize_groups(weight))
 
 
+def linear(compiled, x, weight, isa="auto"):
+    return compiled.int4_linear(x, packed(compiled, weight), weight.shape[0], isa)
+
+
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 33])
 @pytest.mark.parametrize("channels, K", [(4, 64), (13, 576), (96, 1536), (6, 32)])  # 13: a last block of fewer than four
 def test_matches_the_dequantized_matmul(compiled, rows, channels, K):
@@ -25,7 +29,7 @@ def test_matches_the_dequantized_matmul(compiled, rows, channels, K):
     x, weight = torch.randn(rows, K), torch.randn(channels, K) / 10
     expected = rounded_rows(x) @ dequantize_groups(*quantize_groups(weight)).double().T
     for isa in isas(compiled):
-        torch.testing.assert_close(compiled.int4_linear(x, packed(compiled, weight), isa), expected.float(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(linear(compiled, x, weight, isa), expected.float(), rtol=1e-5, atol=1e-5)
 
 
 def test_minimums_count_as_much_as_the_levels(compiled):
@@ -33,13 +37,13 @@ def test_minimums_count_as_much_as_the_levels(compiled):
     torch.manual_seed(5)
     x, weight = torch.randn(3, 128), torch.rand(8, 128) + 2
     expected = (rounded_rows(x) @ dequantize_groups(*quantize_groups(weight)).double().T).float()
-    torch.testing.assert_close(compiled.int4_linear(x, packed(compiled, weight)), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(linear(compiled, x, weight), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_every_isa_gives_the_same_bits(compiled):
     torch.manual_seed(4)
     x, weight = torch.randn(7, 1536), torch.randn(41, 1536)
-    outputs = [compiled.int4_linear(x, packed(compiled, weight), isa) for isa in isas(compiled)]
+    outputs = [linear(compiled, x, weight, isa) for isa in isas(compiled)]
     assert all(torch.equal(outputs[0], other) for other in outputs[1:])
 
 
@@ -47,38 +51,44 @@ def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled):
     """Row pairs share each unpack, odd rows go alone: both paths must round the same."""
     torch.manual_seed(0)
     x, weight = torch.randn(9, 256), torch.randn(37, 256)
-    w = packed(compiled, weight)
-    whole = compiled.int4_linear(x, w)
-    assert torch.equal(torch.cat([compiled.int4_linear(row[None].contiguous(), w) for row in x]), whole)
-    assert torch.equal(compiled.int4_linear(x[3:7].contiguous(), w), whole[3:7])
+    whole = linear(compiled, x, weight)
+    assert torch.equal(torch.cat([linear(compiled, row[None].contiguous(), weight) for row in x]), whole)
+    assert torch.equal(linear(compiled, x[3:7].contiguous(), weight), whole[3:7])
 
 
 def test_prefetch_distance_changes_no_bits(compiled, restore_prefetch):
     torch.manual_seed(2)
     x, weight = torch.randn(3, 576), torch.randn(24, 576)
-    w = packed(compiled, weight)
     compiled.int8_set_prefetch_bytes(0)
-    plain = compiled.int4_linear(x, w)
+    plain = linear(compiled, x, weight)
     for bytes_ahead in (64, 4096, 1 << 20):  # the last far past the weight's end
         compiled.int8_set_prefetch_bytes(bytes_ahead)
-        assert torch.equal(compiled.int4_linear(x, w), plain)
+        assert torch.equal(linear(compiled, x, weight), plain)
 
 
 def test_packing_keeps_every_level_scale_and_minimum(compiled):
-    """Each byte holds weight i low and weight 16 + i high; then each channel's scales, then its minimums."""
+    """A block of 4 channels (the 5th and 6th padded with zero ones), each group 80 bytes: every channel's
+    16 bytes of nibbles (weight i low, 16 + i high), then the 4 scales, then the 4 minimums."""
     torch.manual_seed(6)
-    levels, scales, minimums = quantize_groups(torch.randn(1, 64))
-    row = compiled.int4_pack_weight(levels, scales, minimums)[0]
-    assert row.shape == (64 // 2 + 4 * 2,)
-    nibbles = row[:32].reshape(2, 16)
-    assert torch.equal(nibbles & 15, levels[0].reshape(2, 32)[:, :16])
-    assert torch.equal(nibbles >> 4, levels[0].reshape(2, 32)[:, 16:])
-    assert torch.equal(row[32:].view(torch.float16), torch.cat([scales[0], minimums[0]]))
+    levels, scales, minimums = quantize_groups(torch.randn(6, 64))
+    blocks = compiled.int4_pack_weight(levels, scales, minimums)
+    assert blocks.shape == (2, 2 * 80)
+    groups = blocks.reshape(2, 2, 80)  # block, group, bytes
+    nibbles = groups[:, :, :64].reshape(2, 2, 4, 16).transpose(1, 2).reshape(8, 2, 16)  # channel, group, byte
+    expected = torch.cat([levels, torch.zeros(2, 64, dtype=torch.uint8)]).reshape(8, 2, 32)
+    assert torch.equal(nibbles & 15, expected[:, :, :16]) and torch.equal(nibbles >> 4, expected[:, :, 16:])
+    halves = groups[:, :, 64:].contiguous().view(torch.float16).reshape(2, 2, 2, 4)  # block, group, scale or minimum, channel
+    for kind, values in enumerate((scales, minimums)):
+        padded = torch.cat([values, torch.zeros(2, 2, dtype=torch.float16)])
+        assert torch.equal(halves[:, :, kind, :].transpose(1, 2).reshape(8, 2), padded)
 
 
 def test_rejects_what_it_cannot_compute(compiled):
     levels, scales, minimums = quantize_groups(torch.randn(4, 64))
     with pytest.raises(RuntimeError, match="0..15"):
         compiled.int4_pack_weight(levels + 16, scales, minimums)
+    weight = compiled.int4_pack_weight(levels, scales, minimums)
     with pytest.raises(RuntimeError, match="disagree on K"):
-        compiled.int4_linear(torch.randn(1, 32), compiled.int4_pack_weight(levels, scales, minimums))
+        compiled.int4_linear(torch.randn(1, 32), weight, 4)
+    with pytest.raises(RuntimeError, match="out_features"):
+        compiled.int4_linear(torch.randn(1, 64), weight, 5)
