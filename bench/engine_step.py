@@ -3,7 +3,7 @@
 Separates what the engine costs from what the serving path adds (compare with `bench.serve`
 at the same concurrency), and is what docs/performance.md's step-by-step figures come from.
 
-    python -m bench.engine_step --concurrency 1 --quant int8                 # single-stream ITL
+    python -m bench.engine_step --concurrency 1 --quant int4                 # single-stream ITL
     python -m bench.engine_step --concurrency 32 --profile docs/profiles/x.txt  # pyinstrument of the decode steps
 """
 from __future__ import annotations

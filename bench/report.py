@@ -39,7 +39,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE", help="extra env for our server")
     p.add_argument(
         "--latency-server-env", action="append", default=[], metavar="KEY=VALUE",
-        help="also start a second server with this extra env (e.g. MINIVLLM_QUANT=int8) for one client on the uniform "
+        help="also start a second server with this extra env (e.g. MINIVLLM_QUANT=int4) for one client on the uniform "
         "workload: the single-stream latency mode, judged for the one-client target",
     )
     p.add_argument("--seed", type=int, default=0)
