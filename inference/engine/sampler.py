@@ -72,8 +72,10 @@ class Sampler:
         if logits.dim() != 2 or logits.shape[0] != len(contexts):
             raise ValueError(f"logits {tuple(logits.shape)} do not match {len(contexts)} contexts")
         if all(_is_greedy(c.params) and not _has_penalty(c.params) and not _min_tokens_active(c) for c in contexts):
-            # Hot path for plain greedy decoding: one argmax, one transfer.
-            token_ids = logits.argmax(dim=-1).tolist()
+            # Hot path for plain greedy decoding: one reduction, one transfer. max's indices are
+            # argmax's (the first maximum on ties) at ~0.4x its time on CPU: 0.4 against 1.0 ms
+            # over [32, 49152] (docs/performance.md, section 32).
+            token_ids = logits.max(dim=-1).indices.tolist()
         else:
             token_ids = self._sample(logits, contexts)
         return SamplerOutput(token_ids=token_ids, logprobs=compute_logprobs(logits, contexts, token_ids))

@@ -46,6 +46,15 @@ def test_greedy_is_argmax_on_fast_path():
     assert out.logprobs == [None] * 5
 
 
+def test_greedy_ties_go_to_the_first_maximum_on_both_paths():
+    """The fast path picks the first of equal maxima, as argmax does (and the other paths)."""
+    logits = torch.zeros(3, 49152)
+    logits[:, [7, 40000]] = 5.0
+    logits[1, 3] = 5.0
+    fast = sampler(logits, [ctx(temperature=0.0) for _ in range(3)]).token_ids
+    assert fast == [7, 3, 7] == logits.argmax(-1).tolist()
+
+
 def test_greedy_rows_unaffected_by_other_rows():
     logits = torch.randn(6, 500, generator=torch.Generator().manual_seed(1))
     contexts = [
