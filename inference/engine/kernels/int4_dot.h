@@ -34,15 +34,19 @@ constexpr int64_t kInt4GroupBytes = kInt4Channels * kInt4Group / 2 + kInt4Channe
 //   total = (lane0 + lane1) + (lane2 + lane3)
 // Fused multiply-adds round once on every ISA, so the bits agree.
 //
-// x0/x1: permuted int16 rows of K; xs0/xs1: their 4 lane sums per group (float); x1/xs1/out1 null
-// for one row. out: the block's 4 channel totals, before the row's scale. `prefetch`: bytes ahead
-// of the reads to ask for (0: none), as int8_dot.h.
-using Int4DotFn = void (*)(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block,
-                           int64_t groups, int64_t prefetch, float* out0, float* out1);
+// x: `rows` permuted int16 rows of K = 32 * groups, one after another; xs: their 4 lane sums per
+// group (float), row after row. out: rows x the block's 4 channel totals, before each row's scale.
+// Rows are taken a few at a time (kMaxRows of the version), so each unpack feeds several rows and
+// the block's bytes, read from memory once, stay in L1 for the rest. `prefetch`: bytes ahead of
+// the reads to ask for (0: none), as int8_dot.h.
+using Int4DotFn = void (*)(const int16_t* x, const float* xs, int64_t rows, const uint8_t* block, int64_t groups,
+                           int64_t prefetch, float* out);
 
-void int4_dot_avx2(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t groups,
-                   int64_t prefetch, float* out0, float* out1);
-void int4_dot_avx512(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t groups,
-                     int64_t prefetch, float* out0, float* out1);
+void int4_dot_avx2(const int16_t* x, const float* xs, int64_t rows, const uint8_t* block, int64_t groups, int64_t prefetch,
+                   float* out);
+void int4_dot_avx512bw(const int16_t* x, const float* xs, int64_t rows, const uint8_t* block, int64_t groups, int64_t prefetch,
+                       float* out);
+void int4_dot_avx512_vnni(const int16_t* x, const float* xs, int64_t rows, const uint8_t* block, int64_t groups, int64_t prefetch,
+                          float* out);
 
 }  // namespace minivllm

@@ -9,7 +9,7 @@ namespace minivllm {
 namespace {
 
 struct Avx2Int4 {
-  static constexpr int kParts = 2, kPartChannels = 2;
+  static constexpr int kParts = 2, kPartChannels = 2, kMaxRows = 2;  // 16 ymm registers: more rows would spill
   using F = __m256;
   struct Levels { __m256i a, b, c, d; };
   struct Scales { __m256 scale, minimum; };
@@ -43,9 +43,9 @@ struct Avx2Int4 {
 
 }  // namespace
 
-void int4_dot_avx2(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t groups,
-                   int64_t prefetch, float* out0, float* out1) {
-  int4_any<Avx2Int4>(x0, x1, xs0, xs1, block, groups, prefetch, out0, out1);
+void int4_dot_avx2(const int16_t* x, const float* xs, int64_t rows, const uint8_t* block, int64_t groups, int64_t prefetch,
+                   float* out) {
+  int4_any<Avx2Int4>(x, xs, rows, block, groups, prefetch, out);
 }
 
 }  // namespace minivllm

@@ -1,4 +1,4 @@
-// The loop both ISA versions of the 4-bit dot products share (int4_dot_avx2.cpp, _avx512.cpp).
+// The loop every ISA version of the 4-bit dot products shares (int4_dot_avx2.cpp, _avx512*.cpp).
 //
 // `Isa` covers a block's 4 channels in kParts registers of 4 float lanes per channel and supplies
 // the operations below; internal linkage on purpose, so each file compiles its own copy for its
@@ -13,12 +13,13 @@
 namespace minivllm {
 namespace {
 
-template <class Isa, bool TwoRows>
-void int4_block(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t groups,
-                int64_t prefetch, float* out0, float* out1) {
+template <class Isa, int Rows>
+void int4_rows(const int16_t* x, const float* xs, const uint8_t* block, int64_t groups, int64_t prefetch, float* out) {
   using F = typename Isa::F;
-  F a0[Isa::kParts], a1[Isa::kParts];
-  for (int part = 0; part < Isa::kParts; ++part) a0[part] = a1[part] = Isa::zero();
+  const int64_t K = groups * kInt4Group;
+  F acc[Rows][Isa::kParts];
+  for (int r = 0; r < Rows; ++r)
+    for (int part = 0; part < Isa::kParts; ++part) acc[r][part] = Isa::zero();
   for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* group = block + g * kInt4GroupBytes;
     if (prefetch) {  // 80 bytes a group: two lines ahead keep every line asked for
@@ -26,23 +27,29 @@ void int4_block(const int16_t* x0, const int16_t* x1, const float* xs0, const fl
       _mm_prefetch(reinterpret_cast<const char*>(group + prefetch + 64), _MM_HINT_T0);
     }
     for (int part = 0; part < Isa::kParts; ++part) {
-      const auto levels = Isa::unpack(group, part);  // each unpack feeds both rows
+      const auto levels = Isa::unpack(group, part);  // each unpack feeds every row
       const auto scales = Isa::scales(group, part);
-      a0[part] = Isa::accumulate(a0[part], levels, scales, x0 + g * kInt4Group, xs0 + g * 4);
-      if (TwoRows) a1[part] = Isa::accumulate(a1[part], levels, scales, x1 + g * kInt4Group, xs1 + g * 4);
+      for (int r = 0; r < Rows; ++r)
+        acc[r][part] = Isa::accumulate(acc[r][part], levels, scales, x + r * K + g * kInt4Group, xs + (r * groups + g) * 4);
     }
   }
-  for (int part = 0; part < Isa::kParts; ++part) {
-    Isa::totals(a0[part], out0 + part * Isa::kPartChannels);
-    if (TwoRows) Isa::totals(a1[part], out1 + part * Isa::kPartChannels);
-  }
+  for (int r = 0; r < Rows; ++r)
+    for (int part = 0; part < Isa::kParts; ++part) Isa::totals(acc[r][part], out + r * kInt4Channels + part * Isa::kPartChannels);
 }
 
 template <class Isa>
-void int4_any(const int16_t* x0, const int16_t* x1, const float* xs0, const float* xs1, const uint8_t* block, int64_t groups,
-              int64_t prefetch, float* out0, float* out1) {
-  if (x1) return int4_block<Isa, true>(x0, x1, xs0, xs1, block, groups, prefetch, out0, out1);
-  int4_block<Isa, false>(x0, x1, xs0, xs1, block, groups, prefetch, out0, out1);
+void int4_any(const int16_t* x, const float* xs, int64_t rows, const uint8_t* block, int64_t groups, int64_t prefetch, float* out) {
+  const int64_t K = groups * kInt4Group;
+  int64_t r = 0;
+  for (; r + Isa::kMaxRows <= rows; r += Isa::kMaxRows)
+    int4_rows<Isa, Isa::kMaxRows>(x + r * K, xs + r * groups * 4, block, groups, prefetch, out + r * kInt4Channels);
+  x += r * K, xs += r * groups * 4, out += r * kInt4Channels;
+  switch (rows - r) {  // a compile-time row count keeps the accumulators in registers
+    case 3: return int4_rows<Isa, 3>(x, xs, block, groups, prefetch, out);
+    case 2: return int4_rows<Isa, 2>(x, xs, block, groups, prefetch, out);
+    case 1: return int4_rows<Isa, 1>(x, xs, block, groups, prefetch, out);
+    default: return;
+  }
 }
 
 }  // namespace

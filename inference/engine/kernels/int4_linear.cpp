@@ -19,13 +19,18 @@ namespace minivllm {
 namespace {
 
 bool cpu_has_avx512bw() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"); }
+bool cpu_has_avx512_vnni() { return cpu_has_avx512bw() && __builtin_cpu_supports("avx512vnni"); }
 
 Int4DotFn choose_int4_dot(const std::string& requested) {
   const std::string isa = requested == "auto" ? int4_linear_isa() : requested;
   if (isa == "avx2") return int4_dot_avx2;
-  TORCH_CHECK(isa == "avx512", "isa must be auto, avx2 or avx512");
-  TORCH_CHECK(cpu_has_avx512bw(), "this CPU has no AVX-512BW");
-  return int4_dot_avx512;
+  if (isa == "avx512bw") {
+    TORCH_CHECK(cpu_has_avx512bw(), "this CPU has no AVX-512BW");
+    return int4_dot_avx512bw;
+  }
+  TORCH_CHECK(isa == "avx512_vnni", "isa must be auto, avx2, avx512bw or avx512_vnni");
+  TORCH_CHECK(cpu_has_avx512_vnni(), "this CPU has no AVX-512 VNNI");
+  return int4_dot_avx512_vnni;
 }
 
 // A group's 32 int16 in the order int4_dot.h's words read them, and its 4 lane sums.
@@ -45,7 +50,7 @@ void permute_group(const int16_t* x, int16_t* to, float* lane_sums) {
 
 }  // namespace
 
-std::string int4_linear_isa() { return cpu_has_avx512bw() ? "avx512" : "avx2"; }
+std::string int4_linear_isa() { return cpu_has_avx512_vnni() ? "avx512_vnni" : cpu_has_avx512bw() ? "avx512bw" : "avx2"; }
 
 torch::Tensor int4_pack_weight(const torch::Tensor& levels, const torch::Tensor& scales, const torch::Tensor& minimums) {
   TORCH_CHECK(levels.dim() == 2 && levels.scalar_type() == torch::kByte, "levels: uint8 [N, K], each 0..15");
@@ -100,18 +105,12 @@ torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, i
   float* op = out.data_ptr<float>();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   at::parallel_for(0, packed.size(0), 1, [&](int64_t begin, int64_t end) {
-    float t0[kInt4Channels], t1[kInt4Channels];
+    std::vector<float> totals(M * kInt4Channels);
     for (int64_t b = begin; b < end; ++b) {
       const int64_t n0 = b * kInt4Channels, count = std::min(kInt4Channels, N - n0);
-      const uint8_t* block = wp + b * G * kInt4GroupBytes;
-      for (int64_t m = 0; m < M; m += 2) {  // two rows share each unpack
-        const bool two = m + 1 < M;
-        dot(permuted.data() + m * K, two ? permuted.data() + (m + 1) * K : nullptr, lane_sums.data() + m * G * 4,
-            two ? lane_sums.data() + (m + 1) * G * 4 : nullptr, block, G, prefetch, t0, t1);
-        for (int64_t c = 0; c < count; ++c) op[m * N + n0 + c] = t0[c] * row_scales[m];
-        if (two)
-          for (int64_t c = 0; c < count; ++c) op[(m + 1) * N + n0 + c] = t1[c] * row_scales[m + 1];
-      }
+      dot(permuted.data(), lane_sums.data(), M, wp + b * G * kInt4GroupBytes, G, prefetch, totals.data());
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t c = 0; c < count; ++c) op[m * N + n0 + c] = totals[m * kInt4Channels + c] * row_scales[m];
     }
   });
   return out;
