@@ -1,8 +1,8 @@
-"""Weight-only 4-bit linears (MINIVLLM_QUANT=int4), the single-stream latency mode.
+"""Weight-only 4-bit linears (MINIVLLM_QUANT=int4), the low-latency mode for one to a few streams.
 
 One stream's decode step reads every weight once, so it takes the weights' bytes over the
 memory bandwidth. 4 bits in groups of 32 with a float16 scale and minimum each are 0.625 bytes a
-weight: SmolLM2's layers drop from 134 MB as int8 (Q/K/V in two levels) to 66 MB. The format is
+weight: SmolLM2's layers drop from 122 MB as int8 (Q/K/V in two levels) to 66 MB. The format is
 llama.cpp's Q4_1, the embedded GGUF's own, and quantizing as llama.cpp does (the group's minimum,
 (max - min) / 15 as the scale, levels rounded) gives the GGUF's weights back where the loaded
 weights are its de-quantized ones; from other checkpoints it is an ordinary 4-bit quantization.
