@@ -13,7 +13,10 @@ is slow. Which packed GEMM wins depends on the CPU (docs/performance.md, section
 Both are the ops torch's own compiler emits for CPU linears.
 
 `onednn_bf16` (MINIVLLM_QUANT=bf16, see quantization.py) packs the weights as bf16 for oneDNN's
-bf16 GEMM: each call rounds its float32 rows to bf16 and its outputs come back as float32.
+bf16 GEMM: each call rounds its float32 rows to bf16 and its outputs come back as float32. The
+weight is reordered once into the blocked layout oneDNN's kernel reads: left in plain row-major
+order, its AMX kernel re-packed it on every call, half the speed at 1-32 rows on a Xeon with AMX
+for the same bits (docs/performance.md, section 33).
 
 The packed weights are plain attributes, not parameters or buffers: load the model onto its
 device before packing, and do not move it afterwards.
@@ -29,6 +32,7 @@ from .device import cpu_vendor
 from .linear_swap import replace_linears
 
 MKL_PACKING_ROWS = 32  # what the packing call is told; the layout it returns is the same for any
+ONEDNN_PACKING_ROWS = 32  # the row count oneDNN picks its bf16 weight layout for; every row count reads it
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
@@ -76,7 +80,7 @@ class PackedLinear(nn.Module):
             self.packed_weight = torch.ops.mkl._mkl_reorder_linear_weight(weight, MKL_PACKING_ROWS)
         elif self.backend == "onednn_bf16":
             self.weight = None
-            self.packed_weight = weight.to(torch.bfloat16).to_mkldnn()
+            self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight.to(torch.bfloat16), ONEDNN_PACKING_ROWS)
         else:
             self.weight = None
             self.packed_weight = weight.to_mkldnn()

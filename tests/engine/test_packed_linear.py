@@ -39,6 +39,19 @@ def test_bf16_packing_is_nn_linear_with_bf16_weights_and_rounding(rows):
     assert (got - linear(x)).abs().max() > 0  # not float32's product: the mode's rounding is real
 
 
+@pytest.mark.parametrize("shape", [(3072, 576), (576, 1536)])  # SmolLM2's gate/up and down
+def test_bf16_blocked_layout_gives_the_plain_weights_bits(shape):
+    """The reorder at load changes where oneDNN reads the weight from, not what it computes."""
+    torch.manual_seed(1)
+    linear = nn.Linear(shape[1], shape[0], bias=False)
+    plain = linear.weight.detach().bfloat16().to_mkldnn()
+    packed = PackedLinear(linear, "onednn_bf16")
+    for rows in (1, 2, 8, 33):
+        x = torch.randn(rows, shape[1])
+        expected = torch.ops.mkldnn._linear_pointwise(x.bfloat16(), plain, None, "none", [], "").float()
+        assert torch.equal(packed(x), expected), rows
+
+
 @pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="no MKL in this torch")
 @pytest.mark.parametrize("shape", [(3072, 576), (576, 1536)])  # SmolLM2's gate/up and down
 @pytest.mark.parametrize("rows", [1, 5, 33, 100])
