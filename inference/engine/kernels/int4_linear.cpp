@@ -13,13 +13,11 @@
 
 #include "activation_rows.h"
 #include "int4_dot.h"
+#include "int8_dot.h"  // cpu_has_avx512bw, cpu_has_avx512_vnni
 #include "kernels.h"
 
 namespace minivllm {
 namespace {
-
-bool cpu_has_avx512bw() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"); }
-bool cpu_has_avx512_vnni() { return cpu_has_avx512bw() && __builtin_cpu_supports("avx512vnni"); }
 
 Int4DotFn choose_int4_dot(const std::string& requested) {
   const std::string isa = requested == "auto" ? int4_linear_isa() : requested;
