@@ -39,7 +39,7 @@ def cpu_vendor() -> str:
 
 
 def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
-    """`auto` is float32 on every CPU: our kernels (the C++ layer, the int8 and bf16 weight modes)
+    """`auto` is float32 on every CPU: our kernels (the C++ layer, the int8, int4 and bf16 weight modes)
     take float32 activations, and a bf16 model runs the slower torch modules instead.
 
     Even with AMX a bf16 model did not pay: on a Xeon with AMX, engine alone, it made 25 / 173 /

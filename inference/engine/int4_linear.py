@@ -3,9 +3,10 @@
 One stream's decode step reads every weight once, so it takes the weights' bytes over the
 memory bandwidth. 4 bits in groups of 32 with a float16 scale and minimum each are 0.625 bytes a
 weight: SmolLM2's layers drop from 122 MB as int8 (Q/K/V in two levels) to 66 MB. The format is
-llama.cpp's Q4_1, the embedded GGUF's own, and quantizing as llama.cpp does (the group's minimum,
-(max - min) / 15 as the scale, levels rounded) gives the GGUF's weights back where the loaded
-weights are its de-quantized ones; from other checkpoints it is an ordinary 4-bit quantization.
+llama.cpp's Q4_1, the embedded GGUF's own, with Q4_1's choice of minimum and scale (the group's
+minimum, (max - min) / 15; levels rounded against their float16 values), which gives the GGUF's
+weights back where the loaded weights are its de-quantized ones (a test); from other checkpoints
+it is an ordinary 4-bit quantization.
 
 The kernel (kernels/int4_linear.cpp) rounds activation rows to int16 like int8's, sums each
 group's products as exact integers and fixes the order of every float operation after them, so a
@@ -18,7 +19,7 @@ import torch
 from torch import nn
 
 from .kernels import kernels
-from .linear_swap import replace_linears
+from .linear_swap import RowKernelLinear, replace_linears
 
 GROUP = 32
 
@@ -45,7 +46,7 @@ def dequantize_groups(levels: torch.Tensor, scales: torch.Tensor, minimums: torc
     return (groups * scales.float()[..., None] + minimums.float()[..., None]).reshape(rows, columns)
 
 
-class Int4Linear(nn.Module):
+class Int4Linear(RowKernelLinear):
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.register_buffer("packed_int4", kernels().int4_pack_weight(*quantize_groups(linear.weight)))
@@ -55,12 +56,6 @@ class Int4Linear(nn.Module):
     def matmul(self, rows: torch.Tensor) -> torch.Tensor:
         """rows (contiguous float32 [M, K]) @ W.T, no bias."""
         return kernels().int4_linear(rows, self.packed_int4, self.out_features)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.matmul(x.reshape(-1, x.shape[-1]).float().contiguous()).to(x.dtype)
-        if self.bias is not None:
-            out = out + self.bias
-        return out.view(*x.shape[:-1], self.out_features)
 
 
 def quantize_int4(model: nn.Module) -> nn.Module:

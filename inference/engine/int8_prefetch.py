@@ -45,7 +45,7 @@ def tune_int8_prefetch(layers: list, candidates=CANDIDATE_BYTES, rounds: int = R
     fastest = min(medians, key=medians.get)
     compiled.int8_set_prefetch_bytes(fastest)
     log.info(
-        "int8 weight prefetch: %d bytes ahead (median pass ms: %s)",
+        "int8/int4 weight prefetch: %d bytes ahead (median pass ms: %s)",
         fastest,
         ", ".join(f"{bytes_ahead}: {seconds * 1e3:.2f}" for bytes_ahead, seconds in medians.items()),
     )

@@ -32,7 +32,7 @@ from .device import cpu_vendor
 from .linear_swap import replace_linears
 
 MKL_PACKING_ROWS = 32  # what the packing call is told; the layout it returns is the same for any
-ONEDNN_PACKING_ROWS = 32  # the row count oneDNN picks its bf16 weight layout for; every row count reads it
+ONEDNN_PACKING_ROWS = 32  # the row count oneDNN is told when it picks its bf16 weight layout (1-33 rows measured)
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
@@ -70,6 +70,16 @@ def _shape_of(weight: torch.Tensor) -> torch.Tensor:
     return weight.new_zeros(()).expand(weight.shape)
 
 
+def _bf16_onednn_weight(weight: torch.Tensor) -> torch.Tensor:
+    """The bf16 weight in oneDNN's blocked layout; plain where torch refuses the reorder (a CPU
+    without AVX-512 BW/VL/DQ, where MINIVLLM_QUANT=bf16 is refused anyway and only tests get here)."""
+    bf16 = weight.to(torch.bfloat16)
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(bf16, ONEDNN_PACKING_ROWS)
+    except RuntimeError:
+        return bf16.to_mkldnn()
+
+
 class PackedLinear(nn.Module):
     def __init__(self, linear: nn.Linear, backend: str | None = None):
         super().__init__()
@@ -80,7 +90,7 @@ class PackedLinear(nn.Module):
             self.packed_weight = torch.ops.mkl._mkl_reorder_linear_weight(weight, MKL_PACKING_ROWS)
         elif self.backend == "onednn_bf16":
             self.weight = None
-            self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight.to(torch.bfloat16), ONEDNN_PACKING_ROWS)
+            self.packed_weight = _bf16_onednn_weight(weight)
         else:
             self.weight = None
             self.packed_weight = weight.to_mkldnn()

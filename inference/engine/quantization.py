@@ -30,7 +30,7 @@ from .device import cpu_flags
 from .int4_linear import Int4Linear, quantize_int4
 from .int8_prefetch import tune_int8_prefetch
 from .kernels import kernels
-from .linear_swap import replace_linears
+from .linear_swap import RowKernelLinear, replace_linears
 from .packed_linear import pack_linears
 
 # Q/K feed softmax through RoPE, where small weight errors flip near-tie tokens most: measured
@@ -48,7 +48,7 @@ def _quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return quantized, scales
 
 
-class Int8Linear(nn.Module):
+class Int8Linear(RowKernelLinear):
     def __init__(self, linear: nn.Linear, two_level: bool = False):
         """`two_level`: add a second int8 weight holding the first one's rounding error."""
         super().__init__()
@@ -73,12 +73,6 @@ class Int8Linear(nn.Module):
     def matmul(self, rows: torch.Tensor) -> torch.Tensor:
         """rows (contiguous float32 [M, K]) @ W.T, no bias."""
         return kernels().int8_linear(rows, *self.weight_levels())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.matmul(x.reshape(-1, x.shape[-1]).float().contiguous()).to(x.dtype)
-        if self.bias is not None:
-            out = out + self.bias
-        return out.view(*x.shape[:-1], self.out_features)
 
 
 def quantize_int8(model: nn.Module, two_level: tuple[str, ...] = TWO_LEVEL) -> nn.Module:

@@ -1,4 +1,4 @@
-"""4-bit groups: llama.cpp's Q4_1 rounding, the embedded GGUF's weights given back, and which linears go 4-bit."""
+"""4-bit groups: Q4_1's minimum and scale, the embedded GGUF's weights given back, and which linears go 4-bit."""
 from __future__ import annotations
 
 import pytest

@@ -22,8 +22,8 @@ constexpr int64_t kInt4GroupBytes = kInt4Channels * kInt4Group / 2 + kInt4Channe
 //
 // Read as 16-bit words, a channel's 8 words give four vectors of levels: word i & 15 is weight
 // 2i, (word i >> 4) & 15 weight 16 + 2i, (word i >> 8) & 15 weight 2i + 1, word i >> 12 weight
-// 17 + 2i. The activations are permuted once per row to match (int4_linear.cpp): x[2i],
-// x[16 + 2i], x[2i + 1], x[17 + 2i] for i < 8, 32 int16 a group. Then pmaddwd pairs words 2k and
+// 17 + 2i. The activations are permuted once per row to match (int4_linear.cpp), a group's 32
+// int16 as four runs of 8: x[2i] for i < 8, then x[16 + 2i], x[2i + 1], x[17 + 2i]. Then pmaddwd pairs words 2k and
 // 2k + 1, so each of a channel's 4 int32 lanes k sums, exactly, the 8 products of weights
 // 4k..4k+3 and 16+4k..16+4k+3 (at most 8 * 32767 * 15 < 2^24: exact in float32 too).
 //

@@ -21,7 +21,10 @@ namespace {
 
 Int4DotFn choose_int4_dot(const std::string& requested) {
   const std::string isa = requested == "auto" ? int4_linear_isa() : requested;
-  if (isa == "avx2") return int4_dot_avx2;
+  if (isa == "avx2") {
+    TORCH_CHECK(__builtin_cpu_supports("f16c"), "this CPU has no F16C (float16 scales)");
+    return int4_dot_avx2;
+  }
   if (isa == "avx512bw") {
     TORCH_CHECK(cpu_has_avx512bw(), "this CPU has no AVX-512BW");
     return int4_dot_avx512bw;
@@ -80,6 +83,7 @@ torch::Tensor int4_pack_weight(const torch::Tensor& levels, const torch::Tensor&
 }
 
 torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& isa) {
+  TORCH_CHECK(x.device().is_cpu() && packed.device().is_cpu(), "int4_linear runs on CPU tensors");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.is_contiguous(), "x: contiguous float32 [M, K]");
   TORCH_CHECK(packed.dim() == 2 && packed.scalar_type() == torch::kByte && packed.is_contiguous(), "packed: int4_pack_weight's uint8 blocks");
   const int64_t M = x.size(0), K = x.size(1), N = out_features, G = K / kInt4Group;

@@ -84,6 +84,7 @@ torch::Tensor int8_pack_weight(const torch::Tensor& weight) {
 // `isa`: "auto" (the best this CPU has) or one version by name, for tests.
 torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                           const std::vector<torch::Tensor>& scales, const std::string& isa) {
+  TORCH_CHECK(x.device().is_cpu(), "int8_linear runs on CPU tensors");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.is_contiguous(), "x: contiguous float32 [M, K]");
   TORCH_CHECK(!weights.empty() && weights.size() == scales.size(), "one scales tensor per int8 weight level");
   const int64_t M = x.size(0), K = x.size(1), N = weights[0].size(0);
@@ -92,7 +93,8 @@ torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tenso
   std::vector<const float*> sp;
   for (size_t l = 0; l < weights.size(); ++l) {
     const auto& weight = weights[l];
-    TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kChar && weight.is_contiguous(), "weight: contiguous int8 [N, K]");
+    TORCH_CHECK(weight.device().is_cpu() && weight.dim() == 2 && weight.scalar_type() == torch::kChar && weight.is_contiguous(),
+                "weight: contiguous int8 [N, K] on CPU");
     TORCH_CHECK(weight.size(0) == N && weight.size(1) == K, "x and the weight levels disagree on shape");
     TORCH_CHECK(scales[l].scalar_type() == torch::kFloat && scales[l].is_contiguous() && scales[l].numel() == N, "scales: contiguous float32 [N]");
     wp.push_back(weight.data_ptr<int8_t>());

@@ -48,12 +48,54 @@ def test_every_isa_gives_the_same_bits(compiled):
 
 
 def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled):
-    """Row pairs share each unpack, odd rows go alone: both paths must round the same."""
+    """Rows go through in passes of up to 4 (AVX2: 2) and then what is left: every split rounds the same."""
     torch.manual_seed(0)
     x, weight = torch.randn(9, 256), torch.randn(37, 256)
-    whole = linear(compiled, x, weight)
-    assert torch.equal(torch.cat([linear(compiled, row[None].contiguous(), weight) for row in x]), whole)
-    assert torch.equal(linear(compiled, x[3:7].contiguous(), weight), whole[3:7])
+    for isa in isas(compiled):
+        whole = linear(compiled, x, weight, isa)
+        for rows in range(1, 8):
+            assert torch.equal(linear(compiled, x[:rows].contiguous(), weight, isa), whole[:rows]), (isa, rows)
+        assert torch.equal(torch.cat([linear(compiled, row[None].contiguous(), weight, isa) for row in x]), whole), isa
+        assert torch.equal(linear(compiled, x[3:8].contiguous(), weight, isa), whole[3:8]), isa
+
+
+def documented_order(x, weight):
+    """int4_dot.h's definition, step by step in float32: per channel, 4 lanes each summing 8 exact
+    products per group, fused into the lane by the scale, then the minimum times the lane's x sum,
+    group after group; then (lane0 + lane1) + (lane2 + lane3), times the row's scale."""
+    levels, scales, minimums = quantize_groups(weight)
+    top = x.abs().amax(dim=1, keepdim=True)
+    inverse = torch.where(top > 0, torch.full_like(top, 32767) / top, torch.zeros_like(top))
+    rounded = torch.round(x * inverse).long()  # the int16 rows
+    row_scale = top / 32767
+    rows, K = x.shape
+    groups = K // 32
+    lane_of = torch.tensor([k for e in range(32) for k in [(e % 16) // 4]])  # element -> lane
+    xg, qg = rounded.reshape(rows, groups, 32), levels.long().reshape(-1, groups, 32)
+    sums = torch.zeros(rows, qg.shape[0], groups, 4, dtype=torch.long)
+    x_sums = torch.zeros(rows, groups, 4, dtype=torch.long)
+    for e in range(32):
+        sums[..., lane_of[e]] += xg[:, None, :, e] * qg[None, :, :, e]
+        x_sums[..., lane_of[e]] += xg[:, :, e]
+
+    def fma(a, b, c):  # one rounding to float32 (products of these sizes are exact in float64)
+        return (a.double() * b.double() + c.double()).float()
+
+    lanes = torch.zeros(rows, qg.shape[0], 4)
+    for g in range(groups):
+        lanes = fma(sums[:, :, g, :].float(), scales.float()[None, :, g, None], lanes)
+        lanes = fma(x_sums[:, None, g, :].float(), minimums.float()[None, :, g, None], lanes)
+    totals = (lanes[..., 0] + lanes[..., 1]) + (lanes[..., 2] + lanes[..., 3])
+    return totals * row_scale
+
+
+def test_every_isa_follows_the_documented_float_order_bit_for_bit(compiled):
+    """Pins int4_dot.h's order: a lane or a minimum term in the wrong place would still agree to 1e-5."""
+    torch.manual_seed(8)
+    x, weight = torch.randn(5, 96), torch.randn(6, 96) + 0.5
+    expected = documented_order(x, weight)
+    for isa in isas(compiled):
+        assert torch.equal(linear(compiled, x, weight, isa), expected), isa
 
 
 def test_prefetch_distance_changes_no_bits(compiled, restore_prefetch):
