@@ -1,5 +1,6 @@
 """Weight-only quantization on CPU: int8 (MINIVLLM_QUANT=int8) and int4 (MINIVLLM_QUANT=int4, its
-layers in 4-bit groups, int4_linear.py), the single-stream latency modes, and bf16 (MINIVLLM_QUANT=bf16), the batched throughput mode where the CPU multiplies bf16 natively.
+layers in 4-bit groups, int4_linear.py), the latency modes for one to a few streams, and bf16
+(MINIVLLM_QUANT=bf16), the batched throughput mode where the CPU multiplies bf16 natively.
 
 bf16: the linears' weights are stored in bf16 and multiplied by oneDNN's bf16 GEMM (rows rounded
 to bf16, float32 sums, outputs rounded to bf16 and handed back as float32); norms, attention, the
@@ -27,7 +28,7 @@ from torch import nn
 
 from .config import QUANT_METHODS
 from .device import cpu_flags
-from .int4_linear import Int4Linear, quantize_int4
+from .int4_linear import quantize_int4
 from .int8_prefetch import tune_int8_prefetch
 from .kernels import kernels
 from .linear_swap import RowKernelLinear, replace_linears
@@ -102,7 +103,7 @@ def apply_quantization(model: nn.Module, method: str, device: torch.device) -> n
         if method == "int4":
             quantize_int4(model)  # what it leaves (the lm_head) becomes int8 below
         quantize_int8(model)
-        tune_int8_prefetch([module for module in model.modules() if isinstance(module, (Int8Linear, Int4Linear))])
+        tune_int8_prefetch([module for module in model.modules() if isinstance(module, RowKernelLinear)])
         return model
     if method == "bf16":
         dtype = next(model.parameters()).dtype

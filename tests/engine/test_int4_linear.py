@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from inference.engine.int4_linear import Int4Linear, dequantize_groups, quantize_groups, quantize_int4
+from inference.engine.int4_linear import Int4Linear, dequantize_groups, quantize_groups
 from inference.engine.quantization import Int8Linear, apply_quantization
 
 

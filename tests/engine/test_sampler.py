@@ -46,7 +46,7 @@ def test_greedy_is_argmax_on_fast_path():
     assert out.logprobs == [None] * 5
 
 
-def test_greedy_ties_go_to_the_first_maximum_on_both_paths():
+def test_greedy_ties_go_to_the_first_maximum_on_the_fast_path():
     """The fast path picks the first of equal maxima, as argmax does (and the other paths)."""
     logits = torch.zeros(3, 49152)
     logits[:, [7, 40000]] = 5.0

@@ -1,4 +1,5 @@
 // Python bindings for the engine's CPU kernels (see kernels/__init__.py for how they load).
+#include "cpu_isa.h"
 #include "kernels.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -9,13 +10,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("int8_linear", &int8_linear, nogil(), "x @ (sum of int8 weight levels * their scales).T, float32, exact per row",
         py::arg("x"), py::arg("weights"), py::arg("scales"), py::arg("isa") = "auto");
   m.def("int8_pack_weight", &int8_pack_weight, "an int8 [N, K] weight reordered for int8_linear (same shape)");
-  m.def("int8_linear_isa", &int8_linear_isa, "the instruction set int8_linear uses on this CPU");
+  m.def("linear_isa", &linear_isa, "the instruction set int8_linear and int4_linear use on this CPU");
   m.def("int8_set_prefetch_bytes", &int8_set_prefetch_bytes, "how far ahead int8_linear prefetches weights (0: not at all)");
   m.def("int8_prefetch_bytes", &int8_prefetch_bytes, "how far ahead int8_linear prefetches weights now");
   m.def("int4_linear", &int4_linear, nogil(), "x @ W.T for 4-bit weights in groups of 32, float32, exact order per row",
         py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("isa") = "auto");
   m.def("int4_pack_weight", &int4_pack_weight, "4-bit levels, scales and minimums packed for int4_linear");
-  m.def("int4_linear_isa", &int4_linear_isa, "the instruction set int4_linear uses on this CPU");
   m.def("paged_attention_scores", &paged_attention_scores, nogil(), "decode q.k scores read from the paged cache");
   m.def("paged_attention_values", &paged_attention_values, nogil(), "decode probs @ V read from the paged cache");
   m.def("rms_norm", &rms_norm, nogil(), "RMSNorm over float32 rows, HF's order of operations");

@@ -2,7 +2,7 @@
 // pmaddwd into the running sum, one instruction instead of two; the integers, and so the bits,
 // are the AVX-512BW version's.
 //
-// Nothing after the target pragma runs unless int4_linear_isa() says so, and no torch header is
+// Nothing after the target pragma runs unless cpu_isa.h says so, and no torch header is
 // included, as in the int8 versions.
 #include <immintrin.h>
 

@@ -1,6 +1,6 @@
 // AVX-512BW version of the 4-bit dot products (int4_dot.h): pmaddwd, then integer adds.
 //
-// Nothing after the target pragma runs unless int4_linear_isa() says so, and no torch header is
+// Nothing after the target pragma runs unless cpu_isa.h says so, and no torch header is
 // included, as in the int8 versions.
 #include <immintrin.h>
 

@@ -12,27 +12,12 @@
 #include <vector>
 
 #include "activation_rows.h"
+#include "cpu_isa.h"
 #include "int4_dot.h"
-#include "int8_dot.h"  // cpu_has_avx512bw, cpu_has_avx512_vnni
 #include "kernels.h"
 
 namespace minivllm {
 namespace {
-
-Int4DotFn choose_int4_dot(const std::string& requested) {
-  const std::string isa = requested == "auto" ? int4_linear_isa() : requested;
-  if (isa == "avx2") {
-    TORCH_CHECK(__builtin_cpu_supports("f16c"), "this CPU has no F16C (float16 scales)");
-    return int4_dot_avx2;
-  }
-  if (isa == "avx512bw") {
-    TORCH_CHECK(cpu_has_avx512bw(), "this CPU has no AVX-512BW");
-    return int4_dot_avx512bw;
-  }
-  TORCH_CHECK(isa == "avx512_vnni", "isa must be auto, avx2, avx512bw or avx512_vnni");
-  TORCH_CHECK(cpu_has_avx512_vnni(), "this CPU has no AVX-512 VNNI");
-  return int4_dot_avx512_vnni;
-}
 
 // A group's 32 int16 in the order int4_dot.h's words read them, and its 4 lane sums.
 void permute_group(const int16_t* x, int16_t* to, float* lane_sums) {
@@ -50,8 +35,6 @@ void permute_group(const int16_t* x, int16_t* to, float* lane_sums) {
 }
 
 }  // namespace
-
-std::string int4_linear_isa() { return cpu_has_avx512_vnni() ? "avx512_vnni" : cpu_has_avx512bw() ? "avx512bw" : "avx2"; }
 
 torch::Tensor int4_pack_weight(const torch::Tensor& levels, const torch::Tensor& scales, const torch::Tensor& minimums) {
   TORCH_CHECK(levels.dim() == 2 && levels.scalar_type() == torch::kByte, "levels: uint8 [N, K], each 0..15");
@@ -89,7 +72,7 @@ torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, i
   const int64_t M = x.size(0), K = x.size(1), N = out_features, G = K / kInt4Group;
   TORCH_CHECK(K % kInt4Group == 0 && packed.size(1) == G * kInt4GroupBytes, "x and the packed weight disagree on K");
   TORCH_CHECK(packed.size(0) == (N + kInt4Channels - 1) / kInt4Channels, "out_features and the packed weight disagree");
-  const Int4DotFn dot = choose_int4_dot(isa);
+  const Int4DotFn dot = by_isa<Int4DotFn>(isa, int4_dot_avx2, int4_dot_avx512bw, int4_dot_avx512_vnni);
   const int64_t prefetch = int8_prefetch_bytes();
 
   std::vector<int16_t> rounded(M * K), permuted(M * K);

@@ -37,8 +37,6 @@ void int8_dot_avx512_vnni(const int16_t* x0, const int16_t* x1, const int8_t* w,
                           int64_t* out0, int64_t* out1);
 void int8_dot_avx512bw(const int16_t* x0, const int16_t* x1, const int8_t* w, int64_t K, int64_t count, int64_t prefetch, int64_t* out0,
                        int64_t* out1);
-bool cpu_has_avx512_vnni();
-bool cpu_has_avx512bw();
 
 // int32 lanes stay exact for this many K elements: each lane adds at most two products of
 // 32767 * 127 per 16 (AVX2) or 32 (AVX-512) elements, so 2048 elements stay below 2^31 with room.

@@ -1,22 +1,13 @@
 // AVX-512 VNNI version of the int8 dot products (int8_dot.h): vpdpwssd over 32 elements at a time.
 //
 // Everything after the target pragma is compiled for AVX-512 and runs only where
-// cpu_has_avx512_vnni() says so. No torch header is included: an inline function from a shared
+// cpu_has_avx512_vnni() (cpu_isa.h) says so. No torch header is included: an inline function from a shared
 // header compiled here could be the copy the linker keeps, and crash on an AVX2-only CPU.
 #include <immintrin.h>
 
 #include <cstdint>
 
 #include "int8_dot.h"
-
-namespace minivllm {
-
-bool cpu_has_avx512_vnni() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vnni");
-}
-
-}  // namespace minivllm
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vnni")

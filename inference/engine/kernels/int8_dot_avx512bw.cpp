@@ -11,12 +11,6 @@
 
 #include "int8_dot.h"
 
-namespace minivllm {
-
-bool cpu_has_avx512bw() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"); }
-
-}  // namespace minivllm
-
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw")
 #include "int8_dot_avx512_lanes.h"

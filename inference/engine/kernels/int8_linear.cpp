@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "activation_rows.h"
+#include "cpu_isa.h"
 #include "int8_dot.h"
 #include "kernels.h"
 
@@ -26,29 +27,7 @@ namespace {
 // is faster depends on the machine (int8_prefetch.py measures it at load), not on the call.
 std::atomic<int64_t> prefetch_bytes{0};
 
-// The best version this CPU runs first; tests name each one.
-std::string best_isa() {
-  if (cpu_has_avx512_vnni()) return "avx512_vnni";
-  if (cpu_has_avx512bw()) return "avx512bw";
-  return "avx2";
-}
-
-Int8DotFn choose_dot(const std::string& requested) {
-  static const std::string best = best_isa();
-  const std::string isa = requested == "auto" ? best : requested;
-  if (isa == "avx2") return int8_dot_avx2;
-  if (isa == "avx512bw") {
-    TORCH_CHECK(cpu_has_avx512bw(), "this CPU has no AVX-512BW");
-    return int8_dot_avx512bw;
-  }
-  TORCH_CHECK(isa == "avx512_vnni", "isa must be auto, avx2, avx512bw or avx512_vnni");
-  TORCH_CHECK(cpu_has_avx512_vnni(), "this CPU has no AVX-512 VNNI");
-  return int8_dot_avx512_vnni;
-}
-
 }  // namespace
-
-std::string int8_linear_isa() { return best_isa(); }
 
 void int8_set_prefetch_bytes(int64_t bytes) {
   TORCH_CHECK(bytes >= 0 && bytes % kCacheLine == 0, "prefetch distance: whole cache lines of ", kCacheLine, " bytes, >= 0");
@@ -100,7 +79,7 @@ torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tenso
     wp.push_back(weight.data_ptr<int8_t>());
     sp.push_back(scales[l].data_ptr<float>());
   }
-  const Int8DotFn dot = choose_dot(isa);
+  const Int8DotFn dot = by_isa<Int8DotFn>(isa, int8_dot_avx2, int8_dot_avx512bw, int8_dot_avx512_vnni);
   const int64_t prefetch = prefetch_bytes.load(std::memory_order_relaxed);
 
   std::vector<int16_t> xq(M * K);

@@ -12,7 +12,6 @@ torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tenso
                           const std::vector<torch::Tensor>& scales, const std::string& isa);
 // The int8 weight in the order int8_linear reads it (int8_dot.h): same shape, same values.
 torch::Tensor int8_pack_weight(const torch::Tensor& weight);
-std::string int8_linear_isa();
 // How far ahead int8_linear prefetches weights, process-wide (bytes, whole cache lines; 0: none).
 void int8_set_prefetch_bytes(int64_t bytes);
 int64_t int8_prefetch_bytes();
@@ -21,7 +20,6 @@ int64_t int8_prefetch_bytes();
 // W = scale * level + minimum.
 torch::Tensor int4_pack_weight(const torch::Tensor& levels, const torch::Tensor& scales, const torch::Tensor& minimums);
 torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& isa);
-std::string int4_linear_isa();
 torch::Tensor paged_attention_scores(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& block_tables,
                                      const torch::Tensor& lengths, double scale);
 torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Tensor& v_cache, const torch::Tensor& block_tables,

@@ -13,8 +13,8 @@ from torch import nn
 
 from ..attention import decode_in_place
 from ..kernels import kernels
-from ..packed_linear import PackedLinear
 from ..int4_linear import Int4Linear
+from ..packed_linear import PackedLinear
 from ..quantization import Int8Linear
 from .llama import LlamaDecoderLayer, LlamaForCausalLM
 

@@ -7,12 +7,6 @@ import torch
 from inference.engine.int4_linear import dequantize_groups, quantize_groups
 from tests.engine.kernels.test_int8_linear import rounded_rows
 
-ISAS_BY_REACH = ["avx2", "avx512bw", "avx512_vnni"]  # a CPU that runs one runs those before it
-
-
-def isas(compiled):
-    return ISAS_BY_REACH[: ISAS_BY_REACH.index(compiled.int4_linear_isa()) + 1]
-
 
 def packed(compiled, weight):
     return compiled.int4_pack_weight(*quantize_groups(weight))
@@ -24,11 +18,11 @@ def linear(compiled, x, weight, isa="auto"):
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 6, 7, 33])  # passes of up to 4 rows (AVX2: 2), then what is left
 @pytest.mark.parametrize("channels, K", [(4, 64), (13, 576), (96, 1536), (6, 32)])  # 13: a last block of fewer than four
-def test_matches_the_dequantized_matmul(compiled, rows, channels, K):
+def test_matches_the_dequantized_matmul(compiled, rows, channels, K, isas):
     torch.manual_seed(rows * 100 + channels)
     x, weight = torch.randn(rows, K), torch.randn(channels, K) / 10
     expected = rounded_rows(x) @ dequantize_groups(*quantize_groups(weight)).double().T
-    for isa in isas(compiled):
+    for isa in isas:
         torch.testing.assert_close(linear(compiled, x, weight, isa), expected.float(), rtol=1e-5, atol=1e-5)
 
 
@@ -40,18 +34,18 @@ def test_minimums_count_as_much_as_the_levels(compiled):
     torch.testing.assert_close(linear(compiled, x, weight), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_every_isa_gives_the_same_bits(compiled):
+def test_every_isa_gives_the_same_bits(compiled, isas):
     torch.manual_seed(4)
     x, weight = torch.randn(7, 1536), torch.randn(41, 1536)
-    outputs = [linear(compiled, x, weight, isa) for isa in isas(compiled)]
+    outputs = [linear(compiled, x, weight, isa) for isa in isas]
     assert all(torch.equal(outputs[0], other) for other in outputs[1:])
 
 
-def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled):
+def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled, isas):
     """Rows go through in passes of up to 4 (AVX2: 2) and then what is left: every split rounds the same."""
     torch.manual_seed(0)
     x, weight = torch.randn(9, 256), torch.randn(37, 256)
-    for isa in isas(compiled):
+    for isa in isas:
         whole = linear(compiled, x, weight, isa)
         for rows in range(1, 8):
             assert torch.equal(linear(compiled, x[:rows].contiguous(), weight, isa), whole[:rows]), (isa, rows)
@@ -89,12 +83,12 @@ def documented_order(x, weight):
     return totals * row_scale
 
 
-def test_every_isa_follows_the_documented_float_order_bit_for_bit(compiled):
+def test_every_isa_follows_the_documented_float_order_bit_for_bit(compiled, isas):
     """Pins int4_dot.h's order: a lane or a minimum term in the wrong place would still agree to 1e-5."""
     torch.manual_seed(8)
     x, weight = torch.randn(5, 96), torch.randn(6, 96) + 0.5
     expected = documented_order(x, weight)
-    for isa in isas(compiled):
+    for isa in isas:
         assert torch.equal(linear(compiled, x, weight, isa), expected), isa
 
 

@@ -24,14 +24,6 @@ def linear(compiled, x, weights, scales, isa="auto"):
     return compiled.int8_linear(x, [compiled.int8_pack_weight(weight) for weight in weights], scales, isa)
 
 
-ISAS_BY_REACH = ["avx2", "avx512bw", "avx512_vnni"]  # a CPU that runs one runs those before it
-
-
-def isas(compiled):
-    """Every version this CPU can run, so each is checked against the others wherever it runs."""
-    return ISAS_BY_REACH[: ISAS_BY_REACH.index(compiled.int8_linear_isa()) + 1]
-
-
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 33])
 @pytest.mark.parametrize("channels", [4, 13, 96])  # 13: a last block of fewer than four channels
 def test_matches_dequantized_matmul(compiled, rows, channels):
@@ -52,7 +44,7 @@ def test_int16_rounding_of_activations_stays_far_below_the_int8_weights_error(co
 
 
 @pytest.mark.parametrize("K", [8, 72, 576, 8200])  # 8200: past one exact int32 chunk, with a scalar tail
-def test_integer_sums_are_exact_even_where_int32_lanes_would_overflow(compiled, K):
+def test_integer_sums_are_exact_even_where_int32_lanes_would_overflow(compiled, K, isas):
     """Rows whose largest value is 32767 round to themselves, so the output is the exact integer dot product."""
     torch.manual_seed(K)
     x = torch.randint(-INT16_MAX, INT16_MAX + 1, (3, K)).float()
@@ -61,16 +53,16 @@ def test_integer_sums_are_exact_even_where_int32_lanes_would_overflow(compiled, 
     weight[:, : K // 2] = 127
     x[:, : K // 2] = INT16_MAX  # sums far beyond 2^31
     exact = (x.long() @ weight.long().T).float()  # int64, then rounded once to float32
-    for isa in isas(compiled):
+    for isa in isas:
         assert torch.equal(linear(compiled, x, [weight], [torch.ones(6)], isa), exact)
 
 
-def test_every_isa_gives_the_same_bits(compiled):
+def test_every_isa_gives_the_same_bits(compiled, isas):
     torch.manual_seed(4)
     x = torch.randn(7, 1536)
     weight = torch.randint(-127, 128, (41, 1536), dtype=torch.int8)
     scales = torch.rand(41)
-    outputs = [linear(compiled, x, [weight], [scales], isa) for isa in isas(compiled)]
+    outputs = [linear(compiled, x, [weight], [scales], isa) for isa in isas]
     assert all(torch.equal(outputs[0], other) for other in outputs[1:])
 
 
@@ -106,7 +98,7 @@ def test_rejects_what_it_cannot_compute(compiled):
         compiled.int8_linear(torch.randn(1, 16), [torch.zeros(4, 16, dtype=torch.int8)], [torch.ones(4)], "sse2")
 
 
-def test_the_prefetch_distance_changes_no_bits(compiled, restore_prefetch):
+def test_the_prefetch_distance_changes_no_bits(compiled, restore_prefetch, isas):
     """Rows and channels past the weight's end included: 1 MB ahead points far outside it."""
     torch.manual_seed(5)
     x = torch.randn(5, 1544)  # a tail of 8 past the last group of 32
@@ -116,7 +108,7 @@ def test_the_prefetch_distance_changes_no_bits(compiled, restore_prefetch):
     for bytes_ahead in (0, 64, 4096, 1 << 20):
         compiled.int8_set_prefetch_bytes(bytes_ahead)
         assert compiled.int8_prefetch_bytes() == bytes_ahead
-        outputs += [linear(compiled, x, [weight], [scales], isa) for isa in isas(compiled)]
+        outputs += [linear(compiled, x, [weight], [scales], isa) for isa in isas]
     assert all(torch.equal(outputs[0], other) for other in outputs[1:])
 
 
