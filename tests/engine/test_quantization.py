@@ -47,7 +47,7 @@ def test_int8_kernel_rows_do_not_depend_on_the_batch(two_level):
 
 def dequantized(layer: Int8Linear) -> torch.Tensor:
     """The weight the layer multiplies by: one-hot rows round to int16 exactly, so layer(I) is W.T."""
-    return layer(torch.eye(layer.packed_int8_0.shape[1])).T
+    return layer(torch.eye(layer.in_features)).T
 
 
 def test_second_int8_level_shrinks_the_weight_error_a_hundredfold():

@@ -9,8 +9,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using nogil = py::call_guard<py::gil_scoped_release>;
   m.def("int8_linear", &int8_linear, nogil(), "x @ (sum of int8 weight levels * their scales).T, float32, exact per row",
         py::arg("x"), py::arg("weights"), py::arg("scales"), py::arg("isa") = "auto");
-  m.def("int8_pack_weight", &int8_pack_weight, "an int8 [N, K] weight reordered for int8_linear (same shape)");
+  m.def("int8_pack_weight", &int8_pack_weight, "an int8 [N, K] weight laid out for int8_linear with that isa",
+        py::arg("weight"), py::arg("isa") = "auto");
   m.def("linear_isa", &linear_isa, "the instruction set int8_linear and int4_linear use on this CPU");
+  m.def("vector_isa", &vector_isa, "the best vector (not AMX) version on this CPU");
   m.def("int8_set_prefetch_bytes", &int8_set_prefetch_bytes, "how far ahead int8_linear prefetches weights (0: not at all)");
   m.def("int8_prefetch_bytes", &int8_prefetch_bytes, "how far ahead int8_linear prefetches weights now");
   m.def("int4_linear", &int4_linear, nogil(), "x @ W.T for 4-bit weights in groups of 32, float32, exact order per row",

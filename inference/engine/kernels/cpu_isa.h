@@ -1,6 +1,8 @@
-// Which version of the int8 and 4-bit kernels this CPU runs. Both come in the same three
-// instruction sets; the best first: avx512_vnni, avx512bw, avx2 (with FMA and F16C, which every
-// AVX2 CPU has). Every version of a kernel gives the same bits, so the choice changes speed only.
+// Which version of the int8 and 4-bit kernels this CPU runs. Both come in three vector instruction
+// sets, the best first: avx512_vnni, avx512bw, avx2 (with FMA and F16C, which every AVX2 CPU has).
+// Above them, the int8 kernel has "amx": its integer sums on AMX's int8 tile unit, with the weights
+// in a layout of its own (int8_amx.h). Every version of a kernel gives the same bits, so the choice
+// changes speed only.
 #pragma once
 #include <string>
 
@@ -8,14 +10,20 @@ namespace minivllm {
 
 bool cpu_has_avx512_vnni();
 bool cpu_has_avx512bw();
-std::string linear_isa();  // the best this CPU runs
+bool cpu_has_amx();  // AMX-INT8 tiles, AVX-512 for around them, and Linux's leave to use the tile state
+
+std::string linear_isa();  // the best this CPU runs, at most MINIVLLM_CPU_ISA where that is set
+std::string vector_isa();  // the best vector version: the 4-bit kernel's, and int8's for weights in the vector layout
 
 // "auto": the best; a name (tests run each version): itself, once this CPU is known to run it.
 std::string checked_isa(const std::string& requested);
 
+// A vector version: "auto" gives vector_isa(); a name must be one this CPU runs, and not "amx".
+std::string checked_vector_isa(const std::string& requested);
+
 template <class Fn>
 Fn by_isa(const std::string& requested, Fn avx2, Fn avx512bw, Fn avx512_vnni) {
-  const std::string isa = checked_isa(requested);
+  const std::string isa = checked_vector_isa(requested);
   return isa == "avx512_vnni" ? avx512_vnni : isa == "avx512bw" ? avx512bw : avx2;
 }
 

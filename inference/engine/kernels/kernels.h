@@ -10,8 +10,9 @@ namespace minivllm {
 
 torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                           const std::vector<torch::Tensor>& scales, const std::string& isa);
-// The int8 weight in the order int8_linear reads it (int8_dot.h): same shape, same values.
-torch::Tensor int8_pack_weight(const torch::Tensor& weight);
+// The int8 weight in the order int8_linear reads it with `isa` ("auto": this CPU's best): for the
+// vector versions the same shape (int8_dot.h), for "amx" blocks of 16 channels (int8_amx.h).
+torch::Tensor int8_pack_weight(const torch::Tensor& weight, const std::string& isa);
 // How far ahead int8_linear prefetches weights, process-wide (bytes, whole cache lines; 0: none).
 void int8_set_prefetch_bytes(int64_t bytes);
 int64_t int8_prefetch_bytes();

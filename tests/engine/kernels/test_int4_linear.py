@@ -18,11 +18,11 @@ def linear(compiled, x, weight, isa="auto"):
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 6, 7, 33])  # passes of up to 4 rows (AVX2: 2), then what is left
 @pytest.mark.parametrize("channels, K", [(4, 64), (13, 576), (96, 1536), (6, 32)])  # 13: a last block of fewer than four
-def test_matches_the_dequantized_matmul(compiled, rows, channels, K, isas):
+def test_matches_the_dequantized_matmul(compiled, rows, channels, K, vector_isas):
     torch.manual_seed(rows * 100 + channels)
     x, weight = torch.randn(rows, K), torch.randn(channels, K) / 10
     expected = rounded_rows(x) @ dequantize_groups(*quantize_groups(weight)).double().T
-    for isa in isas:
+    for isa in vector_isas:
         torch.testing.assert_close(linear(compiled, x, weight, isa), expected.float(), rtol=1e-5, atol=1e-5)
 
 
@@ -34,18 +34,18 @@ def test_minimums_count_as_much_as_the_levels(compiled):
     torch.testing.assert_close(linear(compiled, x, weight), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_every_isa_gives_the_same_bits(compiled, isas):
+def test_every_isa_gives_the_same_bits(compiled, vector_isas):
     torch.manual_seed(4)
     x, weight = torch.randn(7, 1536), torch.randn(41, 1536)
-    outputs = [linear(compiled, x, weight, isa) for isa in isas]
+    outputs = [linear(compiled, x, weight, isa) for isa in vector_isas]
     assert all(torch.equal(outputs[0], other) for other in outputs[1:])
 
 
-def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled, isas):
+def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled, vector_isas):
     """Rows go through in passes of up to 4 (AVX2: 2) and then what is left: every split rounds the same."""
     torch.manual_seed(0)
     x, weight = torch.randn(9, 256), torch.randn(37, 256)
-    for isa in isas:
+    for isa in vector_isas:
         whole = linear(compiled, x, weight, isa)
         for rows in range(1, 8):
             assert torch.equal(linear(compiled, x[:rows].contiguous(), weight, isa), whole[:rows]), (isa, rows)
@@ -83,12 +83,12 @@ def documented_order(x, weight):
     return totals * row_scale
 
 
-def test_every_isa_follows_the_documented_float_order_bit_for_bit(compiled, isas):
+def test_every_isa_follows_the_documented_float_order_bit_for_bit(compiled, vector_isas):
     """Pins int4_dot.h's order: a lane or a minimum term in the wrong place would still agree to 1e-5."""
     torch.manual_seed(8)
     x, weight = torch.randn(5, 96), torch.randn(6, 96) + 0.5
     expected = documented_order(x, weight)
-    for isa in isas:
+    for isa in vector_isas:
         assert torch.equal(linear(compiled, x, weight, isa), expected), isa
 
 
@@ -120,6 +120,8 @@ def test_packing_keeps_every_level_scale_and_minimum(compiled):
 
 
 def test_rejects_what_it_cannot_compute(compiled):
+    with pytest.raises(RuntimeError, match="AMX"):  # no AMX version: refused, whether or not this CPU has AMX
+        linear(compiled, torch.randn(1, 64), torch.randn(4, 64), "amx")
     levels, scales, minimums = quantize_groups(torch.randn(4, 64))
     with pytest.raises(RuntimeError, match="0..15"):
         compiled.int4_pack_weight(levels + 16, scales, minimums)

@@ -1,6 +1,10 @@
 """The int8 kernel: exact integer sums, so the same bits per row whatever the batch or the ISA."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -20,8 +24,8 @@ def reference(x, weight, scales):
 
 
 def linear(compiled, x, weights, scales, isa="auto"):
-    """The kernel over plain int8 weights, packed first as Int8Linear packs them."""
-    return compiled.int8_linear(x, [compiled.int8_pack_weight(weight) for weight in weights], scales, isa)
+    """The kernel over plain int8 weights, packed first as Int8Linear packs them (for `isa`'s layout)."""
+    return compiled.int8_linear(x, [compiled.int8_pack_weight(weight, isa) for weight in weights], scales, isa)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 33])
@@ -77,14 +81,53 @@ def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled):
     assert torch.equal(linear(compiled, x[3:7].contiguous(), [weight], [scales]), whole[3:7])
 
 
-def test_two_levels_in_one_call_equal_the_levels_summed(compiled):
+def test_two_levels_in_one_call_equal_the_levels_summed(compiled, isas):
     """The second Q/K/V level rides in the same call: each level scaled, then added in order."""
     torch.manual_seed(1)
     x = torch.randn(5, 64)
     first, second = (torch.randint(-127, 128, (12, 64), dtype=torch.int8) for _ in range(2))
     scales = [torch.rand(12), torch.rand(12) / 254]
-    both = linear(compiled, x, [first, second], scales)
-    assert torch.equal(both, linear(compiled, x, [first], scales[:1]) + linear(compiled, x, [second], scales[1:]))
+    for isa in isas:
+        both = linear(compiled, x, [first, second], scales, isa)
+        assert torch.equal(both, linear(compiled, x, [first], scales[:1], isa) + linear(compiled, x, [second], scales[1:], isa)), isa
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 31, 33, 48])  # AMX: tiles of up to 16 rows, of equal height
+def test_amx_gives_the_vector_versions_bits_for_any_rows(compiled, amx, rows):
+    """Channels and K not whole tiles (a last block of 5, K padded from 200 to 256)."""
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 200)
+    weight = torch.randint(-128, 128, (37, 200), dtype=torch.int8)  # -128 too: the low bytes' largest products
+    scales = torch.rand(37)
+    assert torch.equal(linear(compiled, x, [weight], [scales], "amx"), linear(compiled, x, [weight], [scales], "avx512_vnni"))
+
+
+def test_amx_layout_is_one_tile_of_16_channels_per_64_k(compiled, amx):
+    """Step s of block b: tile row r holds weights 64s + 4r .. 64s + 4r + 3 of each of the block's 16 channels."""
+    weight = torch.arange(20 * 72, dtype=torch.int64).remainder(251).sub(125).to(torch.int8).reshape(20, 72)
+    packed = compiled.int8_pack_weight(weight, "amx")
+    assert packed.shape == (2, 2, 1024)  # 20 channels: 2 blocks; K = 72: 2 steps of 64, the second padded
+    padded = torch.zeros(32, 128, dtype=torch.int8)
+    padded[:20, :72] = weight
+    # [block, channel n, step, row r, i] -> [block, step, row r, channel n, i]
+    expected = padded.reshape(2, 16, 2, 16, 4).permute(0, 2, 3, 1, 4).reshape(2, 2, 1024)
+    assert torch.equal(packed, expected)
+
+
+def test_weights_go_only_to_the_version_they_were_packed_for(compiled, amx):
+    weight, x = torch.zeros(4, 64, dtype=torch.int8), torch.randn(1, 64)
+    with pytest.raises(RuntimeError, match="cannot read weights packed for amx"):
+        compiled.int8_linear(x, [compiled.int8_pack_weight(weight, "amx")], [torch.ones(4)], "avx512_vnni")
+    with pytest.raises(RuntimeError, match="cannot read weights packed for the vector versions"):
+        compiled.int8_linear(x, [compiled.int8_pack_weight(weight, "avx2")], [torch.ones(4)], "amx")
+
+
+def test_minivllm_cpu_isa_caps_the_choice(compiled):
+    """What the benchmarks compare versions with: a process told avx2 packs and runs avx2 alone."""
+    code = "from inference.engine.kernels import kernels; k = kernels(); print(k.linear_isa(), k.vector_isa())"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "MINIVLLM_CPU_ISA": "avx2"}, capture_output=True, text=True,
+                          check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    assert done.stdout.split() == ["avx2", "avx2"]
 
 
 def test_rejects_what_it_cannot_compute(compiled):
