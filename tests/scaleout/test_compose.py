@@ -27,12 +27,14 @@ def cpu() -> dict:
 
 
 def variables_the_code_reads() -> set[str]:
-    """Every environment variable settings.py, EngineConfig.from_env and the site read."""
+    """Every environment variable settings.py, EngineConfig.from_env, the site and the C++ kernels read."""
     names: set[str] = set()
     for path in ("minivllm_site/settings.py", "inference/engine/config.py"):
         text = (REPO / path).read_text()
         names |= set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', text))
         names |= set(re.findall(r'get\(\s*"([A-Z0-9_]+)"', text))
+    for source in (REPO / "inference/engine/kernels").glob("*.cpp"):
+        names |= set(re.findall(r'getenv\(\s*"([A-Z0-9_]+)"', source.read_text()))
     return names
 
 
