@@ -6,10 +6,15 @@ import json
 from django.http import StreamingHttpResponse
 
 DONE = b"data: [DONE]\n\n"
+# Line breaks to str.splitlines (and so to httpx's line reader) that JSON leaves unescaped: a
+# generated NEL or line separator would cut a client's `data:` line in two. Escaped, they decode
+# to the same text.
+_SPLITLINES_ONLY = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 def event(payload: dict) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n\n"
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).translate(_SPLITLINES_ONLY)
+    return b"data: " + text.encode("utf-8") + b"\n\n"
 
 
 def response(events) -> StreamingHttpResponse:
