@@ -8,11 +8,12 @@ covers other ways the reactor stops; the lifespan app serves lifespan-speaking s
 (uvicorn); atexit is the last resort. In remote engine mode the same steps stop the
 RemoteEngine (in-flight streams end with "abort" and their engines are told to abort).
 
-Once a signal's drain has closed every row, the process leaves with os._exit(0) instead of
-finalizing the interpreter: CPython 3.11 up to 3.11.7 (what these machines run) can segfault
-while its final garbage collection closes a coroutine left waiting in an asyncio.Queue
-(python/cpython#113566, fixed in 3.11.8), which made a clean SIGTERM exit -11 now and then.
-Nothing is lost: the rows are committed, the logs flushed.
+Once a signal's drain has ended (every row closed, or the shutdown timeout logged), the process
+leaves with os._exit(0) instead of finalizing the interpreter: CPython 3.11 up to 3.11.7 (what
+these machines run) can segfault while its final garbage collection closes a coroutine left
+waiting in an asyncio.Queue (python/cpython#113566, fixed in 3.11.8), which made a clean SIGTERM
+exit -11 now and then. The rows written are committed and the logs flushed first; atexit
+handlers registered before ours (none of ours) are skipped.
 """
 from __future__ import annotations
 
@@ -96,10 +97,13 @@ def _exit_without_finalizing() -> None:
     """The last atexit step after a signal's clean drain (the module docstring says why)."""
     if not _drained_after_signal:
         return
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            stream.flush()
+    try:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):  # a closed or broken pipe: nothing more can be written anyway
+        pass
     os._exit(0)
 
 

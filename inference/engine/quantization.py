@@ -1,6 +1,8 @@
-"""Weight-only quantization on CPU: int8 (MINIVLLM_QUANT=int8) and int4 (MINIVLLM_QUANT=int4, its
-layers in 4-bit groups, int4_linear.py), the latency modes for one to a few streams, and bf16
-(MINIVLLM_QUANT=bf16), the batched throughput mode where the CPU multiplies bf16 natively.
+"""Weight-only quantization on CPU: int4 (MINIVLLM_QUANT=int4, its layers in 4-bit groups,
+int4_linear.py), the latency mode for one to a few streams; int8 (MINIVLLM_QUANT=int8), the
+throughput mode on a CPU with AMX tiles and a latency mode elsewhere; and bf16
+(MINIVLLM_QUANT=bf16), the batched throughput mode where the CPU multiplies bf16 natively but
+has no AMX (docs/performance.md, sections 26 and 35).
 
 bf16: the linears' weights are stored in bf16 and multiplied by oneDNN's bf16 GEMM (rows rounded
 to bf16, float32 sums, outputs rounded to bf16 and handed back as float32); norms, attention, the
@@ -13,7 +15,7 @@ int8:
 A decode step on CPU is bound by reading weights from memory; int8 weights halve the bytes
 of bf16 and quarter those of float32. Scales are per output channel and symmetric. Our kernel
 (kernels/int8_linear.cpp) rounds each float32 activation row to int16 with its own scale and
-sums exact integer products (AVX2, AVX-512BW or AVX-512 VNNI, the same bits on each). The weights are
+sums exact integer products (AVX2, AVX-512BW, AVX-512 VNNI or AMX tiles, the same bits on each). The weights are
 kept in the kernel's packed order, which makes each block of channels one sequential read.
 
 Every row, prefill or decode, goes through that kernel, because it is exact per row: a row's

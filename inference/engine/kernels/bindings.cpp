@@ -11,7 +11,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("weights"), py::arg("scales"), py::arg("isa") = "auto");
   m.def("int8_pack_weight", &int8_pack_weight, "an int8 [N, K] weight laid out for int8_linear with that isa",
         py::arg("weight"), py::arg("isa") = "auto");
-  m.def("linear_isa", &linear_isa, "the instruction set int8_linear and int4_linear use on this CPU");
+  m.def("linear_isa", &linear_isa, "the instruction set int8_linear uses on this CPU (int4_linear: vector_isa)");
   m.def("vector_isa", &vector_isa, "the best vector (not AMX) version on this CPU");
   m.def("int8_set_prefetch_bytes", &int8_set_prefetch_bytes, "how far ahead int8_linear prefetches weights (0: not at all)");
   m.def("int8_prefetch_bytes", &int8_prefetch_bytes, "how far ahead int8_linear prefetches weights now");

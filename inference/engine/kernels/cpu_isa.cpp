@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <torch/extension.h>
@@ -12,9 +13,10 @@ namespace minivllm {
 namespace {
 
 const char* const kByReach[] = {"avx2", "avx512bw", "avx512_vnni", "amx"};  // a CPU that runs one runs those before it
+constexpr int kIsas = 4, kAvx512bw = 1, kAvx512Vnni = 2, kAmx = 3;
 
 int reach(const std::string& isa) {
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < kIsas; ++i)
     if (isa == kByReach[i]) return i;
   return -1;
 }
@@ -34,7 +36,7 @@ bool os_grants_tile_state() {
 // MINIVLLM_CPU_ISA caps the choice (to compare versions on one machine); unset or "auto": no cap.
 int cap() {
   const char* requested = std::getenv("MINIVLLM_CPU_ISA");
-  if (requested == nullptr || *requested == '\0' || std::string(requested) == "auto") return 3;
+  if (requested == nullptr || *requested == '\0' || std::string(requested) == "auto") return kAmx;
   const int capped = reach(requested);
   TORCH_CHECK(capped >= 0, "MINIVLLM_CPU_ISA must be auto, avx2, avx512bw, avx512_vnni or amx, not ", requested);
   return capped;
@@ -53,8 +55,9 @@ bool cpu_has_amx() {
 
 std::string linear_isa() {
   static const std::string best = [] {
-    const int top = cpu_has_amx() ? 3 : cpu_has_avx512_vnni() ? 2 : cpu_has_avx512bw() ? 1 : 0;
-    return std::string(kByReach[std::min(top, cap())]);
+    const int capped = cap();  // first, so a process capped below AMX never asks Linux for the tile state
+    const int top = capped >= kAmx && cpu_has_amx() ? kAmx : cpu_has_avx512_vnni() ? kAvx512Vnni : cpu_has_avx512bw() ? kAvx512bw : 0;
+    return std::string(kByReach[std::min(top, capped)]);
   }();
   return best;
 }

@@ -84,7 +84,9 @@ torch::Tensor int8_pack_weight(const torch::Tensor& weight, const std::string& i
   TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kChar, "weight: int8 [N, K]");
   TORCH_CHECK(weight.size(1) % 8 == 0, "K must be a multiple of 8");
   const auto source = weight.contiguous();
-  return checked_isa(isa) == "amx" ? pack_for_amx(source) : pack_for_vectors(source);
+  // "auto" keeps wider rows than the AMX version takes in the vector layout, which takes any K
+  const bool amx = isa == "auto" ? linear_isa() == "amx" && weight.size(1) <= kAmxInt8MaxK : checked_isa(isa) == "amx";
+  return amx ? pack_for_amx(source) : pack_for_vectors(source);
 }
 
 // `weights`/`scales`: one int8 level (laid out by int8_pack_weight), or several whose sum is the
@@ -102,7 +104,9 @@ torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tenso
   TORCH_CHECK(amx ? isa == "auto" || isa == "amx" : isa != "amx", "isa ", isa, " cannot read weights packed for ",
               amx ? "amx" : "the vector versions");
   if (amx) checked_isa("amx");
+  const Int8DotFn dot = amx ? nullptr : by_isa<Int8DotFn>(isa, int8_dot_avx2, int8_dot_avx512bw, int8_dot_avx512_vnni);
   const int64_t Kp = amx_int8_padded_k(K);
+  // The AMX layout keeps K only to a step of 64 and N to a block of 16: its shape check is that loose.
   const std::vector<int64_t> shape = amx ? std::vector<int64_t>{(N + kAmxInt8Channels - 1) / kAmxInt8Channels, Kp / kAmxInt8Step,
                                                                 kAmxInt8StepBytes}
                                          : std::vector<int64_t>{N, K};
@@ -143,7 +147,6 @@ torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tenso
     return out;
   }
 
-  const Int8DotFn dot = by_isa<Int8DotFn>(isa, int8_dot_avx2, int8_dot_avx512bw, int8_dot_avx512_vnni);
   const int64_t blocks = (N + kDotChannels - 1) / kDotChannels;
   // Scales a level's integer sums into a row's outputs: first level assigns, later ones add.
   auto emit = [&](size_t level, const int64_t* sums, int64_t m, int64_t n0, int64_t count) {

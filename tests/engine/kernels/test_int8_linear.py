@@ -71,7 +71,7 @@ def test_every_isa_gives_the_same_bits(compiled, isas):
 
 
 def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled):
-    """Row pairs share weight loads, odd rows go alone: both paths must round the same."""
+    """Vector versions: row pairs share weight loads, odd rows go alone; AMX: tiles of rows. Every split must round the same."""
     torch.manual_seed(0)
     x = torch.randn(9, 256)
     weight = torch.randint(-127, 128, (37, 256), dtype=torch.int8)
@@ -102,6 +102,35 @@ def test_amx_gives_the_vector_versions_bits_for_any_rows(compiled, amx, rows):
     assert torch.equal(linear(compiled, x, [weight], [scales], "amx"), linear(compiled, x, [weight], [scales], "avx512_vnni"))
 
 
+def test_amx_low_byte_sums_stay_exact_at_the_widest_k_it_takes(compiled, amx):
+    """K = 65536 with every low byte 255 (x = 255) against -128: the low tile sums reach 65536 * 255 * 128, just below 2^31."""
+    K = 65536
+    x = torch.full((2, K), 255.0)
+    x[:, 0] = INT16_MAX  # rows round to themselves
+    x[1, 1::2] = -1.0  # low byte 255, high byte -1
+    weight = torch.full((3, K), -128, dtype=torch.int8)
+    exact = (x.long() @ weight.long().T).float()
+    assert torch.equal(linear(compiled, x, [weight], [torch.ones(3)], "amx"), exact)
+
+
+def test_auto_packs_rows_wider_than_amx_takes_for_the_vector_versions(compiled, amx):
+    weight = torch.randint(-127, 128, (4, 65544), dtype=torch.int8)
+    assert compiled.int8_pack_weight(weight).dim() == 2  # the vector layout: same shape as the weight
+    with pytest.raises(RuntimeError, match="K up to"):
+        compiled.int8_pack_weight(weight, "amx")
+    x = torch.randn(1, 65544)
+    torch.testing.assert_close(compiled.int8_linear(x, [compiled.int8_pack_weight(weight)], [torch.ones(4)]),
+                               reference(x, weight, torch.ones(4)), rtol=1e-5, atol=1e-3)
+
+
+def test_no_rows_give_no_outputs_but_a_bad_isa_is_still_refused(compiled, isas):
+    weight = torch.randint(-127, 128, (4, 64), dtype=torch.int8)
+    for isa in isas:
+        assert linear(compiled, torch.randn(0, 64), [weight], [torch.ones(4)], isa).shape == (0, 4)
+    with pytest.raises(RuntimeError, match="isa"):
+        compiled.int8_linear(torch.randn(0, 64), [compiled.int8_pack_weight(weight, "avx2")], [torch.ones(4)], "sse2")
+
+
 def test_amx_layout_is_one_tile_of_16_channels_per_64_k(compiled, amx):
     """Step s of block b: tile row r holds weights 64s + 4r .. 64s + 4r + 3 of each of the block's 16 channels."""
     weight = torch.arange(20 * 72, dtype=torch.int64).remainder(251).sub(125).to(torch.int8).reshape(20, 72)
@@ -123,11 +152,14 @@ def test_weights_go_only_to_the_version_they_were_packed_for(compiled, amx):
 
 
 def test_minivllm_cpu_isa_caps_the_choice(compiled):
-    """What the benchmarks compare versions with: a process told avx2 packs and runs avx2 alone."""
-    code = "from inference.engine.kernels import kernels; k = kernels(); print(k.linear_isa(), k.vector_isa())"
+    """What the benchmarks compare versions with: a process told avx2 packs for and runs avx2 alone."""
+    code = ("import torch; from inference.engine.kernels import kernels; k = kernels()\n"
+            "w = k.int8_pack_weight(torch.zeros(4, 64, dtype=torch.int8))\n"
+            "print(k.linear_isa(), k.vector_isa(), w.dim())")
     done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "MINIVLLM_CPU_ISA": "avx2"}, capture_output=True, text=True,
-                          check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
-    assert done.stdout.split() == ["avx2", "avx2"]
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["avx2", "avx2", "2"]
 
 
 def test_rejects_what_it_cannot_compute(compiled):
