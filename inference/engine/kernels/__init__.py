@@ -2,8 +2,9 @@
 
 `torch.utils.cpp_extension.load` compiles them with the machine's g++ (11 or later, for the AMX
 version; about two minutes, once; `make install` does it up front) into
-~/.cache/torch_extensions, and rebuilds when a source changes. `kernels()` returns the module, or None where they cannot run (no AVX2, no compiler):
-callers then keep their torch path, which is also the CUDA path.
+~/.cache/torch_extensions, and rebuilds when a source changes. `kernels()` returns the module,
+or None where they cannot run (no AVX2, no compiler): callers then keep their torch path, which
+is also the CUDA path.
 """
 from __future__ import annotations
 
