@@ -5,7 +5,11 @@ import os
 from dataclasses import dataclass
 
 
-QUANT_METHODS = ("none", "int8", "int4", "bf16")  # weight-only, CPU (quantization.py)
+QUANT_METHODS = ("auto", "none", "int4", "q8_0", "int8", "bf16")  # layers/linear/__init__.py
+
+
+DEFAULT_SLOTS_CPU = 32
+DEFAULT_SLOTS_CUDA = 128
 
 
 @dataclass
@@ -14,13 +18,13 @@ class EngineConfig:
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     device: str = "auto"  # auto | cpu | cuda
     block_size: int = 16
-    kv_cache_mb: int = 256  # KV pool size on CPU
+    kv_cache_mb: int | None = None  # KV pool size on CPU; None: planned from available memory (kv_cache.py)
     gpu_memory_fraction: float = 0.5  # share of *free* GPU memory given to the KV pool
-    max_num_seqs: int = 8
+    max_num_seqs: int | None = None  # batch slots; None: 32 on CPU, 128 on CUDA (slots_for)
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None  # None: the model's own context length
     enable_prefix_caching: bool = True
-    quantization: str = "none"  # none | int8 | int4 | bf16 (weight-only, CPU)
+    quantization: str = "auto"  # auto | none | int4 | q8_0 | int8 | bf16 (layers/linear/__init__.py)
     num_kv_blocks: int | None = None  # exact pool size, overriding the memory-based plan (tests, tuning)
 
     def __post_init__(self):
@@ -31,10 +35,17 @@ class EngineConfig:
         if self.quantization not in QUANT_METHODS:
             raise ValueError(f"quantization must be one of {', '.join(QUANT_METHODS)}, got {self.quantization!r}")
         for name in ("block_size", "kv_cache_mb", "max_num_seqs", "max_num_batched_tokens"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if not 0.0 < self.gpu_memory_fraction <= 0.95:
             raise ValueError("gpu_memory_fraction must be in (0, 0.95]")
+
+    def slots_for(self, device_type: str) -> int:
+        """Batch slots: enough that 32 concurrent clients never queue on a CPU (llama-server's
+        `-np 32` in the benchmark), more on a GPU, where a step of 128 costs little more than one."""
+        if self.max_num_seqs is not None:
+            return self.max_num_seqs
+        return DEFAULT_SLOTS_CUDA if device_type == "cuda" else DEFAULT_SLOTS_CPU
 
     @classmethod
     def from_env(cls, environ: dict | None = None) -> "EngineConfig":
@@ -49,12 +60,12 @@ class EngineConfig:
             dtype=get("MINIVLLM_DTYPE", str, "auto"),
             device=get("MINIVLLM_DEVICE", str, "auto"),
             block_size=get("MINIVLLM_BLOCK_SIZE", int, 16),
-            kv_cache_mb=get("MINIVLLM_KV_CACHE_MB", int, 256),
+            kv_cache_mb=get("MINIVLLM_KV_CACHE_MB", int, None),
             gpu_memory_fraction=get("MINIVLLM_GPU_MEMORY_FRACTION", float, 0.5),
-            max_num_seqs=get("MINIVLLM_MAX_NUM_SEQS", int, 8),
+            max_num_seqs=get("MINIVLLM_MAX_NUM_SEQS", int, None),
             max_num_batched_tokens=get("MINIVLLM_MAX_NUM_BATCHED_TOKENS", int, 512),
             max_model_len=get("MINIVLLM_MAX_MODEL_LEN", int, None),
-            quantization=get("MINIVLLM_QUANT", str, "none"),
+            quantization=get("MINIVLLM_QUANT", str, "auto"),
             num_kv_blocks=get("MINIVLLM_NUM_KV_BLOCKS", int, None),
             enable_prefix_caching=get("MINIVLLM_PREFIX_CACHING", lambda v: v.lower() not in ("0", "false", "no"), True),
         )

@@ -33,6 +33,11 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(_cpuinfo_field("flags").split())
 
 
+def cpu_model_name() -> str:
+    """"AMD EPYC", "Intel(R) Xeon(R) Platinum 8592+", ... ("" where unknown)."""
+    return _cpuinfo_field("model name")
+
+
 def cpu_vendor() -> str:
     """"GenuineIntel", "AuthenticAMD", ..."""
     return _cpuinfo_field("vendor_id")

@@ -55,7 +55,6 @@ class LLMEngine:
         self.bundle = bundle or load_model(self.config)
         model = self.bundle.model
         self.tokenizer = self.bundle.tokenizer
-        self.max_model_len = self.bundle.max_model_len
         num_blocks = self.config.num_kv_blocks or plan_num_blocks(
             model.kv_shape,
             self.config.block_size,
@@ -63,9 +62,12 @@ class LLMEngine:
             self.bundle.device,
             self.config.kv_cache_mb,
             self.config.gpu_memory_fraction,
+            self.bundle.max_model_len,
         )
+        self.max_model_len = self._fit_context(num_blocks)
+        self.num_slots = self.config.slots_for(self.bundle.device.type)
         self.block_manager = BlockManager(num_blocks, self.config.block_size, self.config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, self.config.max_num_seqs, self.config.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.block_manager, self.num_slots, self.config.max_num_batched_tokens)
         self.runner = ModelRunner(model, num_blocks, self.config.block_size, self.bundle.dtype, self.bundle.device)
         self.sampler = Sampler()
         self.sequences: dict[str, Sequence] = {}
@@ -79,8 +81,20 @@ class LLMEngine:
         self.step_fault_hook = None  # tests: a callable raising here fails one step's requests
         log.info(
             "engine ready: %s on %s (%s), %d KV blocks of %d tokens, %d slots",
-            self.model_name, self.device, self.dtype, num_blocks, self.config.block_size, self.config.max_num_seqs,
+            self.model_name, self.device, self.dtype, num_blocks, self.config.block_size, self.num_slots,
         )
+
+    def _fit_context(self, num_blocks: int) -> int:
+        """The model's context, or what the KV pool holds where that is less (logged: /v1/models and
+        the context-length errors report the lowered figure)."""
+        capacity = num_blocks * self.config.block_size
+        if capacity >= self.bundle.max_model_len:
+            return self.bundle.max_model_len
+        log.warning(
+            "the KV pool holds %d tokens, less than the model's %d-token context: max_model_len lowered to %d "
+            "(MINIVLLM_KV_CACHE_MB or MINIVLLM_NUM_KV_BLOCKS sets the pool)", capacity, self.bundle.max_model_len, capacity,
+        )
+        return capacity
 
     def fresh_copy(self) -> "LLMEngine":
         """A new engine over the same loaded weights: empty cache, queues and counters."""
@@ -263,7 +277,7 @@ class LLMEngine:
             "model": self.model_name,
             "device": self.device,
             "dtype": self.dtype,
-            "num_slots": self.config.max_num_seqs,
+            "num_slots": self.num_slots,
             "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting),
             "slots": slots,

@@ -144,16 +144,32 @@ def bytes_per_block(kv_shape: tuple[int, int, int], block_size: int, dtype: torc
     return 2 * layers * block_size * kv_heads * head_dim * torch.finfo(dtype).bits // 8
 
 
+# CPU: the KV pool takes this share of the memory available at start, at most KV_CAP_MB, and at
+# least one full-context request where memory allows. 1 GB of float32 K/V is 22.7k of SmolLM2's
+# tokens: one full 8,192-token context and 32 streams of ~450 (llama-server with -c 32768 keeps
+# ~0.75 GB of float16 K/V).
+KV_MEMORY_FRACTION = 0.25
+KV_CAP_MB = 1024
+KV_CEILING_FRACTION = 0.5  # never more than this share of available memory, whatever is asked
+
+
 def plan_num_blocks(
-    kv_shape, block_size: int, dtype: torch.dtype, device: torch.device, kv_cache_mb: int, gpu_fraction: float
+    kv_shape, block_size: int, dtype: torch.dtype, device: torch.device, kv_cache_mb: int | None, gpu_fraction: float,
+    max_model_len: int = 0,
 ) -> int:
-    """How many blocks fit: MINIVLLM_KV_CACHE_MB on CPU, a share of free memory on CUDA, never more than exists."""
+    """How many blocks fit: MINIVLLM_KV_CACHE_MB on CPU, else planned from available memory (see
+    above, never fewer than one `max_model_len` request where memory allows); a share of free
+    memory on CUDA; never more than exists. The engine lowers max_model_len to what the pool holds."""
     per_block = bytes_per_block(kv_shape, block_size, dtype)
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         budget = int(free * gpu_fraction)
     else:
-        budget = min(kv_cache_mb * MB, int(psutil.virtual_memory().available * 0.5))
+        available = psutil.virtual_memory().available
+        if kv_cache_mb is None:
+            full_context = -(-max_model_len // block_size) * per_block
+            kv_cache_mb = max(min(int(available * KV_MEMORY_FRACTION), KV_CAP_MB * MB), full_context) // MB + 1
+        budget = min(kv_cache_mb * MB, int(available * KV_CEILING_FRACTION))
     num_blocks = budget // per_block
     if num_blocks < 1:
         raise ValueError(f"the KV cache budget ({budget // MB} MB) is smaller than one block ({per_block} bytes)")

@@ -14,11 +14,11 @@ import torch
 
 from .config import EngineConfig
 from .device import dtype_name, resolve_device, resolve_dtype
-from .errors import UnsupportedModelError
 from .models import model_class_for
+from . import gguf_weights
+from .gguf_checkpoint import GGUFCheckpoint
+from .layers.linear import choose_format, prepare_linears
 from .models.compiled_layers import compile_layers
-from .packed_linear import can_pack, pack_linears
-from .quantization import apply_quantization
 
 log = logging.getLogger("minivllm.engine")
 
@@ -93,12 +93,27 @@ def load_model(config: EngineConfig) -> ModelBundle:
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     log.info("loading model %s onto %s as %s", source.display_name, device, dtype_name(dtype))
+    if source.gguf_file:
+        gguf = _open_gguf(source)
+        model_class = model_class_for(gguf.hf_config)
+        choice = choose_format(config.quantization, checkpoint=gguf.weight_type, device=device)
+        if device.type == "cpu" and dtype == torch.float32 and gguf_weights.can_build(model_class, gguf.hf_config, gguf, choice.format):
+            max_model_len = _context_length(gguf.hf_config, config.max_model_len)
+            model = gguf_weights.build(model_class, gguf.hf_config, gguf, max_model_len)
+            return _bundle(model, gguf.hf_config, gguf.tokenizer, source.display_name, device, dtype, max_model_len,
+                           choice, "from the GGUF's own blocks")
+        state = _read_weights(source)  # transformers de-quantizes what our groups cannot take as they are
+        return build_bundle(gguf.hf_config, gguf.tokenizer, state, name=source.display_name, config=config,
+                            checkpoint=gguf.weight_type)
     hf_config, tokenizer, state = _read_checkpoint(source)
-    return build_bundle(hf_config, tokenizer, state, name=source.display_name, config=config)
+    return build_bundle(hf_config, tokenizer, state, name=source.display_name, config=config,
+                        checkpoint=checkpoint_format(hf_config))
 
 
-def build_bundle(hf_config, tokenizer, state: dict, *, name: str, config: EngineConfig) -> ModelBundle:
-    """Our model filled from an HF state dict (tests pass the reference model's own weights here)."""
+def build_bundle(hf_config, tokenizer, state: dict, *, name: str, config: EngineConfig, checkpoint: str | None = None) -> ModelBundle:
+    """Our model filled from an HF state dict (tests pass the reference model's own weights here).
+    `checkpoint`: how the weights were stored (a GGUF's type or a dtype's name), which `auto` keeps;
+    by default the state's dtype."""
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     max_model_len = _context_length(hf_config, config.max_model_len)
@@ -106,10 +121,14 @@ def build_bundle(hf_config, tokenizer, state: dict, *, name: str, config: Engine
     model.load_hf_state_dict(state)
     model.to(device=device, dtype=dtype).eval()
     _keep_rope_tables_float32(model)
-    apply_quantization(model, config.quantization, device)
-    if config.quantization == "none" and can_pack(device, dtype):
-        pack_linears(model)
-    compile_layers(model)
+    choice = choose_format(config.quantization, checkpoint=checkpoint or _dtype_label(next(iter(state.values())).dtype), device=device)
+    prepare_linears(model, choice, device)
+    return _bundle(model, hf_config, tokenizer, name, device, dtype, max_model_len, choice, "")
+
+
+def _bundle(model, hf_config, tokenizer, name, device, dtype, max_model_len, choice, how: str) -> ModelBundle:
+    compiled = compile_layers(model)
+    log.info("weights: %s (%s)%s%s", choice.format, choice.reason, f", {how}" if how else "", "; C++ layers" if compiled else "")
     return ModelBundle(
         model=model,
         tokenizer=tokenizer,
@@ -121,27 +140,57 @@ def build_bundle(hf_config, tokenizer, state: dict, *, name: str, config: Engine
     )
 
 
+def _open_gguf(source: ModelSource) -> GGUFCheckpoint:
+    try:
+        gguf = GGUFCheckpoint.open(os.path.join(source.path, source.gguf_file))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"could not read the GGUF file {source.gguf_file} in {source.path}: {exc}") from exc
+    model_class_for(gguf.hf_config)  # fail before reading the weights
+    return gguf
+
+
 def _read_checkpoint(source: ModelSource):
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     kwargs = source.hf_kwargs()
     try:
         hf_config = AutoConfig.from_pretrained(source.path, **kwargs)
         model_class_for(hf_config)  # fail before reading gigabytes of weights
         tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
-        reader = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch.float32, **kwargs)
-    except UnsupportedModelError:
-        raise
     except OSError as exc:
-        if source.is_hub_id:
-            raise ModelLoadError(
-                f"could not fetch {source.path!r} from the Hugging Face hub (no network access, or no such "
-                f"model): {exc}. Point MINIVLLM_MODEL at a local folder or GGUF file instead."
-            ) from exc
-        raise ModelLoadError(f"could not read the model at {source.path}: {exc}") from exc
+        raise _load_error(source, exc) from exc
+    return hf_config, tokenizer, _read_weights(source)
+
+
+def _read_weights(source: ModelSource) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        reader = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch.float32, **source.hf_kwargs())
+    except OSError as exc:
+        raise _load_error(source, exc) from exc
     state = reader.state_dict()
     del reader
-    return hf_config, tokenizer, state
+    return state
+
+
+def _load_error(source: ModelSource, exc: OSError) -> ModelLoadError:
+    if source.is_hub_id:
+        return ModelLoadError(
+            f"could not fetch {source.path!r} from the Hugging Face hub (no network access, or no such "
+            f"model): {exc}. Point MINIVLLM_MODEL at a local folder or GGUF file instead."
+        )
+    return ModelLoadError(f"could not read the model at {source.path}: {exc}")
+
+
+def checkpoint_format(hf_config) -> str:
+    """How an HF checkpoint stores its weights: the config's dtype ("bfloat16", "float32", ...)."""
+    dtype = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None) or torch.float32
+    return _dtype_label(dtype)
+
+
+def _dtype_label(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _context_length(hf_config, requested: int | None) -> int:

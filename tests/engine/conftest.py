@@ -9,3 +9,18 @@ def restore_prefetch():
     before = kernels().int8_prefetch_bytes()
     yield
     kernels().int8_set_prefetch_bytes(before)
+
+
+ISAS_BY_REACH = ["avx2", "avx512bw", "avx512_vnni", "amx"]  # a CPU that runs one runs those before it
+
+
+@pytest.fixture(scope="session")
+def isas():
+    """Every version of the int8 kernel this CPU can run, so each is checked against the others wherever it runs."""
+    return ISAS_BY_REACH[: ISAS_BY_REACH.index(kernels().linear_isa()) + 1]
+
+
+@pytest.fixture(scope="session")
+def vector_isas(isas):
+    """Every version of the grouped kernel this CPU can run (it has no AMX version)."""
+    return [isa for isa in isas if isa != "amx"]

@@ -1,11 +1,19 @@
 """BlockManager: reference counts, chained prefix hashes, LRU reuse of freed cached blocks."""
 from __future__ import annotations
 
+import logging
+from types import SimpleNamespace
+
+import pytest
 import torch
 
+from inference.engine import kv_cache
+from inference.engine.errors import PromptTooLongError
 from inference.engine.kv_cache import BlockManager, bytes_per_block, plan_num_blocks
 from inference.engine.sampling_params import SamplingParams
 from inference.engine.sequence import Sequence
+from tests.conftest import tiny_llama_hf
+from tests.engine.helpers import engine_for
 
 
 def computed_seq(manager: BlockManager, request_id: str, tokens: list[int]) -> Sequence:
@@ -92,3 +100,38 @@ def test_pool_plan_respects_the_budget():
     assert per_block == 2 * 30 * 16 * 3 * 64 * 2
     blocks = plan_num_blocks(shape, 16, torch.bfloat16, torch.device("cpu"), kv_cache_mb=64, gpu_fraction=0.5)
     assert blocks == 64 * 1024 * 1024 // per_block
+
+
+KV_SHAPE = (30, 3, 64)  # SmolLM2: 46 KB of float32 K and V a token
+MB = 1024 * 1024
+
+
+def planned_tokens(monkeypatch, available_mb: int, max_model_len: int, kv_cache_mb=None) -> int:
+    monkeypatch.setattr(kv_cache.psutil, "virtual_memory", lambda: SimpleNamespace(available=available_mb * MB))
+    return 16 * plan_num_blocks(KV_SHAPE, 16, torch.float32, torch.device("cpu"), kv_cache_mb, 0.5, max_model_len)
+
+
+def test_the_planned_pool_is_a_share_of_memory_capped_and_never_below_one_full_context(monkeypatch):
+    per_token = bytes_per_block(KV_SHAPE, 16, torch.float32) // 16
+    assert planned_tokens(monkeypatch, 24 * 1024, 8192) * per_token <= (kv_cache.KV_CAP_MB + 1) * MB  # capped
+    assert planned_tokens(monkeypatch, 24 * 1024, 8192) >= 8192
+    # 1 GB free: a quarter (256 MB, 5.6k tokens) would not hold 8,192 tokens; the floor does
+    assert planned_tokens(monkeypatch, 1024, 8192) >= 8192
+    # 400 MB free: even the floor is more than half of it, so the pool is what half holds
+    assert planned_tokens(monkeypatch, 400, 8192) < 8192
+    assert planned_tokens(monkeypatch, 24 * 1024, 8192, kv_cache_mb=8) * per_token <= 8 * MB  # an explicit size wins
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_hf_model():
+    return tiny_llama_hf()
+
+
+def test_a_pool_smaller_than_the_context_lowers_max_model_len_and_says_so(tiny_llama_hf_model, smollm_tokenizer, caplog):
+    with caplog.at_level(logging.WARNING, logger="minivllm.engine"):
+        engine = engine_for(tiny_llama_hf_model, smollm_tokenizer, num_kv_blocks=8)  # 128 tokens of a 512-token context
+    assert engine.max_model_len == 128 and "max_model_len lowered to 128" in caplog.text
+    engine.check_request(list(range(1, 100)), SamplingParams(max_tokens=29))  # 128: fits
+    with pytest.raises(PromptTooLongError, match="maximum context length is 128"):
+        engine.check_request(list(range(1, 100)), SamplingParams(max_tokens=30))
+    assert engine_for(tiny_llama_hf_model, smollm_tokenizer).max_model_len == 512  # the planned pool holds the context

@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 NAME = "minivllm_kernels"
 STALE_LOCK_S = 600  # a build takes ~2 min; a lock this old was left by a killed one
 SOURCES = ("bindings.cpp", "cpu_isa.cpp", "activation_rows.cpp", "int8_linear.cpp", "int8_dot_avx2.cpp",
-           "int8_dot_avx512bw.cpp", "int8_dot_avx512.cpp", "int4_linear.cpp", "int4_dot_avx2.cpp", "int4_dot_avx512bw.cpp", "int4_dot_avx512_vnni.cpp",
-           "int8_amx.cpp", "paged_attention.cpp", "rms_norm.cpp", "rotary.cpp", "llama_layer.cpp")
+           "int8_dot_avx512bw.cpp", "int8_dot_avx512.cpp", "int8_amx.cpp",
+           "group_linear.cpp", "group_dot_avx2.cpp", "group_dot_avx512bw.cpp", "group_dot_avx512_vnni.cpp",
+           "paged_attention.cpp", "rms_norm.cpp", "rotary.cpp", "llama_layer.cpp")
 # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the elementwise
 # kernels round exactly as the torch expressions they replace.
 FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]

@@ -1,5 +1,5 @@
 // Activation rows rounded to int16 with one scale each (max |x| / 32767): a relative error ~30x
-// below int8 weights' own, and integer products that add up exactly (int8_linear.cpp, int4_linear.cpp).
+// below int8 weights' own, and integer products that add up exactly (int8_linear.cpp).
 #pragma once
 #include <cstdint>
 

@@ -11,13 +11,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("weights"), py::arg("scales"), py::arg("isa") = "auto");
   m.def("int8_pack_weight", &int8_pack_weight, "an int8 [N, K] weight laid out for int8_linear with that isa",
         py::arg("weight"), py::arg("isa") = "auto");
-  m.def("linear_isa", &linear_isa, "the instruction set int8_linear uses on this CPU (int4_linear: vector_isa)");
+  m.def("linear_isa", &linear_isa, "the instruction set int8_linear uses on this CPU (group_linear: vector_isa)");
   m.def("vector_isa", &vector_isa, "the best vector (not AMX) version on this CPU");
   m.def("int8_set_prefetch_bytes", &int8_set_prefetch_bytes, "how far ahead int8_linear prefetches weights (0: not at all)");
   m.def("int8_prefetch_bytes", &int8_prefetch_bytes, "how far ahead int8_linear prefetches weights now");
-  m.def("int4_linear", &int4_linear, nogil(), "x @ W.T for 4-bit weights in groups of 32, float32, exact order per row",
-        py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("isa") = "auto");
-  m.def("int4_pack_weight", &int4_pack_weight, "4-bit levels, scales and minimums packed for int4_linear");
+  m.def("group_linear", &group_linear, nogil(), "x @ W.T for 4- or 8-bit weights in groups of 32, int8 activation groups",
+        py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("bits"), py::arg("isa") = "auto");
+  m.def("group_pack_weight", &group_pack_weight, "4- or 8-bit levels, scales and minimums packed for group_linear");
+  m.def("gguf_groups", &gguf_groups, nogil(), "a GGUF matrix's q4_0 / q4_1 / q8_0 blocks as levels, scales and minimums");
+  m.def("group_dequantize_rows", &group_dequantize_rows, nogil(), "rows of a packed group weight as float32 (an embedding lookup)");
   m.def("paged_attention_scores", &paged_attention_scores, nogil(), "decode q.k scores read from the paged cache");
   m.def("paged_attention_values", &paged_attention_values, nogil(), "decode probs @ V read from the paged cache");
   m.def("rms_norm", &rms_norm, nogil(), "RMSNorm over float32 rows, HF's order of operations");
@@ -27,10 +29,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_static("int8", [](std::vector<torch::Tensor> weights, std::vector<torch::Tensor> scales, std::optional<torch::Tensor> bias) {
         return Projection{std::move(weights), std::move(scales), torch::Tensor(), torch::Tensor(), std::move(bias)};
       })
-      .def_static("int4", [](torch::Tensor packed, int64_t out_features, std::optional<torch::Tensor> bias) {
+      .def_static("group", [](torch::Tensor packed, int64_t out_features, int64_t bits, std::optional<torch::Tensor> bias) {
         Projection p{{}, {}, torch::Tensor(), torch::Tensor(), std::move(bias)};
-        p.int4 = std::move(packed);
-        p.int4_out_features = out_features;
+        p.group = std::move(packed);
+        p.group_out_features = out_features;
+        p.group_bits = bits;
         return p;
       })
       .def_static("onednn", [](torch::Tensor packed, std::optional<torch::Tensor> bias) {

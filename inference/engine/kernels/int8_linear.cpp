@@ -25,7 +25,7 @@ namespace minivllm {
 namespace {
 
 // Bytes ahead of its reads the dot products prefetch weights; 0 leaves it to the hardware. Which
-// is faster depends on the machine (int8_prefetch.py measures it at load), not on the call.
+// is faster depends on the machine (layers/linear/prefetch.py measures it at load), not on the call.
 std::atomic<int64_t> prefetch_bytes{0};
 
 }  // namespace

@@ -16,11 +16,17 @@ torch::Tensor int8_pack_weight(const torch::Tensor& weight, const std::string& i
 // How far ahead int8_linear prefetches weights, process-wide (bytes, whole cache lines; 0: none).
 void int8_set_prefetch_bytes(int64_t bytes);
 int64_t int8_prefetch_bytes();
-// 4-bit weights in groups of 32 (int4_dot.h): `levels` uint8 [N, K] of 0..15, float16 scales and
-// minimums [N, K / 32], packed into int4_linear's blocks of 4 channels, uint8 [ceil(N / 4), 80 * K / 32];
-// W = scale * level + minimum.
-torch::Tensor int4_pack_weight(const torch::Tensor& levels, const torch::Tensor& scales, const torch::Tensor& minimums);
-torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& isa);
+// Weights in groups of 32 (group_dot.h), 4-bit or 8-bit: `levels` uint8 [N, K] (0..15 or 0..255),
+// float16 scales and minimums [N, K / 32], W = scale * level + minimum; packed into group_linear's
+// blocks of 16 channels, uint8 [ceil(N / 16), K / 32 * group bytes].
+torch::Tensor group_pack_weight(const torch::Tensor& levels, const torch::Tensor& scales, const torch::Tensor& minimums, int64_t bits);
+torch::Tensor group_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, int64_t bits,
+                           const std::string& isa);
+// A GGUF matrix's Q4_0 / Q4_1 / Q8_0 blocks (`raw`, uint8, rows * columns / 32 blocks) as
+// group_pack_weight's levels, scales and minimums: the same values, W = scale * level + minimum.
+std::vector<torch::Tensor> gguf_groups(const torch::Tensor& raw, int64_t rows, int64_t columns, const std::string& kind);
+// Rows `ids` of the packed weight, de-quantized: an embedding table kept in its packed form.
+torch::Tensor group_dequantize_rows(const torch::Tensor& packed, const torch::Tensor& ids, int64_t in_features, int64_t bits);
 torch::Tensor paged_attention_scores(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& block_tables,
                                      const torch::Tensor& lengths, double scale);
 torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Tensor& v_cache, const torch::Tensor& block_tables,
@@ -28,16 +34,16 @@ torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Te
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 void rotary_inplace(torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
-// One projection as the loader left it: int8 levels with their scales, a packed 4-bit weight
-// (`int4`), or a packed float32 weight (MKL's when `dense` holds the plain weight too, oneDNN's
-// otherwise; packed_linear.py).
+// One projection as the loader left it: int8 levels with their scales, a packed group weight
+// (`group`: 4- or 8-bit), or a packed float32 weight (MKL's when `dense` holds the plain weight too, oneDNN's
+// otherwise; layers/linear/packed.py).
 struct Projection {
   std::vector<torch::Tensor> int8_weights, int8_scales;
   torch::Tensor packed, dense;
   std::optional<torch::Tensor> bias;
   bool bf16 = false;  // `packed` is a bf16 oneDNN weight: rows go in as bf16, outputs come back float32
-  torch::Tensor int4;
-  int64_t int4_out_features = 0;
+  torch::Tensor group;  // group_pack_weight's blocks: `group_bits` a level, `group_out_features` channels
+  int64_t group_out_features = 0, group_bits = 0;
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 

@@ -14,7 +14,7 @@
 namespace minivllm {
 namespace {
 
-// What PackedLinear calls (packed_linear.py): oneDNN's linear (float32 or bf16), or MKL's packed SGEMM told the
+// What PackedLinear calls (layers/linear/packed.py): oneDNN's linear (float32 or bf16), or MKL's packed SGEMM told the
 // call's own row count (the packed layout serves any).
 torch::Tensor onednn_linear(const torch::Tensor& x, const torch::Tensor& weight, const std::optional<torch::Tensor>& bias) {
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
@@ -66,8 +66,8 @@ torch::Tensor Projection::operator()(const torch::Tensor& x) const {
     return bias ? out + *bias : out;
   }
   if (packed.defined()) return onednn_linear(x, packed, bias);
-  torch::Tensor out = int4.defined() ? int4_linear(x.contiguous(), int4, int4_out_features, "auto")
-                                     : int8_linear(x.contiguous(), int8_weights, int8_scales, "auto");
+  torch::Tensor out = group.defined() ? group_linear(x.contiguous(), group, group_out_features, group_bits, "auto")
+                                      : int8_linear(x.contiguous(), int8_weights, int8_scales, "auto");
   return bias ? out + *bias : out;
 }
 

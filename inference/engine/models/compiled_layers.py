@@ -3,8 +3,8 @@
 At one stream a decode step is ~200 small ops and Python's per-op cost exceeds most of them;
 the C++ halves of a layer make it two calls around attention, and a step of decodes only
 runs all layers in one call. They run the same kernels as the module path, so they apply
-wherever every projection is one our C++ can call: int8 or 4-bit (MINIVLLM_QUANT=int8, int4), bf16 weights
-(MINIVLLM_QUANT=bf16) or packed float32 (MKL or oneDNN), on CPU. Elsewhere (bf16, CUDA) the modules run.
+wherever every projection is one our C++ can call (each linear of layers/linear/ provides its own):
+int8, 4- or 8-bit groups, bf16 weights or packed float32 (MKL or oneDNN), on CPU. Elsewhere (bf16, CUDA) the modules run.
 """
 from __future__ import annotations
 
@@ -13,24 +13,13 @@ from torch import nn
 
 from ..attention import decode_in_place
 from ..kernels import kernels
-from ..int4_linear import Int4Linear
-from ..packed_linear import PackedLinear
-from ..quantization import Int8Linear
 from .llama import LlamaDecoderLayer, LlamaForCausalLM
 
 
 def _projection(compiled, linear: nn.Module):
-    if isinstance(linear, Int4Linear):
-        return compiled.Projection.int4(linear.packed_int4, linear.out_features, linear.bias)
-    if isinstance(linear, Int8Linear):
-        return compiled.Projection.int8(*linear.weight_levels(), linear.bias)
-    if isinstance(linear, PackedLinear) and linear.backend == "onednn_bf16":
-        return compiled.Projection.onednn_bf16(linear.packed_weight, linear.bias)
-    if isinstance(linear, PackedLinear) and linear.backend == "mkl":
-        return compiled.Projection.mkl(linear.packed_weight, linear.weight, linear.bias)
-    if isinstance(linear, PackedLinear):
-        return compiled.Projection.onednn(linear.packed_weight, linear.bias)
-    return None
+    """The C++ projection the linear's format provides (layers/linear/), or None for plain torch modules."""
+    projection = getattr(linear, "projection", None)
+    return projection(compiled) if projection is not None else None
 
 
 def _layer_weights(compiled, layer: LlamaDecoderLayer):

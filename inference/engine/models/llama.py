@@ -147,6 +147,30 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
 
+    # llama.cpp's converter interleaves Q's and K's rotary halves per head (HF's GGUF reader undoes it too).
+    GGUF_ARCHITECTURES = ("llama",)
+
+    def gguf_layout(self) -> tuple[dict[str, list[tuple[str, int | None]]], dict[str, str]]:
+        """Where a llama GGUF keeps our weights: each linear's tensors (rows fused in this order, each
+        with the head count whose rotary halves to un-interleave, or None), and each float parameter's."""
+        linears, floats = {}, {"norm.weight": "output_norm.weight"}
+        cfg = self.cfg
+        for i in range(cfg.num_hidden_layers):
+            blk, ours = f"blk.{i}.", f"layers.{i}."
+            linears[ours + "self_attn.qkv_proj"] = [(blk + "attn_q.weight", cfg.num_attention_heads),
+                                                    (blk + "attn_k.weight", cfg.num_key_value_heads), (blk + "attn_v.weight", None)]
+            linears[ours + "self_attn.o_proj"] = [(blk + "attn_output.weight", None)]
+            linears[ours + "mlp.gate_up_proj"] = [(blk + "ffn_gate.weight", None), (blk + "ffn_up.weight", None)]
+            linears[ours + "mlp.down_proj"] = [(blk + "ffn_down.weight", None)]
+            floats[ours + "input_layernorm.weight"] = blk + "attn_norm.weight"
+            floats[ours + "post_attention_layernorm.weight"] = blk + "ffn_norm.weight"
+        linears["lm_head"] = [("token_embd.weight" if cfg.tie_word_embeddings else "output.weight", None)]
+        return linears, floats
+
+    def reset_buffers(self) -> None:
+        """Recomputes the rotary tables (a model built on the meta device has none)."""
+        self.rotary = RotaryEmbedding(self.cfg.head_dim, self.cfg.max_positions, self.cfg.rope)
+
     def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Maps HF parameter names onto ours, fusing q/k/v and gate/up."""
         ours = {}

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.engine import packed_linear
+from inference.engine.layers.linear import packed as packed_linear
 from inference.engine.config import EngineConfig
 from inference.engine.loader import build_bundle
-from inference.engine.quantization import bf16_weights_run_natively
+from inference.engine.layers.linear import bf16_weights_run_natively
 from tests.conftest import tiny_llama_hf, tiny_qwen2_hf
 from tests.engine.helpers import engine_for, greedy, run_to_completion
 
@@ -39,7 +39,7 @@ def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tok
     assert whole.compiled_decode_layers is not None
     assert all(layer.compiled_weights is not None for layer in whole.layers)
     if projection in ("int8", "int4"):
-        assert type(whole.layers[0].mlp.gate_up_proj).__name__ == {"int8": "Int8Linear", "int4": "Int4Linear"}[projection]
+        assert type(whole.layers[0].mlp.gate_up_proj).__name__ == {"int8": "Int8Linear", "int4": "GroupLinear"}[projection]
     else:
         assert whole.layers[0].mlp.gate_up_proj.backend == {"bf16": "onednn_bf16"}.get(projection, projection)
     halves.compiled_decode_layers = modules.compiled_decode_layers = None

@@ -1,4 +1,4 @@
-"""Swapping a loaded model's nn.Linear layers for a faster kind (int8, int4, packed float32)."""
+"""Swapping a loaded model's nn.Linear layers for a faster kind (int8, groups, packed float32)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -19,7 +19,7 @@ def replace_linears(model: nn.Module, build: Callable[[str, nn.Linear], nn.Modul
 
 class RowKernelLinear(nn.Module):
     """A linear whose kernel takes contiguous float32 rows (`matmul`, no bias): what any input
-    shape and dtype, and the bias, need around it (Int8Linear, Int4Linear)."""
+    shape and dtype, and the bias, need around it (Int8Linear, GroupLinear)."""
 
     bias: torch.Tensor | None
     out_features: int

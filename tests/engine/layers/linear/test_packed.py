@@ -7,7 +7,7 @@ from torch import nn
 
 from inference.engine.config import EngineConfig
 from inference.engine.loader import load_model
-from inference.engine.packed_linear import PackedLinear, can_pack, pack_linears, packing_backend
+from inference.engine.layers.linear.packed import PackedLinear, can_pack, pack_linears, packing_backend
 
 pytestmark = pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="no packed GEMM in this torch")
 BACKENDS = [b for b in ("mkl", "onednn") if b == "onednn" or torch.backends.mkl.is_available()]
@@ -67,7 +67,7 @@ def test_one_mkl_packing_serves_every_row_count_at_model_shapes(shape, rows):
 def test_mkl_is_the_choice_on_intel_only():
     from inference.engine.device import cpu_vendor
 
-    from inference.engine.packed_linear import mkl_packing_serves_any_row_count
+    from inference.engine.layers.linear.packed import mkl_packing_serves_any_row_count
 
     on_intel = cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available()
     assert (packing_backend() == "mkl") == (on_intel and mkl_packing_serves_any_row_count())

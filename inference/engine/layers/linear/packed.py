@@ -12,7 +12,7 @@ is slow. Which packed GEMM wins depends on the CPU (docs/performance.md, section
   EPYC at 32 rows; MKL is Intel's library.
 Both are the ops torch's own compiler emits for CPU linears.
 
-`onednn_bf16` (MINIVLLM_QUANT=bf16, see quantization.py) packs the weights as bf16 for oneDNN's
+`onednn_bf16` (MINIVLLM_QUANT=bf16, see __init__.py) packs the weights as bf16 for oneDNN's
 bf16 GEMM: each call rounds its float32 rows to bf16 and its outputs come back as float32. The
 weight is reordered once into the blocked layout oneDNN's kernel reads: left in plain row-major
 order, its AMX kernel re-packed it on every call, half the speed at 1-32 rows on a Xeon with AMX
@@ -28,8 +28,8 @@ import functools
 import torch
 from torch import nn
 
-from .device import cpu_vendor
-from .linear_swap import replace_linears
+from ...device import cpu_vendor
+from .base import replace_linears
 
 MKL_PACKING_ROWS = 32  # what the packing call is told; the layout it returns is the same for any
 ONEDNN_PACKING_ROWS = 32  # the row count oneDNN is told when it picks its bf16 weight layout (1-33 rows measured)
@@ -109,6 +109,13 @@ class PackedLinear(nn.Module):
         else:
             out = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
         return out.view(*x.shape[:-1], self.out_features)
+
+    def projection(self, compiled):
+        if self.backend == "onednn_bf16":
+            return compiled.Projection.onednn_bf16(self.packed_weight, self.bias)
+        if self.backend == "mkl":
+            return compiled.Projection.mkl(self.packed_weight, self.weight, self.bias)
+        return compiled.Projection.onednn(self.packed_weight, self.bias)
 
 
 def pack_linears(model: nn.Module, backend: str | None = None) -> nn.Module:

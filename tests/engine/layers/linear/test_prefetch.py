@@ -5,9 +5,10 @@ import pytest
 import torch
 from torch import nn
 
-from inference.engine.int8_prefetch import CANDIDATE_BYTES, tune_int8_prefetch
 from inference.engine.kernels import kernels
-from inference.engine.quantization import Int8Linear, apply_quantization, quantize_int8
+from inference.engine.layers.linear import FormatChoice, prepare_linears
+from inference.engine.layers.linear.int8 import Int8Linear, quantize_int8
+from inference.engine.layers.linear.prefetch import CANDIDATE_BYTES, tune_int8_prefetch
 
 pytestmark = pytest.mark.skipif(kernels() is None, reason="the int8 kernel did not build here")
 
@@ -25,7 +26,7 @@ def test_keeps_the_candidate_with_the_fastest_median_pass(restore_prefetch):
 
 
 def test_int8_quantization_at_load_tunes_the_distance(restore_prefetch):
-    """apply_quantization (what the loader calls) leaves the kernel at a candidate it timed."""
+    """prepare_linears (what the loader calls) leaves the kernel at a candidate it timed."""
     kernels().int8_set_prefetch_bytes(192)  # no candidate: only tuning can change it to one
-    apply_quantization(nn.Sequential(nn.Linear(256, 512), nn.Linear(512, 64)), "int8", torch.device("cpu"))
+    prepare_linears(nn.Sequential(nn.Linear(256, 512), nn.Linear(512, 64)), FormatChoice("int8", "test"), torch.device("cpu"))
     assert kernels().int8_prefetch_bytes() in CANDIDATE_BYTES

@@ -1,0 +1,135 @@
+"""A GGUF file read for serving: its config, tokenizer and tensor index, cached; its 4- and 8-bit
+blocks handed to the kernels as they are.
+
+Why not transformers' GGUF loading alone: it parses the whole file with gguf's Python reader
+(2-3 s for SmolLM2, most of it in the 49k-token vocabulary), converts the tokenizer (3 s) and
+de-quantizes every tensor to float32 (~10 s, 540 MB), which the engine would then quantize again.
+Here the first load does the parsing and conversion once and keeps the config, the tokenizer and
+the tensor index (name, type, shape, offset) in ~/.cache/minivllm/gguf/; every later load reads
+those and maps the file, and the Q4_0 / Q4_1 / Q8_0 blocks become our grouped weights directly
+(layers/linear/groups.py), with no float32 copy of any of them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .kernels import kernels
+
+log = logging.getLogger("minivllm.engine")
+
+CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm" / "gguf"
+INDEX_VERSION = 1
+GROUPED_TYPES = ("q4_0", "q4_1", "q8_0")  # blocks of 32 weights our grouped kernel takes as they are
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    type: str  # "q4_1", "q8_0", "f32", ...
+    shape: tuple[int, ...]  # torch order: [rows, columns] for a matrix
+    offset: int  # bytes from the start of the file
+    nbytes: int
+
+
+class GGUFCheckpoint:
+    def __init__(self, path: str, hf_config, tokenizer, tensors: dict[str, TensorEntry]):
+        self.path = path
+        self.hf_config = hf_config
+        self.tokenizer = tokenizer
+        self.tensors = tensors
+        self._file = np.memmap(path, dtype=np.uint8, mode="r")
+
+    @classmethod
+    def open(cls, path: str) -> "GGUFCheckpoint":
+        """From the cache when it matches the file (its path, size and time), else parsed and cached."""
+        from transformers import AutoConfig, AutoTokenizer
+
+        cache = cache_dir(path)
+        if (cache / "index.json").is_file():
+            try:
+                return cls(path, AutoConfig.from_pretrained(cache), AutoTokenizer.from_pretrained(cache), _read_index(cache))
+            except (OSError, ValueError, KeyError) as error:  # a damaged cache: parse again
+                log.warning("GGUF cache %s unreadable (%s): reading the file again", cache, error)
+        folder, name = os.path.split(os.path.abspath(path))
+        hf_config = AutoConfig.from_pretrained(folder, gguf_file=name)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        tensors = _parse_index(path)
+        _write_cache(cache, hf_config, tokenizer, tensors)
+        return cls(path, hf_config, tokenizer, tensors)
+
+    @property
+    def weight_type(self) -> str:
+        """The most common type among the 2-D tensors, what the checkpoint stores its layers as:
+        "q4_1", "q8_0", ... or, for float GGUFs, the torch dtype's name ("float16", ...)."""
+        types = [t.type for t in self.tensors.values() if len(t.shape) == 2]
+        most = max(sorted(set(types)), key=types.count) if types else "f32"
+        return {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}.get(most, most)
+
+    def raw(self, name: str) -> np.ndarray:
+        entry = self.tensors[name]
+        return self._file[entry.offset : entry.offset + entry.nbytes]
+
+    def float_tensor(self, name: str) -> torch.Tensor:
+        """An f32 / f16 tensor (norms, biases), copied out of the file as float32."""
+        entry = self.tensors[name]
+        dtype = {"f32": np.float32, "f16": np.float16}.get(entry.type)
+        if dtype is None:
+            raise ValueError(f"{name} is {entry.type}, not a float tensor")
+        return torch.from_numpy(np.array(self.raw(name).view(dtype).reshape(entry.shape), dtype=np.float32))
+
+    def groups(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """A Q4_0 / Q4_1 / Q8_0 matrix as levels (uint8 [N, K]), float16 scales and minimums
+        ([N, K / 32]) and the bits a level takes: W = scale * level + minimum, exactly the GGUF's values."""
+        entry = self.tensors[name]
+        if entry.type not in GROUPED_TYPES:
+            raise ValueError(f"{name} is {entry.type}; grouped weights come from {', '.join(GROUPED_TYPES)}")
+        raw = torch.from_numpy(np.array(self.raw(name)))  # a copy: the map is read-only
+        levels, scales, minimums = kernels().gguf_groups(raw, *entry.shape, entry.type)
+        return levels, scales, minimums, 8 if entry.type == "q8_0" else 4
+
+
+def cache_dir(path: str) -> Path:
+    stat = os.stat(path)
+    key = f"{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}|{INDEX_VERSION}"
+    return CACHE_ROOT / hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def _parse_index(path: str) -> dict[str, TensorEntry]:
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path)
+    tensors = {}
+    for t in reader.tensors:
+        shape = tuple(int(d) for d in reversed([int(x) for x in t.shape]))  # GGUF lists the fastest dimension first
+        tensors[t.name] = TensorEntry(t.tensor_type.name.lower(), shape, int(t.data_offset), int(t.n_bytes))
+    return tensors
+
+
+def _write_cache(cache: Path, hf_config, tokenizer, tensors: dict[str, TensorEntry]) -> None:
+    """Best effort: a read-only home only means the next start parses again."""
+    try:
+        partial = cache.with_name(cache.name + f".{os.getpid()}.tmp")
+        partial.mkdir(parents=True, exist_ok=True)
+        hf_config.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        index = {name: {"type": e.type, "shape": list(e.shape), "offset": e.offset, "nbytes": e.nbytes} for name, e in tensors.items()}
+        (partial / "index.json").write_text(json.dumps(index))
+        if cache.exists():  # another process cached it first
+            shutil.rmtree(partial, ignore_errors=True)
+        else:
+            partial.replace(cache)
+    except OSError as error:
+        log.warning("could not cache the GGUF's config and tokenizer in %s: %s", cache, error)
+
+
+def _read_index(cache: Path) -> dict[str, TensorEntry]:
+    index = json.loads((cache / "index.json").read_text())
+    return {name: TensorEntry(e["type"], tuple(e["shape"]), e["offset"], e["nbytes"]) for name, e in index.items()}

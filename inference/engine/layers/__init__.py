@@ -1,0 +1,1 @@
+"""Building blocks of the models, each choosing its implementation once, at load."""
