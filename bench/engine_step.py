@@ -3,7 +3,7 @@
 Separates what the engine costs from what the serving path adds (compare with `bench.serve`
 at the same concurrency), and is what docs/performance.md's step-by-step figures come from.
 
-    python -m bench.engine_step --concurrency 1 --quant int4                 # single-stream ITL
+    python -m bench.engine_step --concurrency 1                              # single-stream ITL, the default format
     python -m bench.engine_step --concurrency 32 --profile docs/profiles/x.txt  # pyinstrument of the decode steps
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--input-len", default="8-40")
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--dtype", default="auto")
-    p.add_argument("--quant", default="none")
+    p.add_argument("--quant", default="auto")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's own)")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after one warm-up round")
     p.add_argument("--profile", default=None, help="write a pyinstrument text profile of the timed rounds here")
@@ -59,7 +59,6 @@ def measure(args) -> dict:
         dtype=args.dtype,
         quantization=args.quant,
         max_num_seqs=args.concurrency,
-        kv_cache_mb=512,
     )
     engine = LLMEngine(config)
     requests = make_requests(

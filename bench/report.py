@@ -19,7 +19,7 @@ import time
 
 from .sweep import Plan, Workload, run_engine_phase, run_hf_phase
 
-DEFAULT_SERVER_ENV = {"MINIVLLM_MAX_NUM_SEQS": "32", "MINIVLLM_KV_CACHE_MB": "1024"}
+DEFAULT_SERVER_ENV: dict[str, str] = {}  # the defaults a user gets (32 slots, the planned KV pool, MINIVLLM_QUANT=auto)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -54,7 +54,7 @@ def start(config=None, *, max_queue: int | None = None) -> "EngineThread":
             config.model or "embedded SmolLM2-135M-Instruct",
             config.device,
             config.dtype,
-            config.max_num_seqs,
+            config.max_num_seqs or "auto",
             max_queue,
         )
         runner = EngineThread(config, max_queue=max_queue)

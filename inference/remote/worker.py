@@ -109,7 +109,8 @@ class EngineWorker:
 
     async def _pull_forever(self) -> None:
         while True:
-            if len(self._owners) >= self.runner.config.max_num_seqs:
+            engine = self.runner.engine
+            if engine is not None and len(self._owners) >= engine.num_slots:
                 self._slot_freed.clear()
                 try:
                     await asyncio.wait_for(self._slot_freed.wait(), BUSY_PULL_DELAY_S)

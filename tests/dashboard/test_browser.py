@@ -78,7 +78,7 @@ def send_chat(page, prompt: str, *, max_tokens: int, temperature: float = 0.0):
 
 def test_page_loads_and_websocket_connects(page, server):
     page.wait_for_function("document.getElementById('model-name').textContent.startsWith('SmolLM2')")
-    assert page.locator("#slots .slot").count() == 8  # MINIVLLM_MAX_NUM_SEQS default
+    assert page.locator("#slots .slot").count() == 32  # MINIVLLM_MAX_NUM_SEQS default on CPU
     assert page.text_content("#model-device") == "cpu"
     page.wait_for_selector("body[data-health=ok]")
     assert page.is_hidden("#offline-banner")

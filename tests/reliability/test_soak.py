@@ -165,3 +165,37 @@ def test_soak(server):
     assert tally.accepted + tally.rejected == REQUESTS
     assert tally.aborted >= REQUESTS // 4 and tally.rejected > 0
     assert growth < RSS_GROWTH_BOUND_MB
+
+
+def test_the_default_server_decodes_32_concurrent_streams_with_none_waiting_for_a_slot(server):
+    """`make run`'s defaults: 32 clients streaming at once all get a slot; the queue stays empty."""
+    body = {"prompt": "Once upon a time", "max_tokens": 48, "ignore_eos": True, "stream": True, "temperature": 0.0,
+            "stream_options": {"include_usage": True}}
+    peak = {"running": 0, "waiting": 0}
+
+    async def stream(client: httpx.AsyncClient) -> int:
+        async with client.stream("POST", f"{server.url}/v1/completions", json=body) as response:
+            assert response.status_code == 200
+            events = [json.loads(line[6:]) async for line in response.aiter_lines() if line.startswith("data: {")]
+            return next(e["usage"]["completion_tokens"] for e in events if e.get("usage"))
+
+    async def watch(client: httpx.AsyncClient, done: asyncio.Event) -> None:
+        while not done.is_set():
+            stats = (await client.get(f"{server.url}/stats")).json()
+            peak["running"] = max(peak["running"], stats["batch_size"])
+            peak["waiting"] = max(peak["waiting"], stats["queue_depth"])
+            await asyncio.sleep(0.02)
+
+    async def run() -> list[int]:  # each stream's completion tokens
+        async with httpx.AsyncClient(timeout=300) as client:
+            done = asyncio.Event()
+            watcher = asyncio.create_task(watch(client, done))
+            counts = await asyncio.gather(*(stream(client) for _ in range(32)))
+            done.set()
+            await watcher
+            return counts
+
+    assert server.stats()["num_slots"] >= 32
+    tokens = asyncio.run(run())
+    assert tokens == [48] * 32, tokens
+    assert peak["waiting"] == 0 and peak["running"] == 32, peak
