@@ -5,6 +5,7 @@ ours, from `models/`.
 """
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import logging
 import os
@@ -100,6 +101,7 @@ def load_model(config: EngineConfig) -> ModelBundle:
         if device.type == "cpu" and dtype == torch.float32 and gguf_weights.can_build(model_class, gguf.hf_config, gguf, choice.format):
             max_model_len = _context_length(gguf.hf_config, config.max_model_len)
             model = gguf_weights.build(model_class, gguf.hf_config, gguf, max_model_len)
+            _return_freed_memory()
             return _bundle(model, gguf.hf_config, gguf.tokenizer, source.display_name, device, dtype, max_model_len,
                            choice, "from the GGUF's own blocks")
         state = _read_weights(source)  # transformers de-quantizes what our groups cannot take as they are
@@ -138,6 +140,15 @@ def _bundle(model, hf_config, tokenizer, name, device, dtype, max_model_len, cho
         max_model_len=max_model_len,
         eos_token_ids=_eos_token_ids(hf_config, tokenizer),
     )
+
+
+def _return_freed_memory() -> None:
+    """glibc keeps freed heap pages (the load's block copies and unpacked levels, ~70 MB for SmolLM2)
+    in the process; malloc_trim hands them back to the OS."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _open_gguf(source: ModelSource) -> GGUFCheckpoint:
