@@ -20,8 +20,16 @@ $(STAMP): requirements.txt | $(PY)
 # The engine's AVX2 kernels compile once (~2 min) into ~/.cache/torch_extensions; later runs
 # only check that the sources have not changed. Where they cannot build (no AVX2 or g++) a
 # warning says why and the engine keeps its torch paths (int8 then refuses to start).
-install: $(STAMP)
+# The embedded GGUF's config, tokenizer and tensor index are parsed once into ~/.cache/minivllm
+# (gguf_checkpoint.py), so even the first server start only reads them.
+MODEL_CACHED := $(VENV)/.model-cached
+
+install: $(STAMP) $(MODEL_CACHED)
 	$(PY) -c "from inference.engine.kernels import kernels; kernels()"
+
+$(MODEL_CACHED): $(STAMP)
+	$(PY) -c "from inference.engine.loader import cache_embedded_model; cache_embedded_model()"
+	touch $(MODEL_CACHED)
 
 # The dashboard's browser tests drive Debian's Chromium (Playwright's own download cannot work
 # here); installed only when missing. Needs root, as on the dev and CI machines.

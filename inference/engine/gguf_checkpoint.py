@@ -115,19 +115,21 @@ def _parse_index(path: str) -> dict[str, TensorEntry]:
 
 def _write_cache(cache: Path, hf_config, tokenizer, tensors: dict[str, TensorEntry]) -> None:
     """Best effort: a read-only home only means the next start parses again."""
+    partial = cache.with_name(cache.name + f".{os.getpid()}.tmp")
     try:
-        partial = cache.with_name(cache.name + f".{os.getpid()}.tmp")
         partial.mkdir(parents=True, exist_ok=True)
         hf_config.save_pretrained(partial)
         tokenizer.save_pretrained(partial)
         index = {name: {"type": e.type, "shape": list(e.shape), "offset": e.offset, "nbytes": e.nbytes} for name, e in tensors.items()}
         (partial / "index.json").write_text(json.dumps(index))
-        if cache.exists():  # another process cached it first
-            shutil.rmtree(partial, ignore_errors=True)
-        else:
-            partial.replace(cache)
     except OSError as error:
         log.warning("could not cache the GGUF's config and tokenizer in %s: %s", cache, error)
+        shutil.rmtree(partial, ignore_errors=True)
+        return
+    try:
+        partial.replace(cache)  # all at once: a reader sees no cache or a whole one
+    except OSError:  # another process cached it first
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def _read_index(cache: Path) -> dict[str, TensorEntry]:

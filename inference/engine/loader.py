@@ -74,6 +74,12 @@ def embedded_model_source() -> ModelSource:
     return ModelSource(path=os.path.dirname(spec.origin), gguf_file=EMBEDDED_GGUF)
 
 
+def cache_embedded_model() -> None:
+    """`make install`: parses the embedded GGUF once, so the first server start reads its cache."""
+    source = embedded_model_source()
+    GGUFCheckpoint.open(os.path.join(source.path, source.gguf_file))
+
+
 def resolve_source(model: str | None) -> ModelSource:
     if not model:
         return embedded_model_source()

@@ -1,6 +1,8 @@
 """The int8 prefetch distance is timed at load and the fastest one is kept."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -8,6 +10,7 @@ from torch import nn
 from inference.engine.kernels import kernels
 from inference.engine.layers.linear import FormatChoice, prepare_linears
 from inference.engine.layers.linear.int8 import Int8Linear, quantize_int8
+from inference.engine.layers.linear import prefetch
 from inference.engine.layers.linear.prefetch import CANDIDATE_BYTES, tune_int8_prefetch
 
 pytestmark = pytest.mark.skipif(kernels() is None, reason="the int8 kernel did not build here")
@@ -30,3 +33,17 @@ def test_int8_quantization_at_load_tunes_the_distance(restore_prefetch):
     kernels().int8_set_prefetch_bytes(192)  # no candidate: only tuning can change it to one
     prepare_linears(nn.Sequential(nn.Linear(256, 512), nn.Linear(512, 64)), FormatChoice("int8", "test"), torch.device("cpu"))
     assert kernels().int8_prefetch_bytes() in CANDIDATE_BYTES
+
+
+def test_the_distance_is_timed_once_per_machine_and_read_back_after(restore_prefetch, tmp_path, monkeypatch):
+    monkeypatch.setattr(prefetch, "CACHE_FILE", tmp_path / "prefetch.json")
+    layers = int8_layers()
+    chosen = prefetch.prefetch_for(layers)
+    assert chosen in CANDIDATE_BYTES and len(json.loads((tmp_path / "prefetch.json").read_text())) == 1
+    kernels().int8_set_prefetch_bytes(192)
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a cached distance was timed again")
+
+    monkeypatch.setattr(prefetch, "tune_int8_prefetch", no_timing)
+    assert prefetch.prefetch_for(layers) == chosen and kernels().int8_prefetch_bytes() == chosen
