@@ -18,6 +18,10 @@ def embedded_folder() -> str:
     return os.path.dirname(spec.origin)
 
 
+def embedded_gguf() -> str:
+    return os.path.join(embedded_folder(), GGUF_FILE)
+
+
 def _source(folder: str | None) -> tuple[str, dict]:
     """(folder, extra kwargs): the embedded GGUF when no folder is given, else a local HF folder."""
     if folder is None:

@@ -2,8 +2,9 @@
 
 Starts our server (Daphne, `MINIVLLM_AUTOSTART=1`) unless `--base-url` points at one already
 running, measures it over concurrency 1..32 for a uniform and a mixed output length, stops it,
-then runs the HF baselines over the same prompts. The full sweep is sized for ~30 minutes on
-the 2-core CPU; `--quick` is a few minutes.
+then measures it against llama.cpp's `llama-server` (built once, bench/llama_server.py) in
+alternating rounds (bench/peer.py), then runs the HF baselines over the same prompts. The full
+sweep is sized for ~40 minutes on the 2-core CPU; `--quick` is a few minutes more than the peer's rounds.
 
     python -m bench.report            # full sweep
     python -m bench.report --quick    # concurrency 1 and 8, fewer prompts
@@ -42,6 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="also start a second server with this extra env (e.g. MINIVLLM_QUANT=int4) for one client on the uniform "
         "workload: the single-stream latency mode, judged for the one-client target",
     )
+    p.add_argument("--skip-peer", action="store_true", help="do not build and measure llama.cpp's llama-server beside ours")
+    p.add_argument("--peer-rounds", type=int, default=2, help="alternating rounds of ours and llama-server")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--docs-dir", default="docs")
     p.add_argument("--results-dir", default="bench/results")
@@ -140,6 +143,13 @@ def main(argv=None) -> dict:
     entries, server, server_command = engine_entries(args, plan, tokenizer, args.results_dir)
     latency, latency_server = latency_entries(args, plan, tokenizer, args.results_dir)
     entries += latency
+    peer = None
+    if not args.skip_peer and not args.base_url:
+        from .model_files import embedded_gguf
+        from .peer import run_rounds
+
+        peer = run_rounds(tokenizer, embedded_gguf(), rounds=args.peer_rounds, server_env=_server_env(args.server_env),
+                          results_dir=args.results_dir)
     if not args.skip_baselines:
         entries += run_hf_phase(plan, tokenizer, results_dir=args.results_dir, show_progress=not args.no_progress)
     machine["load_average_at_end"] = os.getloadavg()
@@ -149,6 +159,7 @@ def main(argv=None) -> dict:
         "server": server,
         "server_command": server_command,
         "latency_server": latency_server,
+        "peer": peer,
         "plan": plan_json(plan),
         "entries": entries,
         "elapsed_s": time.monotonic() - started,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Self
 
 import httpx
+import psutil
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,6 +38,7 @@ class EngineServer:
         self.log_path = log_path
         self.startup_timeout = startup_timeout
         self.stats: dict = {}
+        self.ready_s = None  # seconds from start to /health 200
         self._process: subprocess.Popen | None = None
         self._tmp = None
 
@@ -58,29 +60,35 @@ class EngineServer:
         env.setdefault("MINIVLLM_SECRET_KEY", secrets.token_urlsafe(32))  # a throwaway server's own key
         subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO_ROOT, env=env, check=True, capture_output=True)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        started = time.monotonic()
         self._process = subprocess.Popen(self.argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         if self.log_path:
             log.close()
         try:
-            self._wait_ready()
+            self._wait_ready(started)
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
+    def _wait_ready(self, started: float) -> None:
+        deadline = started + self.startup_timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise RuntimeError(f"the server exited with code {self._process.returncode} (log: {self.log_path})")
             try:
                 if httpx.get(f"{self.base_url}/health", timeout=5).status_code == 200:
+                    self.ready_s = time.monotonic() - started
                     self.stats = httpx.get(f"{self.base_url}/stats", timeout=5).json()
                     return
             except (httpx.HTTPError, ValueError):
                 pass
-            time.sleep(1.0)
+            time.sleep(0.05)
         raise TimeoutError(f"the server was not healthy within {self.startup_timeout:.0f} s (log: {self.log_path})")
+
+    def resident_mb(self) -> float:
+        """The server process's resident memory now."""
+        return psutil.Process(self._process.pid).memory_info().rss / 2**20
 
     def __exit__(self, *exc) -> None:
         if self._process is not None and self._process.poll() is None:

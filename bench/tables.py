@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from .entries import baseline, metric, pick, ratio, throughput
+from .peer import render as peer_section
 from .targets import targets_section
 
 INTRO = (
@@ -147,6 +148,8 @@ def render(report: dict) -> str:
     concurrencies = plan["concurrencies"]
     out = ["# Benchmarks", "", *busy_warning(report["machine"]), INTRO, "", LATENCY_NOTE, ""]
     out += targets_section(report)
+    if report.get("peer"):
+        out += peer_section(report["peer"])
     for w in plan["workloads"]:
         out += [f"## Workload `{w['name']}`: input {w['input_len']} tokens, output {w['output_len']} tokens", ""]
         out += ["Engine output tok/s and its ratio to HF (at concurrency 1, \"static\" is one-at-a-time):", ""]

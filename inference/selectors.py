@@ -67,6 +67,8 @@ def _build_snapshot(runner) -> dict:
         "kv_blocks_used": blocks_used,
         "kv_blocks_total": blocks_total,
         "kv_cache_usage_pct": _pct(blocks_used, blocks_total),
+        "kv_pool_mb": _round(engine.get("kv_pool_mb"), 1),
+        "weights_mb": _round(engine.get("weights_mb"), 1),
         "prefix_cache_queries": engine.get("prefix_cache_queries"),
         "prefix_cache_hits": engine.get("prefix_cache_hits"),
         "prefix_cache_hit_rate": _round(engine.get("prefix_cache_hit_rate"), 4),

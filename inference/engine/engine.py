@@ -283,6 +283,8 @@ class LLMEngine:
             "slots": slots,
             "kv_blocks_used": blocks.num_used_blocks,
             "kv_blocks_total": blocks.num_blocks,
+            "kv_pool_mb": self.runner.kv_pool_bytes / 2**20,
+            "weights_mb": self.bundle.weight_bytes / 2**20,
             "kv_cache_usage": blocks.num_used_blocks / blocks.num_blocks,
             "prefix_cache_queries": blocks.prefix_queries,
             "prefix_cache_hits": blocks.prefix_hits,

@@ -63,6 +63,12 @@ class ModelBundle:
     def dtype_name(self) -> str:
         return dtype_name(self.dtype)
 
+    @property
+    def weight_bytes(self) -> int:
+        """Every parameter and buffer the model holds, in its serving format (a tied table counted once)."""
+        tensors = {t.data_ptr(): t.nbytes for t in (*self.model.parameters(), *self.model.buffers()) if t.device.type != "meta"}
+        return sum(tensors.values())
+
 
 def embedded_model_source() -> ModelSource:
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)

@@ -15,6 +15,7 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.kv_caches = allocate_kv_pool(model.kv_shape, num_blocks, block_size, dtype, device)
+        self.kv_pool_bytes = sum(k.nbytes + v.nbytes for k, v in self.kv_caches)
         kv_heads = model.kv_shape[1]
         # Each kv head's part of the head-major cache starts this many slots / blocks further on.
         heads = torch.arange(kv_heads, device=device)

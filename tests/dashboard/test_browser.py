@@ -137,7 +137,7 @@ def test_phone_layout_has_no_horizontal_scroll(browser, server):
     phone = open_dashboard(browser, server, width=390, height=844)
     try:
         assert phone.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-        assert phone.is_visible("#chat-prompt") and phone.locator("#slots .slot").count() == 8
+        assert phone.is_visible("#chat-prompt") and phone.locator("#slots .slot").count() == 32
         assert phone.errors == [] and phone.exceptions == []
     finally:
         phone.close()

@@ -1,0 +1,122 @@
+"""Our defaults against llama.cpp's server in the same run, on the same prompts and the same GGUF.
+
+Rounds alternate the two servers, each started fresh: one client, 8 and 32 clients on 64 output
+tokens, 32 clients on 16-256, a 2,530-token prompt's prefill (llama-server gets one slot of 8,192
+for it: its 32 slots of 1,024 refuse that prompt), time from start to `/health` 200 and resident
+memory after the loads. Every figure is reported as a ratio to llama-server's in the same round, and judged
+against issue 19's targets.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+
+from .llama_server import LlamaServer, build
+from .prompts import make_requests
+
+LOADS = (  # name, concurrency, prompts, input tokens, output tokens
+    ("1 client", 1, 8, "8-40", "64"),
+    ("8 clients", 8, 16, "8-40", "64"),
+    ("32 clients", 32, 64, "8-40", "64"),
+    ("32 clients, 16-256 tokens", 32, 64, "8-40", "16-256"),
+)
+PREFILL = ("2,530-token prompt", 1, 3, "2530", "1")
+TARGETS = {  # (load, figure): (target ratio to llama-server, higher is better)
+    ("1 client", "tok/s"): (1.8, True),
+    ("1 client", "ITL p50"): (0.6, False),
+    ("32 clients", "tok/s"): (2.5, True),
+    ("32 clients", "TTFT p50"): (1.0, False),
+    ("32 clients, 16-256 tokens", "tok/s"): (2.5, True),
+    ("2,530-token prompt", "prefill tok/s"): (2.0, True),
+}
+READY_TARGET_S = 5.0
+MEMORY_SLACK_MB = 350
+
+
+def _measure(base_url: str, tokenizer, load, seed: int) -> dict:
+    from .serve import run_benchmark
+
+    name, concurrency, prompts, input_len, output_len = load
+    requests = make_requests(tokenizer, num_prompts=prompts, input_len=input_len, output_len=output_len, seed=seed)
+    result = asyncio.run(run_benchmark(requests, base_url=base_url, concurrency=concurrency, ignore_eos=True, seed=seed,
+                                       show_progress=False, warmup=name != PREFILL[0]))
+    s = result["summary"]
+    figures = {"tok/s": s["output_throughput"], "ITL p50": s["itl_ms"]["p50"], "TTFT p50": s["ttft_ms"]["p50"], "failed": s["failed"]}
+    if name == PREFILL[0] and s["ttft_ms"]["p50"]:
+        figures["prefill tok/s"] = int(input_len) / (s["ttft_ms"]["p50"] / 1000)
+    return figures
+
+
+def run_rounds(tokenizer, gguf: str, *, rounds: int, server_env: dict, results_dir: str) -> dict:
+    """{"rounds": [{"ours": {...}, "llama-server": {...}}, ...], "commands": {...}}: per load, its figures."""
+    from .server import EngineServer
+
+    build()
+    out = {"rounds": [], "commands": {}}
+    for r in range(rounds):
+        row = {}
+        with EngineServer(server_env, log_path=os.path.join(results_dir, f"peer-ours-{r}.log")) as ours:
+            row["ours"] = {load[0]: _measure(ours.base_url, tokenizer, load, seed=100 + r) for load in (*LOADS, PREFILL)}
+            row["ours"]["server"] = {"ready_s": ours.ready_s, "rss_mb": ours.resident_mb(), "weights_and_kv_mb": _weights_and_kv_mb(ours.stats)}
+            out["commands"]["ours"] = ours.command
+        with LlamaServer(gguf, log_path=os.path.join(results_dir, f"peer-llama-{r}.log")) as peer:
+            row["llama-server"] = {load[0]: _measure(peer.base_url, tokenizer, load, seed=100 + r) for load in LOADS}
+            row["llama-server"]["server"] = {"ready_s": peer.ready_s, "rss_mb": peer.resident_mb()}
+            out["commands"]["llama-server"] = peer.command
+        with LlamaServer(gguf, slots=1, context=8192, log_path=os.path.join(results_dir, f"peer-llama-prefill-{r}.log")) as peer:
+            row["llama-server"][PREFILL[0]] = _measure(peer.base_url, tokenizer, PREFILL, seed=100 + r)
+            out["commands"]["llama-server (prefill)"] = peer.command
+        out["rounds"].append(row)
+        print(f"peer round {r + 1}: 32 clients {row['ours']['32 clients']['tok/s']:.1f} against "
+              f"{row['llama-server']['32 clients']['tok/s']:.1f} tok/s", flush=True)
+    return out
+
+
+def _weights_and_kv_mb(stats: dict) -> float | None:
+    """What the memory target allows besides the 350 MB of slack: the KV pool and the weights, from /stats."""
+    kv, weights = stats.get("kv_pool_mb"), stats.get("weights_mb")
+    return kv + weights if kv is not None and weights is not None else None
+
+
+def _ratio(a, b) -> float:
+    return a / b if a is not None and b else math.nan
+
+
+def _verdict(ratios: list[float], target: float, higher: bool) -> str:
+    met = [r >= target if higher else r <= target for r in ratios if not math.isnan(r)]
+    if not met:
+        return "–"
+    return "met" if all(met) else f"met in {sum(met)} of {len(met)} rounds" if any(met) else "not met"
+
+
+def render(peer: dict) -> list[str]:
+    """The markdown section: each figure, ours and llama-server's per round, the ratio, the target."""
+    rounds = peer["rounds"]
+    lines = ["## Against llama.cpp's llama-server (same run, alternating rounds)", "",
+             "Our server with no settings against `llama-server` on the same GGUF and prompts; a ratio below 1 is "
+             "better for latencies. Commands: " + "; ".join(f"{k}: `{v}`" for k, v in peer["commands"].items()), "",
+             "| load | figure | llama-server | ours | ratio | target | verdict |", "|---|---|---:|---:|---:|---:|---|"]
+
+    def joined(values, digits=1):
+        return ", ".join("–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}" for v in values)
+
+    for load in (*LOADS, PREFILL):
+        name = load[0]
+        for figure in (("prefill tok/s",) if name == PREFILL[0] else ("tok/s", "ITL p50", "TTFT p50")):
+            theirs = [r["llama-server"][name].get(figure) for r in rounds]
+            ours = [r["ours"][name].get(figure) for r in rounds]
+            ratios = [_ratio(o, t) for o, t in zip(ours, theirs)]
+            target, higher = TARGETS.get((name, figure), (None, True))
+            verdict = _verdict(ratios, target, higher) if target else ""
+            shown = f"{'>=' if higher else '<='} {target}x" if target else ""
+            lines.append(f"| {name} | {figure} | {joined(theirs)} | {joined(ours)} | {joined(ratios, 2)}x | {shown} | {verdict} |")
+    ready = [r["ours"]["server"]["ready_s"] for r in rounds]
+    lines.append(f"| start | to /health 200, s | {joined([r['llama-server']['server']['ready_s'] for r in rounds], 2)} | "
+                 f"{joined(ready, 2)} | | <= {READY_TARGET_S:.0f} s | {_verdict(ready, READY_TARGET_S, False)} |")
+    rss = [r["ours"]["server"]["rss_mb"] for r in rounds]
+    allowed = [(r["ours"]["server"]["weights_and_kv_mb"] or math.nan) + MEMORY_SLACK_MB for r in rounds]
+    lines.append(f"| start | resident MB | {joined([r['llama-server']['server']['rss_mb'] for r in rounds], 0)} | {joined(rss, 0)} | "
+                 f"| <= weights + KV + {MEMORY_SLACK_MB} ({joined(allowed, 0)}) | "
+                 f"{_verdict([_ratio(m, a) for m, a in zip(rss, allowed)], 1.0, False)} |")
+    return lines + [""]
