@@ -15,10 +15,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-import httpx
-import psutil
-
-from .server import free_port
+from .server import free_port, resident_mb, stop, wait_healthy
 
 VERSION = "0.3.36"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm" / "llama.cpp"
@@ -83,34 +80,15 @@ class LlamaServer:
         if self.log_path:
             log.close()
         try:
-            self._wait_ready(started)
+            self.ready_s = wait_healthy(self._process, self.base_url, started, self.startup_timeout, "llama-server", self.log_path)
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
 
-    def _wait_ready(self, started: float) -> None:
-        while time.monotonic() < started + self.startup_timeout:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"llama-server exited with code {self._process.returncode} (log: {self.log_path})")
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=5).status_code == 200:
-                    self.ready_s = time.monotonic() - started
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"llama-server was not healthy within {self.startup_timeout:.0f} s (log: {self.log_path})")
-
     def resident_mb(self) -> float:
         """The server process's resident memory now."""
-        return psutil.Process(self._process.pid).memory_info().rss / 2**20
+        return resident_mb(self._process)
 
     def __exit__(self, *exc) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        stop(self._process, timeout=30)

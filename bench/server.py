@@ -22,6 +22,35 @@ import psutil
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def wait_healthy(process: subprocess.Popen, base_url: str, started: float, timeout: float, what: str, log_path) -> float:
+    """Polls `GET /health` until 200; returns the seconds since `started` (the process's start)."""
+    while time.monotonic() < started + timeout:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {process.returncode} (log: {log_path})")
+        try:
+            if httpx.get(f"{base_url}/health", timeout=5).status_code == 200:
+                return time.monotonic() - started
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} was not healthy within {timeout:.0f} s (log: {log_path})")
+
+
+def stop(process: subprocess.Popen | None, timeout: float) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def resident_mb(process: subprocess.Popen) -> float:
+    return psutil.Process(process.pid).memory_info().rss / 2**20
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -65,39 +94,19 @@ class EngineServer:
         if self.log_path:
             log.close()
         try:
-            self._wait_ready(started)
+            self.ready_s = wait_healthy(self._process, self.base_url, started, self.startup_timeout, "the server", self.log_path)
+            self.stats = httpx.get(f"{self.base_url}/stats", timeout=5).json()
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
 
-    def _wait_ready(self, started: float) -> None:
-        deadline = started + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"the server exited with code {self._process.returncode} (log: {self.log_path})")
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=5).status_code == 200:
-                    self.ready_s = time.monotonic() - started
-                    self.stats = httpx.get(f"{self.base_url}/stats", timeout=5).json()
-                    return
-            except (httpx.HTTPError, ValueError):
-                pass
-            time.sleep(0.05)
-        raise TimeoutError(f"the server was not healthy within {self.startup_timeout:.0f} s (log: {self.log_path})")
-
     def resident_mb(self) -> float:
         """The server process's resident memory now."""
-        return psutil.Process(self._process.pid).memory_info().rss / 2**20
+        return resident_mb(self._process)
 
     def __exit__(self, *exc) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        stop(self._process, timeout=60)
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -69,6 +69,7 @@ class LLMEngine:
         self.block_manager = BlockManager(num_blocks, self.config.block_size, self.config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, self.num_slots, self.config.max_num_batched_tokens)
         self.runner = ModelRunner(model, num_blocks, self.config.block_size, self.bundle.dtype, self.bundle.device)
+        self.weights_mb = self.bundle.weight_bytes / 2**20  # counted once: the weights never change after load
         self.sampler = Sampler()
         self.sequences: dict[str, Sequence] = {}
         self._pending: list[RequestOutput] = []  # outputs of aborts, delivered by the next step
@@ -284,7 +285,7 @@ class LLMEngine:
             "kv_blocks_used": blocks.num_used_blocks,
             "kv_blocks_total": blocks.num_blocks,
             "kv_pool_mb": self.runner.kv_pool_bytes / 2**20,
-            "weights_mb": self.bundle.weight_bytes / 2**20,
+            "weights_mb": self.weights_mb,
             "kv_cache_usage": blocks.num_used_blocks / blocks.num_blocks,
             "prefix_cache_queries": blocks.prefix_queries,
             "prefix_cache_hits": blocks.prefix_hits,

@@ -7,13 +7,12 @@ mean equal prefixes. A freed block keeps its hash and stays findable until it is
 """
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from dataclasses import dataclass
-
 import ctypes
 import math
 import mmap
 import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
 
 import psutil
 import torch

@@ -15,7 +15,6 @@ that format. The formats:
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import torch
@@ -29,8 +28,6 @@ from .groups import GROUP, GroupLinear
 from .int8 import Int8Linear, quantize_int8
 from .packed import PackedLinear, can_pack, pack_linears, packing_backend
 from .prefetch import prefetch_for
-
-log = logging.getLogger("minivllm.engine")
 
 GROUP_BITS = {"int4": 4, "q8_0": 8}
 

@@ -3,11 +3,11 @@ Q4_1 / Q4_0 (4-bit, MINIVLLM_QUANT=int4) and Q8_0 (8-bit, MINIVLLM_QUANT=q8_0).
 
 One stream's decode step reads every weight once, so 4-bit groups (0.625 bytes a weight with
 their float16 scale and minimum) make it ~1.6x faster than int8 per channel. In a batch the
-products are the cost: the kernel (kernels/group_linear.cpp, group_dot.h) rounds each row's
-activations to int8 per group of 32, as llama.cpp does beside Q4_1, so VNNI's byte dot
-products (or AVX2's vpmaddubsw) serve up to 8 rows from one unpacked weight register: at 32 rows
-a [3072 x 576] call took 247 us against 726 with int16 activations and 382 for oneDNN's bf16
-GEMM on an EPYC with AVX512-BF16 (docs/performance.md, section 37).
+products are the cost: the kernel (kernels/group_linear.cpp, group_dot.h) holds each row's
+activations as two int8 levels per group of 32 (15 bits: one level, llama.cpp's Q8_1, lost too
+many greedy tokens), so VNNI's byte dot products (or AVX2's vpmaddubsw) serve up to 12 rows from
+one unpacked weight register: at 32 rows a [3072 x 576] call took ~420 us against 726 with the
+earlier int16-activation kernel (docs/performance.md, section 37).
 
 Each row is rounded alone and its float operations run in a fixed order, so a request's output
 does not depend on its batch, and every ISA gives the same bits. A GGUF's own blocks are the
