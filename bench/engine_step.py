@@ -29,6 +29,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--dtype", default="auto")
     p.add_argument("--quant", default="auto")
+    p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's own)")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after one warm-up round")
     p.add_argument("--profile", default=None, help="write a pyinstrument text profile of the timed rounds here")
@@ -58,6 +59,7 @@ def measure(args) -> dict:
     config = EngineConfig(
         dtype=args.dtype,
         quantization=args.quant,
+        kv_cache_dtype=args.kv_cache_dtype,
         max_num_seqs=args.concurrency,
     )
     engine = LLMEngine(config)

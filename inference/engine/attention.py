@@ -1,7 +1,8 @@
 """Attention over the paged KV cache.
 
 Every layer's cache is head-major, `[kv_heads, num_blocks, block_size, head_dim]` (see
-kv_cache.allocate_kv_pool). The model runner turns each step's block tables into row indices
+kv_cache.allocate_kv_pool), in float16 under a float32 model on CPU (config.kv_dtype_for): the
+maths stays in the model's dtype, the cache's values widened as they are read. The model runner turns each step's block tables into row indices
 once, shared by every layer: `write_rows` into the `[kv_heads * slots, head_dim]` view for the
 new tokens' K/V, and block rows into the `[kv_heads * num_blocks, block_size * head_dim]` view
 for reading a whole context back, a block at a time.
@@ -59,8 +60,8 @@ def write_to_cache(k, v, k_cache, v_cache, meta: AttentionMetadata) -> None:
     # index_copy_, not `cache[idx] = x`: measured ~100x faster on CPU for these shapes
     # (advanced-index assignment takes a slow generic path).
     dim = k.shape[-1]
-    k_cache.view(-1, dim).index_copy_(0, meta.write_rows, k.transpose(0, 1).reshape(-1, dim))
-    v_cache.view(-1, dim).index_copy_(0, meta.write_rows, v.transpose(0, 1).reshape(-1, dim))
+    k_cache.view(-1, dim).index_copy_(0, meta.write_rows, k.transpose(0, 1).reshape(-1, dim).to(k_cache.dtype))
+    v_cache.view(-1, dim).index_copy_(0, meta.write_rows, v.transpose(0, 1).reshape(-1, dim).to(v_cache.dtype))
 
 
 def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
@@ -85,14 +86,16 @@ def _gather(cache: torch.Tensor, block_rows: torch.Tensor, groups: int) -> torch
     return cache.view(kv_heads * num_blocks, block_size * dim).index_select(0, block_rows).view(groups, -1, dim)
 
 
-def decode_in_place(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
-    """Whether decodes read the cache in place through our kernels (else the gathered torch path)."""
-    return device.type == "cpu" and dtype == torch.float32 and head_dim % 8 == 0 and kernels() is not None
+def decode_in_place(device: torch.device, dtype: torch.dtype, head_dim: int, kv_dtype: torch.dtype | None = None) -> bool:
+    """Whether decodes read the cache in place through our kernels (else the gathered torch path):
+    float32 queries over a float32 or float16 cache on CPU."""
+    return (device.type == "cpu" and dtype == torch.float32 and (kv_dtype or dtype) in (torch.float32, torch.float16)
+            and head_dim % 8 == 0 and kernels() is not None)
 
 
 def _decode_attention(q, k_cache, v_cache, meta: AttentionMetadata, scale) -> torch.Tensor:
     """One query token per sequence."""
-    if meta.decode_tables is not None and decode_in_place(q.device, q.dtype, q.shape[-1]):
+    if meta.decode_tables is not None and decode_in_place(q.device, q.dtype, q.shape[-1], k_cache.dtype):
         return _decode_attention_in_place(kernels(), q, k_cache, v_cache, meta, scale)
     return _decode_attention_gathered(q, k_cache, v_cache, meta.decode_block_rows, meta.decode_padding, scale)
 
@@ -113,8 +116,8 @@ def _decode_attention_gathered(q, k_cache, v_cache, block_rows, padding, scale) 
     batch, heads, dim = q.shape
     kv_heads = k_cache.shape[0]
     group = heads // kv_heads
-    keys = _gather(k_cache, block_rows, kv_heads * batch)  # [kv_heads * B, L, D]
-    values = _gather(v_cache, block_rows, kv_heads * batch)
+    keys = _gather(k_cache, block_rows, kv_heads * batch).to(q.dtype)  # [kv_heads * B, L, D]
+    values = _gather(v_cache, block_rows, kv_heads * batch).to(q.dtype)
     grouped = q.view(batch, kv_heads, group, dim).transpose(0, 1).reshape(kv_heads * batch, group, dim)
     scores = torch.bmm(grouped, keys.transpose(1, 2)).float().mul_(scale)
     scores.view(kv_heads, batch, group, -1).masked_fill_(padding, float("-inf"))
@@ -123,15 +126,21 @@ def _decode_attention_gathered(q, k_cache, v_cache, block_rows, padding, scale) 
     return out.view(kv_heads, batch, group, dim).transpose(0, 1).reshape(batch, heads, dim)
 
 
+def _as_stored(x: torch.Tensor, cache_dtype: torch.dtype) -> torch.Tensor:
+    """x rounded as the cache stores it: every read of a token's K/V sees the same values, whether
+    its prompt was prefilled in one chunk or several."""
+    return x if x.dtype == cache_dtype else x.to(cache_dtype).to(x.dtype)
+
+
 def _prefill_attention(q, k, v, k_cache, v_cache, chunk: PrefillChunk, scale) -> torch.Tensor:
     query = q[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)  # [1, heads, n, D]
-    if chunk.block_rows is None:  # the whole context is this chunk: attend to it directly
-        keys = k[chunk.start : chunk.end].transpose(0, 1)  # [kv_heads, L, D]
-        values = v[chunk.start : chunk.end].transpose(0, 1)
+    if chunk.block_rows is None:  # the whole context is this chunk: attend to it directly, as the cache holds it
+        keys = _as_stored(k[chunk.start : chunk.end].transpose(0, 1), k_cache.dtype)  # [kv_heads, L, D]
+        values = _as_stored(v[chunk.start : chunk.end].transpose(0, 1), v_cache.dtype)
     else:
         kv_heads = k_cache.shape[0]
-        keys = _gather(k_cache, chunk.block_rows, kv_heads)[:, : chunk.context_len]
-        values = _gather(v_cache, chunk.block_rows, kv_heads)[:, : chunk.context_len]
+        keys = _gather(k_cache, chunk.block_rows, kv_heads)[:, : chunk.context_len].to(q.dtype)
+        values = _gather(v_cache, chunk.block_rows, kv_heads)[:, : chunk.context_len].to(q.dtype)
     attended = F.scaled_dot_product_attention(
         query,
         keys.unsqueeze(0),

@@ -4,9 +4,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import torch
+
 
 QUANT_METHODS = ("auto", "none", "int4", "q8_0", "int8", "bf16")  # layers/linear/__init__.py
 
+
+KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 DEFAULT_SLOTS_CPU = 32
 DEFAULT_SLOTS_CUDA = 128
@@ -26,6 +30,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     quantization: str = "auto"  # auto | none | int4 | q8_0 | int8 | bf16 (layers/linear/__init__.py)
     num_kv_blocks: int | None = None  # exact pool size, overriding the memory-based plan (tests, tuning)
+    kv_cache_dtype: str = "auto"  # auto (kv_dtype_for) | float32 | float16 | bfloat16
 
     def __post_init__(self):
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -34,6 +39,8 @@ class EngineConfig:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.quantization not in QUANT_METHODS:
             raise ValueError(f"quantization must be one of {', '.join(QUANT_METHODS)}, got {self.quantization!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}")
         for name in ("block_size", "kv_cache_mb", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -46,6 +53,18 @@ class EngineConfig:
         if self.max_num_seqs is not None:
             return self.max_num_seqs
         return DEFAULT_SLOTS_CUDA if device_type == "cuda" else DEFAULT_SLOTS_CPU
+
+    def kv_dtype_for(self, model_dtype: torch.dtype, device_type: str, weights_format: str = "none") -> torch.dtype:
+        """What the KV pool stores. Where a float32 model on CPU serves weights in a smaller format
+        (int4 / q8_0 / int8 / bf16: already approximate far beyond float16's rounding), K/V are float16,
+        as llama.cpp keeps them by default: half the pool's memory and half the bytes each decode step's
+        attention reads (the kernels widen them as they load; docs/performance.md section 38).
+        Float32 weights keep a float32 cache, so that mode still reproduces HF's float32 logits."""
+        if self.kv_cache_dtype != "auto":
+            return getattr(torch, self.kv_cache_dtype)
+        if device_type == "cpu" and model_dtype == torch.float32 and weights_format != "none":
+            return torch.float16
+        return model_dtype
 
     @classmethod
     def from_env(cls, environ: dict | None = None) -> "EngineConfig":
@@ -67,5 +86,6 @@ class EngineConfig:
             max_model_len=get("MINIVLLM_MAX_MODEL_LEN", int, None),
             quantization=get("MINIVLLM_QUANT", str, "auto"),
             num_kv_blocks=get("MINIVLLM_NUM_KV_BLOCKS", int, None),
+            kv_cache_dtype=get("MINIVLLM_KV_CACHE_DTYPE", str, "auto"),
             enable_prefix_caching=get("MINIVLLM_PREFIX_CACHING", lambda v: v.lower() not in ("0", "false", "no"), True),
         )

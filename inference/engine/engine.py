@@ -55,10 +55,11 @@ class LLMEngine:
         self.bundle = bundle or load_model(self.config)
         model = self.bundle.model
         self.tokenizer = self.bundle.tokenizer
+        self.kv_dtype = self.config.kv_dtype_for(self.bundle.dtype, self.bundle.device.type, self.bundle.weights_format)
         num_blocks = self.config.num_kv_blocks or plan_num_blocks(
             model.kv_shape,
             self.config.block_size,
-            self.bundle.dtype,
+            self.kv_dtype,
             self.bundle.device,
             self.config.kv_cache_mb,
             self.config.gpu_memory_fraction,
@@ -68,7 +69,7 @@ class LLMEngine:
         self.num_slots = self.config.slots_for(self.bundle.device.type)
         self.block_manager = BlockManager(num_blocks, self.config.block_size, self.config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, self.num_slots, self.config.max_num_batched_tokens)
-        self.runner = ModelRunner(model, num_blocks, self.config.block_size, self.bundle.dtype, self.bundle.device)
+        self.runner = ModelRunner(model, num_blocks, self.config.block_size, self.bundle.dtype, self.bundle.device, self.kv_dtype)
         self.weights_mb = self.bundle.weight_bytes / 2**20  # counted once: the weights never change after load
         self.sampler = Sampler()
         self.sequences: dict[str, Sequence] = {}
@@ -81,8 +82,9 @@ class LLMEngine:
         self._recent_tokens: deque[tuple[float, int]] = deque()
         self.step_fault_hook = None  # tests: a callable raising here fails one step's requests
         log.info(
-            "engine ready: %s on %s (%s), %d KV blocks of %d tokens, %d slots",
-            self.model_name, self.device, self.dtype, num_blocks, self.config.block_size, self.num_slots,
+            "engine ready: %s on %s (%s), %d KV blocks of %d tokens (%s), %d slots",
+            self.model_name, self.device, self.dtype, num_blocks, self.config.block_size, str(self.kv_dtype).removeprefix("torch."),
+            self.num_slots,
         )
 
     def _fit_context(self, num_blocks: int) -> int:

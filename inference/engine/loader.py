@@ -58,6 +58,7 @@ class ModelBundle:
     dtype: torch.dtype
     max_model_len: int
     eos_token_ids: set[int] = field(default_factory=set)
+    weights_format: str = "none"  # what layers/linear chose: none (the dtype's own weights), int4, q8_0, int8, bf16
 
     @property
     def dtype_name(self) -> str:
@@ -151,6 +152,7 @@ def _bundle(model, hf_config, tokenizer, name, device, dtype, max_model_len, cho
         dtype=dtype,
         max_model_len=max_model_len,
         eos_token_ids=_eos_token_ids(hf_config, tokenizer),
+        weights_format=choice.format,
     )
 
 

@@ -10,18 +10,19 @@ from .sequence import Sequence
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, dtype, device):
+    def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, dtype, device, kv_dtype=None):
         self.model = model
         self.block_size = block_size
         self.device = device
-        self.kv_caches = allocate_kv_pool(model.kv_shape, num_blocks, block_size, dtype, device)
+        kv_dtype = kv_dtype or dtype
+        self.kv_caches = allocate_kv_pool(model.kv_shape, num_blocks, block_size, kv_dtype, device)
         self.kv_pool_bytes = sum(k.nbytes + v.nbytes for k, v in self.kv_caches)
         kv_heads = model.kv_shape[1]
         # Each kv head's part of the head-major cache starts this many slots / blocks further on.
         heads = torch.arange(kv_heads, device=device)
         self.head_slot_offsets = (heads * num_blocks * block_size)[:, None]
         self.head_block_offsets = (heads * num_blocks)[:, None, None]
-        self.decode_in_place = decode_in_place(device, dtype, model.kv_shape[2])
+        self.decode_in_place = decode_in_place(device, dtype, model.kv_shape[2], kv_dtype)
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[Sequence]]:

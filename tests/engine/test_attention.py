@@ -3,7 +3,8 @@
 A one-layer probe model turns each token id into fixed random q/k/v, so the expected output of
 every row is plain softmax attention over that sequence's tokens so far, whatever blocks hold
 them and whatever else shares the step. Decodes are checked on both paths: our kernels
-reading blocks in place (CPU float32) and the gathered torch path (every other device/dtype).
+reading blocks in place (CPU float32) and the gathered torch path (every other device/dtype),
+each over a float32 cache and a float16 one (the CPU default), against K/V rounded as stored.
 """
 from __future__ import annotations
 
@@ -39,11 +40,13 @@ class AttentionProbe(nn.Module):
     def compute_logits(self, hidden):
         return hidden
 
-    def expected(self, token_ids: list[int]) -> torch.Tensor:
-        """[len, heads, dim]: causal attention of every position over the ones before it."""
+    def expected(self, token_ids: list[int], kv_dtype=torch.float32) -> torch.Tensor:
+        """[len, heads, dim]: causal attention of every position over the ones before it, K and V
+        rounded to the cache's dtype."""
         n = len(token_ids)
         qkv = self.qkv(torch.tensor(token_ids)).view(n, HEADS + 2 * KV_HEADS, DIM)
         q, k, v = (t.transpose(0, 1) for t in qkv.split([HEADS, KV_HEADS, KV_HEADS], dim=1))
+        k, v = (t.to(kv_dtype).float() for t in (k, v))
         k, v = (t.repeat_interleave(HEADS // KV_HEADS, dim=0) for t in (k, v))
         mask = torch.ones(n, n, dtype=torch.bool).tril()
         return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=DIM**-0.5).transpose(0, 1)
@@ -64,6 +67,11 @@ def sequence(name: str, tokens: list[int], blocks: list[int]) -> Sequence:
     return seq
 
 
+@pytest.fixture(params=[torch.float32, torch.float16], ids=["float32-cache", "float16-cache"])
+def kv_dtype(request):
+    return request.param
+
+
 def run_step(runner: ModelRunner, probe: AttentionProbe, decodes, prefills) -> None:
     """Runs one step and checks every row of it against the dense reference."""
     batch = ScheduledBatch(decodes=decodes, prefills=prefills)
@@ -73,15 +81,16 @@ def run_step(runner: ModelRunner, probe: AttentionProbe, decodes, prefills) -> N
         row = 0
         for seq, n in [(s, 1) for s in decodes] + prefills:
             start = seq.num_computed_tokens
-            expected = probe.expected(seq.token_ids[: start + n])[start:]
+            expected = probe.expected(seq.token_ids[: start + n], runner.kv_caches[0][0].dtype)[start:]
             torch.testing.assert_close(out[row : row + n], expected, rtol=1e-5, atol=1e-5)
             seq.num_computed_tokens += n
             row += n
 
 
-def test_decodes_and_chunked_prefills_in_one_step_match_dense_attention():
+def test_decodes_and_chunked_prefills_in_one_step_match_dense_attention(kv_dtype):
     probe = AttentionProbe()
-    runner = ModelRunner(probe, num_blocks=16, block_size=BLOCK, dtype=torch.float32, device=torch.device("cpu"))
+    runner = ModelRunner(probe, num_blocks=16, block_size=BLOCK, dtype=torch.float32, device=torch.device("cpu"), kv_dtype=kv_dtype)
+    assert runner.kv_caches[0][0].dtype == kv_dtype
     a = sequence("a", [1, 2, 3, 4, 5], [7, 2, 12])  # 5 tokens: one block and a bit
     b = sequence("b", [6, 7, 8, 9, 10, 11, 12, 13, 14], [11, 3, 0, 6])  # prefilled in two chunks
     c = sequence("c", [15, 16, 17, 18], [5, 14, 9])  # exactly one block, then grows into the next

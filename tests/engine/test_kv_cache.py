@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from inference.engine import kv_cache
+from inference.engine.config import EngineConfig
 from inference.engine.errors import PromptTooLongError
 from inference.engine.kv_cache import BlockManager, bytes_per_block, plan_num_blocks
 from inference.engine.sampling_params import SamplingParams
@@ -135,3 +136,24 @@ def test_a_pool_smaller_than_the_context_lowers_max_model_len_and_says_so(tiny_l
     with pytest.raises(PromptTooLongError, match="maximum context length is 128"):
         engine.check_request(list(range(1, 100)), SamplingParams(max_tokens=30))
     assert engine_for(tiny_llama_hf_model, smollm_tokenizer).max_model_len == 512  # the planned pool holds the context
+
+
+def test_the_cache_is_float16_under_smaller_weights_on_cpu_else_the_models_dtype():
+    auto = EngineConfig()
+    for weights in ("int4", "q8_0", "int8", "bf16"):  # llama.cpp's default: half the bytes
+        assert auto.kv_dtype_for(torch.float32, "cpu", weights) == torch.float16
+    assert auto.kv_dtype_for(torch.float32, "cpu", "none") == torch.float32  # float32 weights: HF's float32 logits
+    assert auto.kv_dtype_for(torch.bfloat16, "cpu", "none") == torch.bfloat16
+    assert auto.kv_dtype_for(torch.bfloat16, "cuda", "none") == torch.bfloat16
+    assert EngineConfig(kv_cache_dtype="float32").kv_dtype_for(torch.float32, "cpu", "int4") == torch.float32  # explicit wins
+    assert EngineConfig(kv_cache_dtype="float16").kv_dtype_for(torch.float32, "cpu", "none") == torch.float16
+    assert EngineConfig.from_env({"MINIVLLM_KV_CACHE_DTYPE": "float32"}).kv_cache_dtype == "float32"
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        EngineConfig(kv_cache_dtype="fp8")
+
+
+def test_a_float16_pool_holds_twice_the_tokens_of_a_float32_one(tiny_llama_hf_model, smollm_tokenizer):
+    engine = engine_for(tiny_llama_hf_model, smollm_tokenizer, kv_cache_mb=4, quantization="int8")
+    assert engine.kv_dtype == torch.float16 and all(k.dtype == v.dtype == torch.float16 for k, v in engine.runner.kv_caches)
+    wide = engine_for(tiny_llama_hf_model, smollm_tokenizer, kv_cache_mb=4, quantization="int8", kv_cache_dtype="float32")
+    assert engine.block_manager.num_blocks == 2 * wide.block_manager.num_blocks

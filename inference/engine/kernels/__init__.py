@@ -24,7 +24,7 @@ SOURCES = ("bindings.cpp", "cpu_isa.cpp", "activation_rows.cpp", "int8_linear.cp
            "paged_attention.cpp", "rms_norm.cpp", "rotary.cpp", "llama_layer.cpp")
 # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the elementwise
 # kernels round exactly as the torch expressions they replace.
-FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
+FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp"]
 
 
 class KernelsUnavailable(RuntimeError):

@@ -32,29 +32,44 @@ torch::Tensor mkl_linear(const torch::Tensor& x, const torch::Tensor& packed, co
   return stack[0].toTensor();
 }
 
+// One row of D values into the cache: float32 as it is, or rounded to float16 to nearest even
+// (as torch's .to(torch.float16), so both attention paths store the same bits).
+inline void store_row(float* to, const float* from, int64_t D) { std::memcpy(to, from, D * sizeof(float)); }
+inline void store_row(at::Half* to, const float* from, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) to[d] = c10::Half(from[d]);
+}
+
+template <class T>
+void write_rows_into(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& k_cache, torch::Tensor& v_cache,
+                     const int64_t* row) {
+  const int64_t T_ = k.size(0), kv_heads = k.size(1), D = k.size(2), rows = k_cache.numel() / D;
+  T* kc = k_cache.data_ptr<T>();
+  T* vc = v_cache.data_ptr<T>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  for (int64_t h = 0; h < kv_heads; ++h) {
+    for (int64_t t = 0; t < T_; ++t) {
+      const int64_t r = row[h * T_ + t];
+      TORCH_CHECK(r >= 0 && r < rows, "write row outside the cache");
+      store_row(kc + r * D, kp + t * k.stride(0) + h * k.stride(1), D);
+      store_row(vc + r * D, vp + t * v.stride(0) + h * v.stride(1), D);
+    }
+  }
+}
+
 // Copies each new token's K and V into its cache slot: rows of the [kv_heads * slots, D] view, head-major.
 void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& k_cache, torch::Tensor& v_cache,
               const torch::Tensor& write_rows) {
   const int64_t T = k.size(0), kv_heads = k.size(1), D = k.size(2);
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.size(0) == kv_heads && k_cache.size(3) == D,
               "caches: contiguous [kv_heads, blocks, block_size, D]");
-  TORCH_CHECK(v_cache.sizes() == k_cache.sizes(), "K and V caches differ in shape");
+  TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && v_cache.scalar_type() == k_cache.scalar_type(), "K and V caches differ");
   TORCH_CHECK(write_rows.scalar_type() == torch::kLong && write_rows.is_contiguous() && write_rows.numel() == kv_heads * T,
               "write_rows: contiguous int64 [kv_heads * T]");
-  const int64_t rows = k_cache.numel() / D;
   const int64_t* row = write_rows.data_ptr<int64_t>();
-  float* kc = k_cache.data_ptr<float>();
-  float* vc = v_cache.data_ptr<float>();
-  const float* kp = k.data_ptr<float>();
-  const float* vp = v.data_ptr<float>();
-  for (int64_t h = 0; h < kv_heads; ++h) {
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t r = row[h * T + t];
-      TORCH_CHECK(r >= 0 && r < rows, "write row outside the cache");
-      std::memcpy(kc + r * D, kp + t * k.stride(0) + h * k.stride(1), D * sizeof(float));
-      std::memcpy(vc + r * D, vp + t * v.stride(0) + h * v.stride(1), D * sizeof(float));
-    }
-  }
+  if (k_cache.scalar_type() == torch::kHalf) return write_rows_into<at::Half>(k, v, k_cache, v_cache, row);
+  TORCH_CHECK(k_cache.scalar_type() == torch::kFloat, "caches: float32 or float16");
+  write_rows_into<float>(k, v, k_cache, v_cache, row);
 }
 
 }  // namespace

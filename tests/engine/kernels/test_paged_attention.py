@@ -1,4 +1,5 @@
-"""The decode attention kernels against dense attention over each sequence's own tokens."""
+"""The decode attention kernels against dense attention over each sequence's own tokens, over a
+float32 cache and a float16 one."""
 from __future__ import annotations
 
 import pytest
@@ -62,3 +63,24 @@ def test_lengths_and_blocks_outside_the_tables_are_refused(compiled):
         compiled.paged_attention_scores(torch.randn(1, HEADS, DIM), k_cache, tables, torch.tensor([17]), 1.0)
     with pytest.raises(RuntimeError, match="block id outside the cache"):
         compiled.paged_attention_scores(torch.randn(1, HEADS, DIM), k_cache, torch.tensor([[NUM_BLOCKS]]), torch.tensor([3]), 1.0)
+
+
+def test_a_float16_cache_gives_the_bits_of_its_values_widened_to_float32(compiled):
+    """The kernels widen float16 exactly as they load it and then run the float32 code's sums."""
+    lengths = [3, 16, 37]
+    k_cache, v_cache, tables, lens = scattered_cache(lengths, seed=3)
+    k16, v16 = k_cache.half(), v_cache.half()
+    q = torch.randn(len(lengths), HEADS, DIM)
+    scores = compiled.paged_attention_scores(q, k16, tables, lens, DIM**-0.5)
+    assert torch.equal(scores, compiled.paged_attention_scores(q, k16.float(), tables, lens, DIM**-0.5))
+    probs = torch.softmax(scores, dim=-1)
+    out = compiled.paged_attention_values(probs, v16, tables, lens)
+    assert torch.equal(out, compiled.paged_attention_values(probs, v16.float(), tables, lens))
+    for b, length in enumerate(lengths):
+        torch.testing.assert_close(out[b], dense(q[b], k16.float(), v16.float(), tables[b], length, DIM**-0.5), rtol=1e-5, atol=1e-5)
+
+
+def test_a_cache_in_another_dtype_is_refused(compiled):
+    k_cache, _, tables, lens = scattered_cache([4])
+    with pytest.raises(RuntimeError, match="float32 or float16"):
+        compiled.paged_attention_scores(torch.randn(1, HEADS, DIM), k_cache.bfloat16(), tables, lens, 1.0)
