@@ -18,6 +18,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ from .kernels import kernels
 log = logging.getLogger("minivllm.engine")
 
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm" / "gguf"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: config.json holds every field, defaults included (SavedConfig)
 GROUPED_TYPES = ("q4_0", "q4_1", "q8_0")  # blocks of 32 weights our grouped kernel takes as they are
 
 
@@ -50,19 +51,20 @@ class GGUFCheckpoint:
     @classmethod
     def open(cls, path: str) -> "GGUFCheckpoint":
         """From the cache when it matches the file (its path, size and time), else parsed and cached."""
-        from transformers import AutoConfig, AutoTokenizer
-
         cache = cache_dir(path)
         if (cache / "index.json").is_file():
             try:
-                return cls(path, AutoConfig.from_pretrained(cache), AutoTokenizer.from_pretrained(cache), _read_index(cache))
+                return cls(path, *_read_cached(cache), _read_index(cache))
             except (OSError, ValueError, KeyError) as error:  # a damaged cache: parse again
                 log.warning("GGUF cache %s unreadable (%s): reading the file again", cache, error)
+        from transformers import AutoConfig, AutoTokenizer
+
         folder, name = os.path.split(os.path.abspath(path))
         hf_config = AutoConfig.from_pretrained(folder, gguf_file=name)
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         tensors = _parse_index(path)
-        _write_cache(cache, hf_config, tokenizer, tensors)
+        if _write_cache(cache, hf_config, tokenizer, tensors):
+            hf_config, tokenizer = _read_cached(cache)  # the objects every later start gets
         return cls(path, hf_config, tokenizer, tensors)
 
     @property
@@ -113,23 +115,44 @@ def _parse_index(path: str) -> dict[str, TensorEntry]:
     return tensors
 
 
-def _write_cache(cache: Path, hf_config, tokenizer, tensors: dict[str, TensorEntry]) -> None:
-    """Best effort: a read-only home only means the next start parses again."""
+class SavedConfig(SimpleNamespace):
+    """A cached config.json as attributes. transformers wrote every field there, defaults included,
+    so this is what its config class would hold, without importing that class: AutoConfig pulls in
+    transformers' model-loading stack (sympy, accelerate; ~40 MB resident, docs/performance.md
+    section 38). Our models only read attributes (getattr with a default where a field is optional)."""
+
+
+def _read_cached(cache: Path):
+    """The cached config and tokenizer. A GGUF's tokenizer is transformers' TokenizersBackend
+    (tokenizer.json and the chat template), loaded by that class's own from_pretrained: through
+    AutoTokenizer the same object costs another ~60 MB of imports."""
+    config = SavedConfig(**json.loads((cache / "config.json").read_text()))
+    tokenizer_class = json.loads((cache / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    if tokenizer_class == "TokenizersBackend":
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend as loader
+    else:
+        from transformers import AutoTokenizer as loader
+    return config, loader.from_pretrained(cache)
+
+
+def _write_cache(cache: Path, hf_config, tokenizer, tensors: dict[str, TensorEntry]) -> bool:
+    """Best effort: a read-only home only means the next start parses again. True when the cache is there."""
     partial = cache.with_name(cache.name + f".{os.getpid()}.tmp")
     try:
         partial.mkdir(parents=True, exist_ok=True)
-        hf_config.save_pretrained(partial)
+        hf_config.to_json_file(partial / "config.json", use_diff=False)  # defaults too: SavedConfig has no class to supply them
         tokenizer.save_pretrained(partial)
         index = {name: {"type": e.type, "shape": list(e.shape), "offset": e.offset, "nbytes": e.nbytes} for name, e in tensors.items()}
         (partial / "index.json").write_text(json.dumps(index))
     except OSError as error:
         log.warning("could not cache the GGUF's config and tokenizer in %s: %s", cache, error)
         shutil.rmtree(partial, ignore_errors=True)
-        return
+        return False
     try:
         partial.replace(cache)  # all at once: a reader sees no cache or a whole one
     except OSError:  # another process cached it first
         shutil.rmtree(partial, ignore_errors=True)
+    return (cache / "index.json").is_file()
 
 
 def _read_index(cache: Path) -> dict[str, TensorEntry]:

@@ -14,6 +14,7 @@ from torch import nn
 from .gguf_checkpoint import GROUPED_TYPES, GGUFCheckpoint
 from .layers.linear.groups import GroupLinear
 from .layers.linear.prefetch import prefetch_for
+from .models.no_init import WithoutWeightInit
 
 
 def can_build(model_class, hf_config, checkpoint: GGUFCheckpoint, fmt: str) -> bool:
@@ -26,9 +27,8 @@ def can_build(model_class, hf_config, checkpoint: GGUFCheckpoint, fmt: str) -> b
 
 
 def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int) -> nn.Module:
-    with torch.device("meta"):
+    with WithoutWeightInit():  # allocated, never written: untouched pages cost no memory, and each is replaced below
         model = model_class(hf_config, max_positions=max_model_len)
-    model.to_empty(device="cpu")  # untouched memory: every float weight is replaced below, never written
     linears, floats = model.gguf_layout()
     tied = model.cfg.tie_word_embeddings
     for path, parts in linears.items():
@@ -37,7 +37,6 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
         _set(model, path, nn.Parameter(checkpoint.float_tensor(name), requires_grad=False))
     table = model.lm_head if tied else _group_linear(checkpoint, [("token_embd.weight", None)])
     model.embed_tokens = table.embedding()
-    model.reset_buffers()
     prefetch_for([m for m in model.modules() if isinstance(m, GroupLinear)])
     return model.eval()
 

@@ -20,6 +20,7 @@ from . import gguf_weights
 from .gguf_checkpoint import GGUFCheckpoint
 from .layers.linear import choose_format, prepare_linears
 from .models.compiled_layers import compile_layers
+from .models.no_init import WithoutWeightInit
 
 log = logging.getLogger("minivllm.engine")
 
@@ -67,7 +68,7 @@ class ModelBundle:
     @property
     def weight_bytes(self) -> int:
         """Every parameter and buffer the model holds, in its serving format (a tied table counted once)."""
-        tensors = {t.data_ptr(): t.nbytes for t in (*self.model.parameters(), *self.model.buffers()) if t.device.type != "meta"}
+        tensors = {t.data_ptr(): t.nbytes for t in (*self.model.parameters(), *self.model.buffers())}
         return sum(tensors.values())
 
 
@@ -132,7 +133,8 @@ def build_bundle(hf_config, tokenizer, state: dict, *, name: str, config: Engine
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     max_model_len = _context_length(hf_config, config.max_model_len)
-    model = model_class_for(hf_config)(hf_config, max_positions=max_model_len)
+    with WithoutWeightInit():  # load_hf_state_dict sets every parameter
+        model = model_class_for(hf_config)(hf_config, max_positions=max_model_len)
     model.load_hf_state_dict(state)
     model.to(device=device, dtype=dtype).eval()
     _keep_rope_tables_float32(model)

@@ -77,3 +77,27 @@ def test_config_reads_the_environment():
     assert EngineConfig.from_env({}).block_size == 16
     with pytest.raises(ValueError, match="dtype"):
         EngineConfig(dtype="int3")
+
+
+LOAD_AND_LIST_MODULES = """
+import json, sys
+from inference.engine.config import EngineConfig
+from inference.engine.engine import LLMEngine
+LLMEngine(EngineConfig(device="cpu", max_num_seqs=2, kv_cache_mb=16))
+print(json.dumps(sorted(m for m in ("torch._dynamo", "sympy", "accelerate") if m in sys.modules)))
+"""
+
+
+def test_loading_the_embedded_gguf_imports_none_of_the_heavy_modules():
+    """torch._dynamo (~70 MB resident), sympy and accelerate (pulled in by transformers' config
+    classes and AutoTokenizer): the server's memory target has no room for them. A start after the
+    first, which `make install` makes, reads the GGUF's cache."""
+    from inference.engine.gguf_checkpoint import GGUFCheckpoint
+    from inference.engine.loader import embedded_model_source
+
+    source = embedded_model_source()
+    GGUFCheckpoint.open(os.path.join(source.path, source.gguf_file))  # the cache, as make install leaves it
+    out = subprocess.run([sys.executable, "-c", LOAD_AND_LIST_MODULES], capture_output=True, text=True, timeout=240,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

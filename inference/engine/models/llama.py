@@ -167,10 +167,6 @@ class LlamaForCausalLM(nn.Module):
         linears["lm_head"] = [("token_embd.weight" if cfg.tie_word_embeddings else "output.weight", None)]
         return linears, floats
 
-    def reset_buffers(self) -> None:
-        """Recomputes the rotary tables (a model built on the meta device has none)."""
-        self.rotary = RotaryEmbedding(self.cfg.head_dim, self.cfg.max_positions, self.cfg.rope)
-
     def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Maps HF parameter names onto ours, fusing q/k/v and gate/up."""
         ours = {}
