@@ -3,11 +3,17 @@
 The source is the one vendored in the `llama-cpp-python` sdist (PyPI is reachable where GitHub may
 not be); it is built with the machine's own instruction set (`GGML_NATIVE`) into
 ~/.cache/minivllm/llama.cpp, outside the repository, once (~5 min on 2 cores).
+
+On some AMX Xeons that build dies at its first tile instruction (SIGILL or SIGSEGV in ggml's AMX
+matmul during its warm-up: its tile configuration is optimised away and worker threads never ask
+Linux for the tile state, llama.cpp PR #26954). There the server is rebuilt once without AMX (`-mno-amx-*`, its AVX-512 VNNI
+kernels), the fastest llama-server that runs on such a machine, and the report's command says so.
 """
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -15,19 +21,28 @@ import time
 from pathlib import Path
 from typing import Self
 
-from .server import free_port, resident_mb, stop, wait_healthy
+from .server import free_port, resident_mb, settled_resident_mb, stop, wait_healthy
 
 VERSION = "0.3.36"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm" / "llama.cpp"
 
 
-def binary_path() -> Path:
-    return CACHE / f"llama-cpp-python-{VERSION}" / "vendor" / "llama.cpp" / "build" / "bin" / "llama-server"
+BUILDS = {  # name: extra CMake arguments
+    "native": [],
+    "native-no-amx": [f"-DCMAKE_{lang}_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" for lang in ("C", "CXX")],
+}
+CRASHES = (-signal.SIGILL, -signal.SIGSEGV)
+_crashed: set[str] = set()  # builds that died with SIGILL here: later servers skip them
 
 
-def build() -> Path:
-    """The llama-server binary, downloaded and built the first time."""
-    binary = binary_path()
+def binary_path(name: str = "native") -> Path:
+    build_dir = "build" if name == "native" else f"build-{name}"
+    return CACHE / f"llama-cpp-python-{VERSION}" / "vendor" / "llama.cpp" / build_dir / "bin" / "llama-server"
+
+
+def build(name: str = "native") -> Path:
+    """The llama-server binary of that build, downloaded and built the first time."""
+    binary = binary_path(name)
     if binary.is_file():
         return binary
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -42,12 +57,18 @@ def build() -> Path:
             archive.extractall(CACHE, filter="data")
         shutil.move(str(CACHE / f"llama_cpp_python-{VERSION}"), str(source))
     tree = source / "vendor" / "llama.cpp"
-    print("building llama-server (once, ~5 min on 2 cores) ...", flush=True)
-    subprocess.run(["cmake", "-B", "build", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON",
-                    "-DCMAKE_BUILD_TYPE=Release"], cwd=tree, check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", "build", "--target", "llama-server", "-j", str(os.cpu_count() or 2)],
+    build_dir = str(binary.parent.parent.relative_to(tree))
+    print(f"building llama-server ({name}; once, ~5 min on 2 cores) ...", flush=True)
+    subprocess.run(["cmake", "-B", build_dir, "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON",
+                    "-DCMAKE_BUILD_TYPE=Release", *BUILDS[name]], cwd=tree, check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", build_dir, "--target", "llama-server", "-j", str(os.cpu_count() or 2)],
                    cwd=tree, check=True, capture_output=True)
     return binary
+
+
+def build_that_runs() -> str:
+    """The first build not seen to crash here."""
+    return next(name for name in BUILDS if name not in _crashed)
 
 
 class LlamaServer:
@@ -61,19 +82,35 @@ class LlamaServer:
         self.log_path = log_path
         self.startup_timeout = startup_timeout
         self.ready_s = None
+        self.build = build_that_runs()
         self._process: subprocess.Popen | None = None
 
     @property
     def argv(self) -> list[str]:
         threads = str(len(os.sched_getaffinity(0)))
-        return [str(binary_path()), "-m", self.gguf, "-np", str(self.slots), "-c", str(self.context), "-t", threads,
+        return [str(binary_path(self.build)), "-m", self.gguf, "-np", str(self.slots), "-c", str(self.context), "-t", threads,
                 "--no-webui", "--host", "127.0.0.1", "--port", str(self.port)]
 
     @property
     def command(self) -> str:
-        return " ".join(["llama-server", *self.argv[1:]])
+        built = "" if self.build == "native" else f" (built {self.build}: the native build's AMX path crashed here)"
+        return " ".join(["llama-server", *self.argv[1:]]) + built
 
     def __enter__(self) -> Self:
+        build(self.build)
+        try:
+            return self._start()
+        except RuntimeError:
+            if self._process.returncode not in CRASHES or self.build == list(BUILDS)[-1]:
+                raise
+        print(f"llama-server ({self.build}) crashed starting ({signal.Signals(-self._process.returncode).name}); "
+              "using a build without AMX", flush=True)
+        _crashed.add(self.build)
+        self.build = build_that_runs()
+        build(self.build)
+        return self._start()
+
+    def _start(self) -> Self:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         started = time.monotonic()
         self._process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
@@ -89,6 +126,9 @@ class LlamaServer:
     def resident_mb(self) -> float:
         """The server process's resident memory now."""
         return resident_mb(self._process)
+
+    def resident_after_load_mb(self) -> float:
+        return settled_resident_mb(self._process)
 
     def __exit__(self, *exc) -> None:
         stop(self._process, timeout=30)

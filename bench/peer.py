@@ -2,8 +2,8 @@
 
 Rounds alternate the two servers, each started fresh: one client, 8 and 32 clients on 64 output
 tokens, 32 clients on 16-256, a 2,530-token prompt's prefill (llama-server gets one slot of 8,192
-for it: its 32 slots of 1,024 refuse that prompt), time from start to `/health` 200 and resident
-memory after the loads. Every figure is reported as a ratio to llama-server's in the same round, and judged
+for it: its 32 slots of 1,024 refuse that prompt), time from start to `/health` 200, and resident
+memory once loading has settled (the target's measure) and again after the loads. Every figure is reported as a ratio to llama-server's in the same round, and judged
 against issue 19's targets.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 import math
 import os
 
-from .llama_server import LlamaServer, build
+from .llama_server import LlamaServer, build, build_that_runs
 from .prompts import make_requests
 
 LOADS = (  # name, concurrency, prompts, input tokens, output tokens
@@ -52,17 +52,20 @@ def run_rounds(tokenizer, gguf: str, *, rounds: int, server_env: dict, results_d
     """{"rounds": [{"ours": {...}, "llama-server": {...}}, ...], "commands": {...}}: per load, its figures."""
     from .server import EngineServer
 
-    build()
+    build(build_that_runs())
     out = {"rounds": [], "commands": {}}
     for r in range(rounds):
         row = {}
         with EngineServer(server_env, log_path=os.path.join(results_dir, f"peer-ours-{r}.log")) as ours:
+            loaded_mb = ours.resident_after_load_mb()
             row["ours"] = {load[0]: _measure(ours.base_url, tokenizer, load, seed=100 + r) for load in (*LOADS, PREFILL)}
-            row["ours"]["server"] = {"ready_s": ours.ready_s, "rss_mb": ours.resident_mb(), "weights_and_kv_mb": _weights_and_kv_mb(ours.stats)}
+            row["ours"]["server"] = {"ready_s": ours.ready_s, "rss_mb": loaded_mb, "rss_after_loads_mb": ours.resident_mb(),
+                                     "weights_and_kv_mb": _weights_and_kv_mb(ours.stats)}
             out["commands"]["ours"] = ours.command
         with LlamaServer(gguf, log_path=os.path.join(results_dir, f"peer-llama-{r}.log")) as peer:
+            loaded_mb = peer.resident_after_load_mb()
             row["llama-server"] = {load[0]: _measure(peer.base_url, tokenizer, load, seed=100 + r) for load in LOADS}
-            row["llama-server"]["server"] = {"ready_s": peer.ready_s, "rss_mb": peer.resident_mb()}
+            row["llama-server"]["server"] = {"ready_s": peer.ready_s, "rss_mb": loaded_mb, "rss_after_loads_mb": peer.resident_mb()}
             out["commands"]["llama-server"] = peer.command
         with LlamaServer(gguf, slots=1, context=8192, log_path=os.path.join(results_dir, f"peer-llama-prefill-{r}.log")) as peer:
             row["llama-server"][PREFILL[0]] = _measure(peer.base_url, tokenizer, PREFILL, seed=100 + r)
@@ -116,7 +119,9 @@ def render(peer: dict) -> list[str]:
                  f"{joined(ready, 2)} | | <= {READY_TARGET_S:.0f} s | {_verdict(ready, READY_TARGET_S, False)} |")
     rss = [r["ours"]["server"]["rss_mb"] for r in rounds]
     allowed = [(r["ours"]["server"]["weights_and_kv_mb"] or math.nan) + MEMORY_SLACK_MB for r in rounds]
-    lines.append(f"| start | resident MB | {joined([r['llama-server']['server']['rss_mb'] for r in rounds], 0)} | {joined(rss, 0)} | "
-                 f"| <= weights + KV + {MEMORY_SLACK_MB} ({joined(allowed, 0)}) | "
+    lines.append(f"| start | resident MB after load | {joined([r['llama-server']['server']['rss_mb'] for r in rounds], 0)} | "
+                 f"{joined(rss, 0)} | | <= weights + KV + {MEMORY_SLACK_MB} ({joined(allowed, 0)}) | "
                  f"{_verdict([_ratio(m, a) for m, a in zip(rss, allowed)], 1.0, False)} |")
+    after = [[r[side]["server"].get("rss_after_loads_mb") for r in rounds] for side in ("llama-server", "ours")]
+    lines.append(f"| end | resident MB after the loads | {joined(after[0], 0)} | {joined(after[1], 0)} | | | |")
     return lines + [""]

@@ -51,6 +51,20 @@ def resident_mb(process: subprocess.Popen) -> float:
     return psutil.Process(process.pid).memory_info().rss / 2**20
 
 
+def settled_resident_mb(process: subprocess.Popen, at_least_mb: float = 0.0, timeout: float = 15.0) -> float:
+    """Resident memory once loading has settled: at least `at_least_mb` (our KV pool is backed by a
+    background thread after /health turns 200) and unchanged over two readings."""
+    deadline = time.monotonic() + timeout
+    last = resident_mb(process)
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = resident_mb(process)
+        if now >= at_least_mb and abs(now - last) < 1.0:
+            return now
+        last = now
+    return last
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -104,6 +118,10 @@ class EngineServer:
     def resident_mb(self) -> float:
         """The server process's resident memory now."""
         return resident_mb(self._process)
+
+    def resident_after_load_mb(self) -> float:
+        """Resident memory once the weights are loaded and the KV pool backed (issue 19's measure)."""
+        return settled_resident_mb(self._process, self.stats.get("weights_mb", 0) + self.stats.get("kv_pool_mb", 0))
 
     def __exit__(self, *exc) -> None:
         stop(self._process, timeout=60)
