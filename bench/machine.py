@@ -49,6 +49,11 @@ def _git_commit() -> str | None:
         return None
 
 
+# The flags our kernels and the weight-format choice read (layers/linear, kernels/common/cpu_isa.cpp).
+ISA_FLAGS = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni",
+             "amx_tile", "amx_int8", "amx_bf16"}
+
+
 def machine_info() -> dict:
     import psutil
     import torch
@@ -64,6 +69,7 @@ def machine_info() -> dict:
         "threads_per_core": cpu.get("Thread(s) per core"),
         "memory_gib": _memory_gib(),
         "bf16_instructions": sorted(flags & {"avx512_bf16", "amx_bf16"}),
+        "isa_flags": sorted(flags & ISA_FLAGS),
         "load_average_at_start": os.getloadavg(),
         # the load average still counts whatever ran a minute ago; this is the CPU in use right now
         "cpu_busy_percent_at_start": psutil.cpu_percent(interval=3.0),

@@ -108,6 +108,7 @@ def machine_lines(machine: dict, server: dict) -> list[str]:
         (
             f"- CPU: {machine['cpu_model']}, {machine['cpus']} logical CPUs ({machine['cores_per_socket']} cores per socket, "
             f"{machine['threads_per_core']} thread(s) per core); bf16 instructions: {', '.join(machine['bf16_instructions']) or 'none'}"
+            f"; flags the kernels read: {', '.join(machine.get('isa_flags') or []) or 'not recorded'}"
         ),
         f"- Memory: {_num(machine['memory_gib'])} GiB; OS: {machine['os']}",
         f"- Python {machine['python']}, torch {machine['torch']} ({machine['torch_threads']} threads), transformers {machine['transformers']}",
