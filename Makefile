@@ -6,7 +6,7 @@ HOST ?= 0.0.0.0
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install test run migrate clean-venv chromium bench bench-quick
+.PHONY: install test lint format run migrate clean-venv chromium bench bench-quick
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -43,6 +43,16 @@ chromium: $(CHROMIUM)
 
 test: install $(CHROMIUM)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# ruff, configured in pyproject.toml: `lint` checks formatting and the lint rules (CI runs it before
+# the tests), `format` rewrites the tree to pass.
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 # Django needs a secret key when DEBUG is off: a local run makes one once and keeps it in
 # .secret_key (git-ignored); production passes MINIVLLM_SECRET_KEY, which wins.
