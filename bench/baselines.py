@@ -8,6 +8,7 @@ on finished members are the waste continuous batching removes. float32 and bfloa
     python -m bench.baselines --num-prompts 16 --input-len 128 --output-len 16-256 \
         --batch-size 8 --dtypes float32,bfloat16 --one-at-a-time-prompts 4
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,7 +77,9 @@ def main(argv=None) -> dict:
 
     args = parse_args(argv)
     tokenizer = load_tokenizer(args.model_folder)
-    requests = make_requests(tokenizer, num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len, seed=args.seed)
+    requests = make_requests(
+        tokenizer, num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len, seed=args.seed
+    )
     results = {}
     for dtype in args.dtypes.split(","):
         model = load_model(dtype, tokenizer, args.model_folder)

@@ -3,6 +3,7 @@
 SSE lines are parsed by hand: with 32 concurrent streams on a 2-core machine the client shares
 the CPU with the server, so it does as little per chunk as it can.
 """
+
 from __future__ import annotations
 
 import json

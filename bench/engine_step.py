@@ -6,6 +6,7 @@ at the same concurrency), and is what docs/performance.md's step-by-step figures
     python -m bench.engine_step --concurrency 1                              # single-stream ITL, the default format
     python -m bench.engine_step --concurrency 32 --profile docs/profiles/x.txt  # pyinstrument of the decode steps
 """
+
 from __future__ import annotations
 
 import argparse

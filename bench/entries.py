@@ -1,4 +1,5 @@
 """Looking up sweep entries (one dict per measured configuration) by their fields."""
+
 from __future__ import annotations
 
 import math

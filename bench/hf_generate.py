@@ -5,6 +5,7 @@ so the baselines get TTFT and ITL as the *earliest* moment a token exists. A sta
 returns its tokens all at once when its longest member is done, so each member's end-to-end
 latency is the whole batch's time, whatever it asked for.
 """
+
 from __future__ import annotations
 
 import time

@@ -9,6 +9,7 @@ matmul during its warm-up: its tile configuration is optimised away and worker t
 Linux for the tile state, llama.cpp PR #26954). There the server is rebuilt once without AMX (`-mno-amx-*`, its AVX-512 VNNI
 kernels), the fastest llama-server that runs on such a machine, and the report's command says so.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,22 @@ def build(name: str = "native") -> Path:
     sdist = CACHE / f"llama_cpp_python-{VERSION}.tar.gz"
     if not sdist.is_file():
         print(f"downloading the llama-cpp-python {VERSION} sdist for llama.cpp's source ...", flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps",
-                        f"llama-cpp-python=={VERSION}", "-d", str(CACHE)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-binary",
+                ":all:",
+                "--no-deps",
+                f"llama-cpp-python=={VERSION}",
+                "-d",
+                str(CACHE),
+            ],
+            check=True,
+        )
     source = CACHE / f"llama-cpp-python-{VERSION}"
     if not source.is_dir():
         with tarfile.open(sdist) as archive:
@@ -59,10 +74,27 @@ def build(name: str = "native") -> Path:
     tree = source / "vendor" / "llama.cpp"
     build_dir = str(binary.parent.parent.relative_to(tree))
     print(f"building llama-server ({name}; once, ~5 min on 2 cores) ...", flush=True)
-    subprocess.run(["cmake", "-B", build_dir, "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON",
-                    "-DCMAKE_BUILD_TYPE=Release", *BUILDS[name]], cwd=tree, check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", build_dir, "--target", "llama-server", "-j", str(os.cpu_count() or 2)],
-                   cwd=tree, check=True, capture_output=True)
+    subprocess.run(
+        [
+            "cmake",
+            "-B",
+            build_dir,
+            "-DLLAMA_BUILD_SERVER=ON",
+            "-DLLAMA_CURL=OFF",
+            "-DGGML_NATIVE=ON",
+            "-DCMAKE_BUILD_TYPE=Release",
+            *BUILDS[name],
+        ],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        ["cmake", "--build", build_dir, "--target", "llama-server", "-j", str(os.cpu_count() or 2)],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+    )
     return binary
 
 
@@ -74,8 +106,9 @@ def build_that_runs() -> str:
 class LlamaServer:
     """`with LlamaServer(gguf) as server:` -> server.base_url, .ready_s (start to /health 200), .resident_mb()."""
 
-    def __init__(self, gguf: str, *, slots: int = 32, context: int = 32768, log_path: str | None = None,
-                 startup_timeout: float = 120.0):
+    def __init__(
+        self, gguf: str, *, slots: int = 32, context: int = 32768, log_path: str | None = None, startup_timeout: float = 120.0
+    ):
         self.gguf, self.slots, self.context = gguf, slots, context
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -88,8 +121,22 @@ class LlamaServer:
     @property
     def argv(self) -> list[str]:
         threads = str(len(os.sched_getaffinity(0)))
-        return [str(binary_path(self.build)), "-m", self.gguf, "-np", str(self.slots), "-c", str(self.context), "-t", threads,
-                "--no-webui", "--host", "127.0.0.1", "--port", str(self.port)]
+        return [
+            str(binary_path(self.build)),
+            "-m",
+            self.gguf,
+            "-np",
+            str(self.slots),
+            "-c",
+            str(self.context),
+            "-t",
+            threads,
+            "--no-webui",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
 
     @property
     def command(self) -> str:
@@ -103,8 +150,11 @@ class LlamaServer:
         except RuntimeError:
             if self._process.returncode not in CRASHES or self.build == list(BUILDS)[-1]:
                 raise
-        print(f"llama-server ({self.build}) crashed starting ({signal.Signals(-self._process.returncode).name}); "
-              "using a build without AMX", flush=True)
+        print(
+            f"llama-server ({self.build}) crashed starting ({signal.Signals(-self._process.returncode).name}); "
+            "using a build without AMX",
+            flush=True,
+        )
         _crashed.add(self.build)
         self.build = build_that_runs()
         build(self.build)
@@ -117,7 +167,9 @@ class LlamaServer:
         if self.log_path:
             log.close()
         try:
-            self.ready_s = wait_healthy(self._process, self.base_url, started, self.startup_timeout, "llama-server", self.log_path)
+            self.ready_s = wait_healthy(
+                self._process, self.base_url, started, self.startup_timeout, "llama-server", self.log_path
+            )
         except BaseException:
             self.__exit__(None, None, None)
             raise

@@ -1,4 +1,5 @@
 """What the numbers were measured on: CPU, cores, memory, load, versions, commit, date."""
+
 from __future__ import annotations
 
 import datetime
@@ -43,15 +44,29 @@ def _cpu_flags() -> set[str]:
 def _git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, check=False).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+        ).stdout.strip()
         return out.stdout.strip() + ("+uncommitted" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return None
 
 
 # The flags our kernels and the weight-format choice read (layers/linear, kernels/common/cpu_isa.cpp).
-ISA_FLAGS = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni",
-             "amx_tile", "amx_int8", "amx_bf16"}
+ISA_FLAGS = {
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+}
 
 
 def machine_info() -> dict:

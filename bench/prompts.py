@@ -6,6 +6,7 @@ the prompt is plain text any server accepts, yet it encodes to exactly `input_le
 Requests are drawn one after another from one RNG, so the first k of N requests are the same
 for any N — a short one-at-a-time baseline reuses the head of a longer serving run.
 """
+
 from __future__ import annotations
 
 import random
@@ -57,5 +58,7 @@ def make_requests(tokenizer, *, num_prompts: int, input_len: str | int, output_l
         n_in = rng.randint(in_low, in_high)
         n_out = rng.randint(out_low, out_high)
         prompt = "".join(rng.choice(words) for _ in range(n_in))
-        requests.append(BenchRequest(prompt=prompt, prompt_len=len(tokenizer.encode(prompt, add_special_tokens=False)), output_len=n_out))
+        requests.append(
+            BenchRequest(prompt=prompt, prompt_len=len(tokenizer.encode(prompt, add_special_tokens=False)), output_len=n_out)
+        )
     return requests

@@ -9,6 +9,7 @@ sweep is sized for ~40 minutes on the 2-core CPU; `--quick` is a few minutes mor
     python -m bench.report            # full sweep
     python -m bench.report --quick    # concurrency 1 and 8, fewer prompts
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--base-url", default=None, help="benchmark this running server instead of starting ours")
     p.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE", help="extra env for our server")
     p.add_argument(
-        "--latency-server-env", action="append", default=[], metavar="KEY=VALUE",
+        "--latency-server-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="also start a second server with this extra env (e.g. MINIVLLM_QUANT=int4) for one client on the uniform "
         "workload: the single-stream latency mode, judged for the one-client target",
     )
@@ -49,7 +53,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--docs-dir", default="docs")
     p.add_argument("--results-dir", default="bench/results")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--render-only", default=None, metavar="REPORT_JSON", help="rewrite the docs from a saved report.json, measuring nothing")
+    p.add_argument(
+        "--render-only", default=None, metavar="REPORT_JSON", help="rewrite the docs from a saved report.json, measuring nothing"
+    )
     return p.parse_args(argv)
 
 
@@ -74,9 +80,15 @@ def make_plan(args) -> Plan:
 
 
 def plan_json(plan: Plan) -> dict:
-    return {"concurrencies": plan.concurrencies, "workloads": [vars(w) for w in plan.workloads], "seed": plan.seed,
-            "prompts_per_slot": plan.prompts_per_slot, "min_prompts": plan.min_prompts,
-            "one_at_a_time_prompts": plan.one_at_a_time_prompts, "dtypes": plan.dtypes}
+    return {
+        "concurrencies": plan.concurrencies,
+        "workloads": [vars(w) for w in plan.workloads],
+        "seed": plan.seed,
+        "prompts_per_slot": plan.prompts_per_slot,
+        "min_prompts": plan.min_prompts,
+        "one_at_a_time_prompts": plan.one_at_a_time_prompts,
+        "dtypes": plan.dtypes,
+    }
 
 
 def _server_env(*extra: list[str]) -> dict:
@@ -115,8 +127,13 @@ def latency_entries(args, plan, tokenizer, results_dir) -> tuple[list[dict], dic
     env = _server_env(args.server_env, args.latency_server_env)
     with EngineServer(env, log_path=os.path.join(results_dir, "latency-server.log")) as server:
         entries = run_engine_phase(
-            plan, tokenizer, server.base_url, results_dir=results_dir, show_progress=not args.no_progress,
-            mode="latency", only={("uniform", 1)},
+            plan,
+            tokenizer,
+            server.base_url,
+            results_dir=results_dir,
+            show_progress=not args.no_progress,
+            mode="latency",
+            only={("uniform", 1)},
         )
         info = {**_server_stats(server), "env": " ".join(args.latency_server_env), "command": server.command}
         return entries, info
@@ -148,8 +165,13 @@ def main(argv=None) -> dict:
         from .model_files import embedded_gguf
         from .peer import run_rounds
 
-        peer = run_rounds(tokenizer, embedded_gguf(), rounds=args.peer_rounds, server_env=_server_env(args.server_env),
-                          results_dir=args.results_dir)
+        peer = run_rounds(
+            tokenizer,
+            embedded_gguf(),
+            rounds=args.peer_rounds,
+            server_env=_server_env(args.server_env),
+            results_dir=args.results_dir,
+        )
     if not args.skip_baselines:
         entries += run_hf_phase(plan, tokenizer, results_dir=args.results_dir, show_progress=not args.no_progress)
     machine["load_average_at_end"] = os.getloadavg()

@@ -8,6 +8,7 @@ result (config, summary, per-request numbers) to `--result-json`.
     python -m bench.serve --base-url http://127.0.0.1:8000 --num-prompts 64 \
         --input-len 128 --output-len 16-256 --concurrency 8 --ignore-eos
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,9 @@ async def _arrivals(count: int, rate: float, rng: random.Random):
             await asyncio.sleep(rng.expovariate(rate))
 
 
-async def _drive(client, url, requests, payloads, *, concurrency, request_rate, seed, progress) -> tuple[list[RequestRecord], float]:
+async def _drive(
+    client, url, requests, payloads, *, concurrency, request_rate, seed, progress
+) -> tuple[list[RequestRecord], float]:
     limit = asyncio.Semaphore(concurrency) if concurrency else contextlib.nullcontext()
     records: list[RequestRecord | None] = [None] * len(requests)
 
@@ -89,10 +92,14 @@ async def run_benchmark(
         payloads = [completion_payload(r, model=model, temperature=temperature, ignore_eos=ignore_eos) for r in requests]
         if warmup and requests:
             probe = BenchRequest(prompt=" warm up the server", prompt_len=4, output_len=4)
-            check = await stream_completion(client, url, completion_payload(probe, model=model, temperature=temperature, ignore_eos=ignore_eos))
+            check = await stream_completion(
+                client, url, completion_payload(probe, model=model, temperature=temperature, ignore_eos=ignore_eos)
+            )
             if check.error:
                 raise RuntimeError(f"warm-up request to {url} failed: {check.error}")
-        with tqdm(total=len(requests), desc=f"serve c={concurrency or '-'} rate={request_rate}", disable=not show_progress, leave=False) as progress:
+        with tqdm(
+            total=len(requests), desc=f"serve c={concurrency or '-'} rate={request_rate}", disable=not show_progress, leave=False
+        ) as progress:
             records, duration = await _drive(
                 client, url, requests, payloads, concurrency=concurrency, request_rate=request_rate, seed=seed, progress=progress
             )
@@ -150,7 +157,11 @@ def main(argv=None) -> dict:
 
     args = parse_args(argv)
     requests = make_requests(
-        load_tokenizer(args.tokenizer), num_prompts=args.num_prompts, input_len=args.input_len, output_len=args.output_len, seed=args.seed
+        load_tokenizer(args.tokenizer),
+        num_prompts=args.num_prompts,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        seed=args.seed,
     )
     result = asyncio.run(
         run_benchmark(

@@ -3,6 +3,7 @@
 The database is migrated into a temporary folder so a benchmark never writes request history
 into the developer's db.sqlite3. Ready means `GET /health` answers 200 (the model is loaded).
 """
+
 from __future__ import annotations
 
 import os
@@ -101,7 +102,9 @@ class EngineServer:
         self._tmp = tempfile.TemporaryDirectory(prefix="minivllm-bench-")
         env = {**os.environ, **self.env, "MINIVLLM_SQLITE_PATH": os.path.join(self._tmp.name, "db.sqlite3")}
         env.setdefault("MINIVLLM_SECRET_KEY", secrets.token_urlsafe(32))  # a throwaway server's own key
-        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO_ROOT, env=env, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO_ROOT, env=env, check=True, capture_output=True
+        )
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         started = time.monotonic()
         self._process = subprocess.Popen(self.argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -5,6 +5,7 @@ turn a repeated prompt into a free prefill), while the server run and the baseli
 configuration use exactly the same prompts. Results are a flat list of entries; tables and
 plots pick what they need from it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -73,8 +74,14 @@ def baseline_command(plan: Plan, wi: int, c: int, dtype: str, *, one_at_a_time: 
 
 
 def run_engine_phase(
-    plan: Plan, tokenizer, base_url: str, *, results_dir: str | None, show_progress: bool = True,
-    mode: str = "serve", only: set[tuple[str, int]] | None = None,
+    plan: Plan,
+    tokenizer,
+    base_url: str,
+    *,
+    results_dir: str | None,
+    show_progress: bool = True,
+    mode: str = "serve",
+    only: set[tuple[str, int]] | None = None,
 ) -> list[dict]:
     """Every (workload, concurrency) of the plan against one server, or just those in `only`.
 
@@ -90,19 +97,38 @@ def run_engine_phase(
                 continue
             requests = plan.requests(tokenizer, wi, c)
             result = asyncio.run(
-                run_benchmark(requests, base_url=base_url, concurrency=c, ignore_eos=True, seed=plan.seed_for(wi, c), show_progress=show_progress)
+                run_benchmark(
+                    requests,
+                    base_url=base_url,
+                    concurrency=c,
+                    ignore_eos=True,
+                    seed=plan.seed_for(wi, c),
+                    show_progress=show_progress,
+                )
             )
             result["config"].update(input_len=w.input_len, output_len=w.output_len)
             _save(results_dir, f"engine-{'' if mode == 'serve' else mode + '-'}{w.name}-c{c}", result)
             entries.append(
-                {"backend": "engine", "mode": mode, "workload": w.name, "concurrency": c, "dtype": None,
-                 "summary": result["summary"], "command": serve_command(plan, wi, c, "$URL" if mode == "serve" else "$LATENCY_URL")}
+                {
+                    "backend": "engine",
+                    "mode": mode,
+                    "workload": w.name,
+                    "concurrency": c,
+                    "dtype": None,
+                    "summary": result["summary"],
+                    "command": serve_command(plan, wi, c, "$URL" if mode == "serve" else "$LATENCY_URL"),
+                }
             )
-            print(f"engine ({mode}) {w.name} c={c}: {result['summary']['output_throughput']:.1f} tok/s, {result['summary']['failed']} failed", flush=True)
+            print(
+                f"engine ({mode}) {w.name} c={c}: {result['summary']['output_throughput']:.1f} tok/s, {result['summary']['failed']} failed",
+                flush=True,
+            )
     return entries
 
 
-def run_hf_phase(plan: Plan, tokenizer, *, results_dir: str | None, model_folder: str | None = None, show_progress: bool = True) -> list[dict]:
+def run_hf_phase(
+    plan: Plan, tokenizer, *, results_dir: str | None, model_folder: str | None = None, show_progress: bool = True
+) -> list[dict]:
     from .baselines import load_model, run_static
 
     entries = []
@@ -110,14 +136,23 @@ def run_hf_phase(plan: Plan, tokenizer, *, results_dir: str | None, model_folder
         model = load_model(dtype, tokenizer, model_folder)
         for wi, w in enumerate(plan.workloads):
             head = plan.requests(tokenizer, wi, 1)[: plan.one_at_a_time_prompts]
-            jobs = [("one-at-a-time", 1, head)] + [("static", c, plan.requests(tokenizer, wi, c)) for c in plan.concurrencies if c > 1]
+            jobs = [("one-at-a-time", 1, head)] + [
+                ("static", c, plan.requests(tokenizer, wi, c)) for c in plan.concurrencies if c > 1
+            ]
             for mode, c, requests in jobs:
                 result = run_static(model, tokenizer, requests, batch_size=c, show_progress=show_progress)
                 result["config"].update(input_len=w.input_len, output_len=w.output_len, seed=plan.seed_for(wi, c))
                 _save(results_dir, f"hf-{dtype}-{w.name}-{mode}-c{c}", result)
                 entries.append(
-                    {"backend": "hf", "mode": mode, "workload": w.name, "concurrency": c, "dtype": dtype, "summary": result["summary"],
-                     "command": baseline_command(plan, wi, c, dtype, one_at_a_time=mode == "one-at-a-time")}
+                    {
+                        "backend": "hf",
+                        "mode": mode,
+                        "workload": w.name,
+                        "concurrency": c,
+                        "dtype": dtype,
+                        "summary": result["summary"],
+                        "command": baseline_command(plan, wi, c, dtype, one_at_a_time=mode == "one-at-a-time"),
+                    }
                 )
                 print(f"hf {dtype} {mode} {w.name} c={c}: {result['summary']['output_throughput']:.1f} tok/s", flush=True)
         del model

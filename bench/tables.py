@@ -1,4 +1,5 @@
 """docs/benchmarks.md: the headline ratios first, then throughput, latency, machine and commands."""
+
 from __future__ import annotations
 
 import math
@@ -39,13 +40,24 @@ def headline_table(entries, workload: str, concurrencies: list[int]) -> list[str
         ours = throughput(pick(entries, backend="engine", mode="serve", workload=workload, concurrency=c))
         one_bf16 = throughput(baseline(entries, workload, 1, "bfloat16"))
         one_f32 = throughput(baseline(entries, workload, 1, "float32"))
-        rows.append([
-            str(c), _num(ours),
-            _x(ratio(ours, throughput(baseline(entries, workload, c, "bfloat16")))),
-            _x(ratio(ours, throughput(baseline(entries, workload, c, "float32")))),
-            _x(ratio(ours, one_bf16)), _x(ratio(ours, one_f32)),
-        ])
-    header = ["concurrency", "engine tok/s", "vs HF static bf16", "vs HF static f32", "vs HF one-at-a-time bf16", "vs HF one-at-a-time f32"]
+        rows.append(
+            [
+                str(c),
+                _num(ours),
+                _x(ratio(ours, throughput(baseline(entries, workload, c, "bfloat16")))),
+                _x(ratio(ours, throughput(baseline(entries, workload, c, "float32")))),
+                _x(ratio(ours, one_bf16)),
+                _x(ratio(ours, one_f32)),
+            ]
+        )
+    header = [
+        "concurrency",
+        "engine tok/s",
+        "vs HF static bf16",
+        "vs HF static f32",
+        "vs HF one-at-a-time bf16",
+        "vs HF one-at-a-time f32",
+    ]
     return _table(header, rows)
 
 
@@ -56,8 +68,17 @@ def throughput_table(entries, workload: str, concurrencies: list[int]) -> list[s
         bf16, f32 = baseline(entries, workload, c, "bfloat16"), baseline(entries, workload, c, "float32")
         waste = bf16["summary"].get("padding_waste", math.nan) * 100 if bf16 else math.nan
         failed = ours["summary"]["failed"] if ours else "–"
-        rows.append([str(c), str(ours["summary"]["completed"]) if ours else "–", str(failed), _num(throughput(ours)),
-                     _num(throughput(bf16)), _num(throughput(f32)), _num(waste, 0)])
+        rows.append(
+            [
+                str(c),
+                str(ours["summary"]["completed"]) if ours else "–",
+                str(failed),
+                _num(throughput(ours)),
+                _num(throughput(bf16)),
+                _num(throughput(f32)),
+                _num(waste, 0),
+            ]
+        )
     header = ["concurrency", "requests", "failed", "engine tok/s", "HF bf16 tok/s", "HF f32 tok/s", "HF padding waste %"]
     return _table(header, rows)
 
@@ -67,15 +88,32 @@ def latency_table(entries, workload: str, concurrencies: list[int]) -> list[str]
     for c in concurrencies:
         ours = pick(entries, backend="engine", mode="serve", workload=workload, concurrency=c)
         hf = baseline(entries, workload, c, "bfloat16")
-        rows.append([
-            str(c),
-            _num(metric(ours, "ttft_ms", "p50")), _num(metric(ours, "ttft_ms", "p99")),
-            _num(metric(ours, "itl_ms", "p50")), _num(metric(ours, "tpot_ms", "p50")),
-            _num(metric(ours, "e2e_ms", "p50")), _num(metric(ours, "e2e_ms", "p99")),
-            _num(metric(hf, "ttft_ms", "p50")), _num(metric(hf, "itl_ms", "p50")), _num(metric(hf, "e2e_ms", "p50")),
-        ])
-    header = ["concurrency", "TTFT p50", "TTFT p99", "ITL p50", "TPOT p50", "E2E p50", "E2E p99",
-              "HF bf16 TTFT p50", "HF bf16 ITL p50", "HF bf16 E2E p50"]
+        rows.append(
+            [
+                str(c),
+                _num(metric(ours, "ttft_ms", "p50")),
+                _num(metric(ours, "ttft_ms", "p99")),
+                _num(metric(ours, "itl_ms", "p50")),
+                _num(metric(ours, "tpot_ms", "p50")),
+                _num(metric(ours, "e2e_ms", "p50")),
+                _num(metric(ours, "e2e_ms", "p99")),
+                _num(metric(hf, "ttft_ms", "p50")),
+                _num(metric(hf, "itl_ms", "p50")),
+                _num(metric(hf, "e2e_ms", "p50")),
+            ]
+        )
+    header = [
+        "concurrency",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p50",
+        "TPOT p50",
+        "E2E p50",
+        "E2E p99",
+        "HF bf16 TTFT p50",
+        "HF bf16 ITL p50",
+        "HF bf16 E2E p50",
+    ]
     return _table(header, rows)
 
 
@@ -87,7 +125,13 @@ def latency_mode_lines(report: dict) -> list[str]:
         return []
     main = pick(entries, backend="engine", mode="serve", workload="uniform", concurrency=1)
     rows = [
-        [label, _num(throughput(e)), _num(metric(e, "ttft_ms", "p50")), _num(metric(e, "itl_ms", "p50")), _num(metric(e, "itl_ms", "p99"))]
+        [
+            label,
+            _num(throughput(e)),
+            _num(metric(e, "ttft_ms", "p50")),
+            _num(metric(e, "itl_ms", "p50")),
+            _num(metric(e, "itl_ms", "p99")),
+        ]
         for label, e in ((f"latency server (`{info['env']}`, {info.get('dtype')})", latency), ("main server", main))
     ]
     return [
@@ -153,16 +197,27 @@ def render(report: dict) -> str:
         out += peer_section(report["peer"])
     for w in plan["workloads"]:
         out += [f"## Workload `{w['name']}`: input {w['input_len']} tokens, output {w['output_len']} tokens", ""]
-        out += ["Engine output tok/s and its ratio to HF (at concurrency 1, \"static\" is one-at-a-time):", ""]
+        out += ['Engine output tok/s and its ratio to HF (at concurrency 1, "static" is one-at-a-time):', ""]
         out += headline_table(entries, w["name"], concurrencies) + [""]
         out += ["Throughput, output tokens/s:", ""] + throughput_table(entries, w["name"], concurrencies) + [""]
-        out += ["Latency, ms (engine over HTTP; HF bfloat16 for comparison):", ""] + latency_table(entries, w["name"], concurrencies) + [""]
+        out += (
+            ["Latency, ms (engine over HTTP; HF bfloat16 for comparison):", ""]
+            + latency_table(entries, w["name"], concurrencies)
+            + [""]
+        )
     out += latency_mode_lines(report)
     out += ["![throughput](throughput.png)", "", "![latency](latency.png)", "", "## Machine", ""]
     out += machine_lines(report["machine"], report.get("server") or {}) + [""]
     out += ["## Commands", "", "The whole report:", "", "```", report["command"], "```", ""]
     if report.get("server_command"):
-        out += ["The server it started (`$URL` below is `http://127.0.0.1:<port>`):", "", "```", report["server_command"], "```", ""]
+        out += [
+            "The server it started (`$URL` below is `http://127.0.0.1:<port>`):",
+            "",
+            "```",
+            report["server_command"],
+            "```",
+            "",
+        ]
     if report.get("latency_server") and pick(entries, backend="engine", mode="latency"):
         out += ["The latency server (`$LATENCY_URL`):", "", "```", report["latency_server"]["command"], "```", ""]
     out += ["Each configuration alone (same seeds, so the same prompts):", "", "```"]

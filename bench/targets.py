@@ -6,6 +6,7 @@ latency, time to first token at 32 clients); on a different CPU they are judged 
 written, and scaled by how much slower this run's HF float32 one-at-a-time baseline is than
 the reference one (the "machine factor"), which is the fairest like-for-like yardstick we have.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,8 +54,10 @@ def _absolute_target(target, ours, hf, hf_name, limit_ms, factor, *, unit, scale
     return {
         "target": target,
         "measured": f"{shown(ours)} ({hf_name}, faster dtype: {shown(hf)}); scaled target {shown(limit_ms * factor)}",
-        "verdict": (f"as written {_verdict(_judge(ours, lambda v: passes(v, limit_ms)))}; "
-                    f"scaled {_verdict(_judge(ours, lambda v: passes(v, limit_ms * factor)))}"),
+        "verdict": (
+            f"as written {_verdict(_judge(ours, lambda v: passes(v, limit_ms)))}; "
+            f"scaled {_verdict(_judge(ours, lambda v: passes(v, limit_ms * factor)))}"
+        ),
     }
 
 
@@ -68,47 +71,75 @@ def evaluate(report: dict) -> list[dict]:
     ours = throughput(pick(entries, backend="engine", mode="serve", workload="uniform", concurrency=top))
     vs_bf16 = ratio(ours, throughput(baseline(entries, "uniform", top, "bfloat16")))
     vs_f32 = ratio(ours, throughput(baseline(entries, "uniform", top, "float32")))
-    rows.append({
-        "target": f"1. {top} clients, uniform: >= {THROUGHPUT_VS_STATIC_BF16}x HF bf16 static batch over HTTP",
-        "measured": f"{_fmt(ours, ' tok/s', 1)}: {_fmt(vs_bf16, 'x')} HF bf16 static, {_fmt(vs_f32, 'x')} HF float32 static",
-        "verdict": _verdict(_judge(vs_bf16, lambda r: r >= THROUGHPUT_VS_STATIC_BF16)),
-    })
+    rows.append(
+        {
+            "target": f"1. {top} clients, uniform: >= {THROUGHPUT_VS_STATIC_BF16}x HF bf16 static batch over HTTP",
+            "measured": f"{_fmt(ours, ' tok/s', 1)}: {_fmt(vs_bf16, 'x')} HF bf16 static, {_fmt(vs_f32, 'x')} HF float32 static",
+            "verdict": _verdict(_judge(vs_bf16, lambda r: r >= THROUGHPUT_VS_STATIC_BF16)),
+        }
+    )
 
     if "mixed" in workloads:
         mixed = throughput(pick(entries, backend="engine", mode="serve", workload="mixed", concurrency=top))
         statics = {d: throughput(baseline(entries, "mixed", top, d)) for d in ("bfloat16", "float32")}
         best = max((v for v in statics.values() if not math.isnan(v)), default=math.nan)
         vs_best = ratio(mixed, best)
-        rows.append({
-            "target": f"2. mixed output lengths, {top} clients: >= {MIXED_VS_STATIC}x static batching",
-            "measured": (f"{_fmt(mixed, ' tok/s', 1)}: {_fmt(vs_best, 'x')} the faster HF static batch "
-                         f"(bf16 {_fmt(statics['bfloat16'], '', 1)}, float32 {_fmt(statics['float32'], '', 1)} tok/s)"),
-            "verdict": _verdict(_judge(vs_best, lambda r: r >= MIXED_VS_STATIC)),
-        })
+        rows.append(
+            {
+                "target": f"2. mixed output lengths, {top} clients: >= {MIXED_VS_STATIC}x static batching",
+                "measured": (
+                    f"{_fmt(mixed, ' tok/s', 1)}: {_fmt(vs_best, 'x')} the faster HF static batch "
+                    f"(bf16 {_fmt(statics['bfloat16'], '', 1)}, float32 {_fmt(statics['float32'], '', 1)} tok/s)"
+                ),
+                "verdict": _verdict(_judge(vs_best, lambda r: r >= MIXED_VS_STATIC)),
+            }
+        )
 
     factor = machine_factor(entries, "uniform")
     single = single_stream_entry(entries)
     itl = metric(single, "itl_ms", "p50")
     hf_itl = min(metric(baseline(entries, "uniform", 1, d), "itl_ms", "p50") for d in ("bfloat16", "float32"))
     server = "the latency server" if single and single["mode"] == "latency" else "the main server"
-    rows.append(_absolute_target(
-        f"3. one client: inter-token latency p50 <= {ITL_TARGET_MS:g} ms ({server})", itl, hf_itl, "HF one-at-a-time",
-        ITL_TARGET_MS, factor, unit=" ms", scale=1.0, digits=1, passes=lambda v, t: v <= t,
-    ))
+    rows.append(
+        _absolute_target(
+            f"3. one client: inter-token latency p50 <= {ITL_TARGET_MS:g} ms ({server})",
+            itl,
+            hf_itl,
+            "HF one-at-a-time",
+            ITL_TARGET_MS,
+            factor,
+            unit=" ms",
+            scale=1.0,
+            digits=1,
+            passes=lambda v, t: v <= t,
+        )
+    )
 
     ttft = metric(pick(entries, backend="engine", mode="serve", workload="uniform", concurrency=top), "ttft_ms", "p50")
     hf_ttft = min(metric(baseline(entries, "uniform", top, d), "ttft_ms", "p50") for d in ("bfloat16", "float32"))
-    rows.append(_absolute_target(
-        f"4. {top} clients: time to first token p50 < llama-server's {TTFT_TARGET_MS / 1000:g} s", ttft, hf_ttft, "HF static",
-        TTFT_TARGET_MS, factor, unit=" s", scale=1000.0, digits=2, passes=lambda v, t: v < t,
-    ))
+    rows.append(
+        _absolute_target(
+            f"4. {top} clients: time to first token p50 < llama-server's {TTFT_TARGET_MS / 1000:g} s",
+            ttft,
+            hf_ttft,
+            "HF static",
+            TTFT_TARGET_MS,
+            factor,
+            unit=" s",
+            scale=1000.0,
+            digits=2,
+            passes=lambda v, t: v < t,
+        )
+    )
 
     device = (report.get("server") or {}).get("device") or ""
-    rows.append({
-        "target": "5. CUDA: same code on a GPU, KV pool from free memory, CUDA-graph decode",
-        "measured": "this run: " + (device or "unknown device"),
-        "verdict": _verdict(None) if not device.startswith("cuda") else "see the tables",
-    })
+    rows.append(
+        {
+            "target": "5. CUDA: same code on a GPU, KV pool from free memory, CUDA-graph decode",
+            "measured": "this run: " + (device or "unknown device"),
+            "verdict": _verdict(None) if not device.startswith("cuda") else "see the tables",
+        }
+    )
     return rows
 
 
@@ -117,9 +148,11 @@ def targets_section(report: dict) -> list[str]:
     out = [
         "## Targets (performance issue)",
         "",
-        (f"Machine factor {_fmt(factor)}: this run's HF float32 one-at-a-time baseline took {_fmt(factor, 'x')} the time per "
-         "token it took on the machine the targets were set on (above 1: this machine is slower); absolute targets are "
-         "judged as written and scaled by that factor."),
+        (
+            f"Machine factor {_fmt(factor)}: this run's HF float32 one-at-a-time baseline took {_fmt(factor, 'x')} the time per "
+            "token it took on the machine the targets were set on (above 1: this machine is slower); absolute targets are "
+            "judged as written and scaled by that factor."
+        ),
         "",
         "| target | measured | verdict |",
         "|---|---|---|",

@@ -3,6 +3,7 @@
 One dict, rendered into the page with `json_script`, so the JS never hard-codes a URL and the
 view tests can check every address the page will use.
 """
+
 from __future__ import annotations
 
 from django.conf import settings

@@ -1,4 +1,5 @@
 """The live dashboard: one server-rendered page; static JS keeps it live over /ws/stats."""
+
 from django.shortcuts import render
 
 from inference.auth import require_key_or_staff

@@ -1,4 +1,5 @@
 """Read-only admin over the request history: it is a log, not something to edit."""
+
 from __future__ import annotations
 
 from django.contrib import admin, messages

@@ -1,4 +1,5 @@
 """JSON endpoints served by DRF (sync): GET /stats and GET /api/requests/."""
+
 from __future__ import annotations
 
 from rest_framework import generics

@@ -3,6 +3,7 @@
 Every failure the API reports goes through `ApiError`, so no input can produce a bare 500 page
 or a stack trace in a response.
 """
+
 from __future__ import annotations
 
 import logging

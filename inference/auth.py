@@ -9,6 +9,7 @@ SHA-256 hash only). While no key exists anywhere the server is open, as before; 
 Keys are compared as SHA-256 digests with `hmac.compare_digest`, against every env key (no early
 exit), so neither a key's content nor its length shows in the response time.
 """
+
 from __future__ import annotations
 
 import functools

@@ -3,6 +3,7 @@
 Rendering only runs Jinja (no tokenization), so it is safe on the event loop while the engine
 thread uses the same tokenizer.
 """
+
 from __future__ import annotations
 
 import logging

@@ -4,6 +4,7 @@ Each connection's push loop is a task on the server's event loop (no thread, no
 async_to_sync); clients in the same tick share one snapshot (see selectors.stats_snapshot).
 Once API keys exist, a client needs a staff session or a key (auth.websocket_allowed).
 """
+
 from __future__ import annotations
 
 import asyncio

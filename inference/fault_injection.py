@@ -6,6 +6,7 @@ Body: {"kind": "step"} fails the next model step (only its requests), {"kind": "
 engine loop once (it restarts); "times" repeats the fault (default 1); "restart_delay_s" holds
 the loop in "restarting" that long, so a client can see /health answer 503 meanwhile.
 """
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ request in the engine and records the row `aborted` with the tokens produced so 
 are chained tasks on the event loop, so the token stream never waits for the database and the
 writes stay in order.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,7 +35,7 @@ STATUS_BY_FINISH_REASON = {
     "error": Status.FAILED,
 }
 
-_live: set["GenerationJob"] = set()
+_live: set[GenerationJob] = set()
 
 
 def submit_to_engine(runner, request_id: str, prompt, params: SamplingParams, *, fill_context: bool):
@@ -86,7 +87,7 @@ class GenerationJob:
         model: str,
         client_address: str,
         caller=None,
-    ) -> "GenerationJob":
+    ) -> GenerationJob:
         """Submits to the engine (its errors propagate: nothing is recorded or queued then)."""
         stream, params = submit_to_engine(runner, request_id, prompt, inp.params, fill_context=inp.fill_context)
         job = cls(runner=runner, request_id=request_id, stream=stream, params=params, model=model)

@@ -2,6 +2,7 @@
 once in this process (429 with Retry-After above it), so one client cannot fill every batch slot
 and the waiting queue. Without keys there is no per-caller limit (the queue bound still applies).
 """
+
 from __future__ import annotations
 
 import threading

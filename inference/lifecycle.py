@@ -15,6 +15,7 @@ waiting in an asyncio.Queue (python/cpython#113566, fixed in 3.11.8), which made
 exit -11 now and then. The rows written are committed and the logs flushed first; atexit
 handlers registered before ours (none of ours) are skipped.
 """
+
 from __future__ import annotations
 
 import asyncio

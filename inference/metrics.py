@@ -9,6 +9,7 @@ Two sources, so nothing is counted twice:
 Everything lives in one dedicated `REGISTRY` (not prometheus_client's global one), so module
 reloads and tests never collide with other registrations.
 """
+
 from __future__ import annotations
 
 from django.http import HttpResponse
@@ -34,12 +35,54 @@ REGISTRY = CollectorRegistry()
 disable_created_metrics()
 
 # vLLM's bucket choices (seconds)
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-               20.0, 40.0, 80.0)
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                           120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+REQUEST_LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
@@ -63,8 +106,9 @@ def _histogram(name: str, doc: str, buckets) -> Histogram:
 
 
 # Counter names omit `_total`: prometheus_client appends it (and a `_created` sample).
-REQUEST_SUCCESS = Counter(PREFIX + "request_success", "Finished requests, by finish reason.",
-                          ["model_name", "finished_reason"], registry=REGISTRY)
+REQUEST_SUCCESS = Counter(
+    PREFIX + "request_success", "Finished requests, by finish reason.", ["model_name", "finished_reason"], registry=REGISTRY
+)
 TIME_TO_FIRST_TOKEN = _histogram("time_to_first_token_seconds", "Arrival to first generated token.", TTFT_BUCKETS)
 INTER_TOKEN_LATENCY = _histogram("inter_token_latency_seconds", "Gap between successive token outputs of a request.", ITL_BUCKETS)
 E2E_REQUEST_LATENCY = _histogram("e2e_request_latency_seconds", "Arrival to finish.", REQUEST_LATENCY_BUCKETS)

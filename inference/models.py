@@ -1,4 +1,5 @@
 """Request history: one row per request the server accepted (or refused after validation)."""
+
 from __future__ import annotations
 
 from django.db import models

@@ -1,4 +1,5 @@
 """OpenAI's response shapes for /v1/completions and /v1/chat/completions (whole and chunked)."""
+
 from __future__ import annotations
 
 from .engine.outputs import TokenLogprob

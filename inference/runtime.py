@@ -6,6 +6,7 @@ AppConfig.ready(), so `migrate`, `check` and tests do not load a model unless th
 With MINIVLLM_ENGINE=remote the "engine" is a RemoteEngine: the same interface, served by
 `manage.py runengine` workers over the channel layer.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,11 +23,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("inference.runtime")
 
 _lock = threading.Lock()
-_runner: "EngineThread | None" = None
+_runner: EngineThread | None = None
 _started_at = time.time()
 
 
-def get_runner() -> "EngineThread | None":
+def get_runner() -> EngineThread | None:
     return _runner
 
 
@@ -35,7 +36,7 @@ def is_ready() -> bool:
     return runner is not None and bool(runner.ready)
 
 
-def start(config=None, *, max_queue: int | None = None) -> "EngineThread":
+def start(config=None, *, max_queue: int | None = None) -> EngineThread:
     """Starts the engine thread once per process; later calls return the same runner."""
     global _runner
     with _lock:
@@ -78,7 +79,7 @@ def _start_remote(config, max_queue: int):
     ).start()
 
 
-def install(runner: "EngineThread | None") -> "EngineThread | None":
+def install(runner: EngineThread | None) -> EngineThread | None:
     """Puts a runner in place (tests build one from a tiny model); returns the previous one."""
     global _runner
     with _lock:
@@ -105,7 +106,7 @@ def process_started_at() -> float:
     return _started_at
 
 
-def _watch_loading(runner: "EngineThread") -> None:
+def _watch_loading(runner: EngineThread) -> None:
     """Logs one line when the model has loaded (or failed to): the start-up progress line."""
 
     def watch():

@@ -3,6 +3,7 @@
 Numbers come from the engine's snapshot, torch.cuda and psutil; a number nobody measured is
 null, never invented.
 """
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """DRF serializers for the request history."""
+
 from rest_framework import serializers
 
 from .models import GenerationRequest

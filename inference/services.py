@@ -1,5 +1,6 @@
 """Writes to the request history. Async ones run on the server's event loop (async ORM), never
 on the engine thread; the one sync function runs at start-up, before any request."""
+
 from __future__ import annotations
 
 import logging

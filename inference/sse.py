@@ -1,4 +1,5 @@
 """Server-sent events: one `data:` line per JSON event, and the streaming response around them."""
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@ Each generator ends in `finally: await job.close()`, so a client that goes away 
 (CancelledError at an await, or GeneratorExit at a yield) aborts its engine request and gets an
 `aborted` row. The CancelledError is never swallowed.
 """
+
 from __future__ import annotations
 
 import time
@@ -86,9 +87,7 @@ class OpenAIStream:
                 if out.text or out.logprobs or reason:
                     logprobs = oai.completion_logprobs(out.logprobs, offset) if job.params.logprobs is not None else None
                     offset += len(out.text)
-                    yield sse.event(
-                        oai.completion_chunk(**self._ids(), text=out.text, finish_reason=reason, logprobs=logprobs)
-                    )
+                    yield sse.event(oai.completion_chunk(**self._ids(), text=out.text, finish_reason=reason, logprobs=logprobs))
             await job.wait_recorded()
             for chunk in self._tail("text_completion"):
                 yield chunk

@@ -4,6 +4,7 @@ Every rejection is an `ApiError` naming the offending field in `param`, so the t
 report bad input the same way. Sampling values are checked by `SamplingParams` itself; its
 `SamplingParamsError.param` is mapped back to the name the client used (e.g. `max_new_tokens`).
 """
+
 from __future__ import annotations
 
 import json
@@ -219,15 +220,21 @@ def _check_limits(body: dict, max_tokens: Any, max_tokens_param: str, *, default
     if over and defaulted:
         max_tokens = cap
     elif over:
-        raise bad_request(f"{max_tokens_param} must be at most {cap}, got {max_tokens}", param=max_tokens_param, code="max_tokens_too_large")
+        raise bad_request(
+            f"{max_tokens_param} must be at most {cap}, got {max_tokens}", param=max_tokens_param, code="max_tokens_too_large"
+        )
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
     most, longest = settings.MINIVLLM_MAX_STOP_STRINGS, settings.MINIVLLM_MAX_STOP_LENGTH
     if len(stops) > most:
-        raise bad_request(f"at most {most} stop strings are allowed, got {len(stops)}", param="stop", code="too_many_stop_strings")
+        raise bad_request(
+            f"at most {most} stop strings are allowed, got {len(stops)}", param="stop", code="too_many_stop_strings"
+        )
     for item in stops:
         if isinstance(item, str) and len(item) > longest:
-            raise bad_request(f"each stop string may have at most {longest} characters", param="stop", code="stop_string_too_long")
+            raise bad_request(
+                f"each stop string may have at most {longest} characters", param="stop", code="stop_string_too_long"
+            )
     return max_tokens
 
 

@@ -3,6 +3,7 @@
 Views stay thin: validation is in validation.py, the engine request and its history row in
 jobs.py, the wire formats in streams.py / openai_format.py.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -10,15 +11,15 @@ import dataclasses
 import functools
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from django.conf import settings
 from django.http import JsonResponse
-from django.views.defaults import page_not_found
 from django.views.decorators.csrf import csrf_exempt
+from django.views.defaults import page_not_found
 
-from . import openai_format as oai
 from . import auth, key_limits, runtime, services, sse
+from . import openai_format as oai
 from .api_errors import ApiError, bad_request, internal_error_response
 from .chat_template import render as render_chat
 from .engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
@@ -93,7 +94,12 @@ async def _start_job(request, runner, inp: GenerationInput, *, prefix: str, prom
             client_address=client,
         )
     except QueueFullError:
-        error = ApiError(429, "the server is at capacity (waiting queue is full); retry shortly", code="queue_full", headers={"Retry-After": "1"})
+        error = ApiError(
+            429,
+            "the server is at capacity (waiting queue is full); retry shortly",
+            code="queue_full",
+            headers={"Retry-After": "1"},
+        )
     except EngineNotReadyError as exc:
         raise ApiError(503, f"the engine is not ready: {exc}", code="engine_not_ready", headers={"Retry-After": "5"}) from None
     except PromptTooLongError as exc:

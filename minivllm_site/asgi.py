@@ -3,6 +3,7 @@
 Importing this module in a serving process starts the engine (once per process; Daphne has no
 lifespan), unless MINIVLLM_AUTOSTART=0. `migrate`, `check` and tests never import it for that.
 """
+
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "minivllm_site.settings")

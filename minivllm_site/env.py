@@ -1,4 +1,5 @@
 """Typed readers for environment variables: every knob of the site comes from the environment."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@
 Every knob comes from an environment variable (see README.md). Defaults run the server on one
 machine with no external services: SQLite and the in-memory channel layer.
 """
+
 from __future__ import annotations
 
 import sys
@@ -102,6 +103,7 @@ def _database() -> dict:
 
 DATABASES = {"default": _database()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
 
 def _channel_layers() -> dict:
     """The in-memory layer serves one process; REDIS_URL (alias MINIVLLM_REDIS_URL) puts the layer

@@ -1,4 +1,5 @@
 """Session-wide model fixtures: tiny random checkpoints made in-process, and the real SmolLM2 loaded once."""
+
 from __future__ import annotations
 
 import os
@@ -35,7 +36,7 @@ def _peaked(hf_model):
     """Random weights with a wide spread, so greedy choices are not near-ties that rounding could flip."""
     torch.manual_seed(0)
     with torch.no_grad():
-        for name, param in hf_model.named_parameters():
+        for param in hf_model.parameters():
             if param.dim() >= 2:
                 param.normal_(0.0, 0.08)
     return hf_model.eval()
@@ -44,16 +45,30 @@ def _peaked(hf_model):
 def tiny_llama_hf(**overrides):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, tie_word_embeddings=False, **{**TINY_COMMON, **overrides})
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+        **{**TINY_COMMON, **overrides},
+    )
     return _peaked(LlamaForCausalLM(cfg))
 
 
 def tiny_qwen2_hf():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, tie_word_embeddings=True, **TINY_COMMON)
+    cfg = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        **TINY_COMMON,
+    )
     model = _peaked(Qwen2ForCausalLM(cfg))
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -91,5 +106,10 @@ def real_hf_model():
 @pytest.fixture(scope="session")
 def real_bundle(real_hf_model, smollm_tokenizer):
     """Our SmolLM2, float32, built from the reference's weights (read from the GGUF once per session)."""
-    return build_bundle(real_hf_model.config, smollm_tokenizer, real_hf_model.state_dict(),
-                        name="SmolLM2-135M-Instruct.Q4_1", config=EngineConfig(dtype="float32", device="cpu"))
+    return build_bundle(
+        real_hf_model.config,
+        smollm_tokenizer,
+        real_hf_model.state_dict(),
+        name="SmolLM2-135M-Instruct.Q4_1",
+        config=EngineConfig(dtype="float32", device="cpu"),
+    )

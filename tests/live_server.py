@@ -5,6 +5,7 @@ request history straight from its own SQLite file.
 The caller's MINIVLLM_* settings and DATABASE_URL never leak in: each server gets exactly the
 settings its test passes (no MINIVLLM_MODEL: the embedded SmolLM2).
 """
+
 from __future__ import annotations
 
 import os
@@ -55,14 +56,19 @@ class LiveServer:
         self.manage("migrate", "--noinput")
 
     def manage(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=self.env, check=True, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=REPO, env=self.env, check=True, capture_output=True, text=True
+        )
         return done.stdout
 
-    def start(self) -> "LiveServer":
+    def start(self) -> LiveServer:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "minivllm_site.asgi:application"],
-                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

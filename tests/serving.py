@@ -3,6 +3,7 @@
 Imported by the conftest.py of tests/api, tests/inference and tests/site. No mocks: every
 request goes through the real engine; only the model is tiny.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -8,6 +8,7 @@ page walk and a prefetcher restart every 4 KB: on a Zen 4 EPYC one pass over the
 weights took 5.15 ms against 5.5 (medians of six alternating runs; docs/performance.md, section
 27). Set THP_MEM_ALLOC_ENABLE=0 to opt out; where the kernel's THP mode is "never" it does nothing.
 """
+
 import os
 
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")

@@ -12,6 +12,7 @@ matmuls over every (kv head, sequence) pair; on CPU in float32, our kernels read
 place instead, from each decode's block table), then prefill chunks (one SDPA call each, causal
 with an offset when earlier chunks or cached prefix blocks are already in the cache).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ class PrefillChunk:
 class AttentionMetadata:
     write_rows: torch.Tensor  # [kv_heads * T] rows of the [kv_heads * slots, head_dim] view, head-major
     num_decodes: int
-    decode_block_rows: torch.Tensor | None  # [kv_heads * B * blocks] block rows of each decode's context (padded), torch path only
+    decode_block_rows: (
+        torch.Tensor | None
+    )  # [kv_heads * B * blocks] block rows of each decode's context (padded), torch path only
     decode_padding: torch.Tensor | None  # [1, B, 1, blocks * block_size] bool, True where a key is padding, torch path only
     prefills: list[PrefillChunk]
     decode_tables: torch.Tensor | None = None  # [B, blocks] int64 block tables (padded with block 0), for the kernels
@@ -89,8 +92,13 @@ def _gather(cache: torch.Tensor, block_rows: torch.Tensor, groups: int) -> torch
 def decode_in_place(device: torch.device, dtype: torch.dtype, head_dim: int, kv_dtype: torch.dtype | None = None) -> bool:
     """Whether decodes read the cache in place through our kernels (else the gathered torch path):
     float32 queries over a float32 or float16 cache on CPU."""
-    return (device.type == "cpu" and dtype == torch.float32 and (kv_dtype or dtype) in (torch.float32, torch.float16)
-            and head_dim % 8 == 0 and kernels() is not None)
+    return (
+        device.type == "cpu"
+        and dtype == torch.float32
+        and (kv_dtype or dtype) in (torch.float32, torch.float16)
+        and head_dim % 8 == 0
+        and kernels() is not None
+    )
 
 
 def _decode_attention(q, k_cache, v_cache, meta: AttentionMetadata, scale) -> torch.Tensor:

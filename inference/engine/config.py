@@ -1,11 +1,11 @@
 """EngineConfig: every engine knob, with defaults that run well on a 2-core CPU."""
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
 import torch
-
 
 QUANT_METHODS = ("auto", "none", "int4", "q8_0", "int8", "bf16")  # layers/linear/__init__.py
 
@@ -67,7 +67,7 @@ class EngineConfig:
         return model_dtype
 
     @classmethod
-    def from_env(cls, environ: dict | None = None) -> "EngineConfig":
+    def from_env(cls, environ: dict | None = None) -> EngineConfig:
         env = os.environ if environ is None else environ
 
         def get(name, cast, default):

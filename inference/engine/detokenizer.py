@@ -10,6 +10,7 @@ Decoding uses a sliding window (prefix_offset .. end): the text of the window mi
 of the already-released part of the window is the delta. The window stays a few tokens long,
 so each token costs O(1) decode work, not a re-decode of the whole output.
 """
+
 from __future__ import annotations
 
 _REPLACEMENT_CHAR = "\ufffd"

@@ -1,4 +1,5 @@
 """Resolve the `auto` device and dtype choices into concrete torch values."""
+
 from __future__ import annotations
 
 import functools
@@ -34,12 +35,12 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_model_name() -> str:
-    """"AMD EPYC", "Intel(R) Xeon(R) Platinum 8592+", ... ("" where unknown)."""
+    """ "AMD EPYC", "Intel(R) Xeon(R) Platinum 8592+", ... ("" where unknown)."""
     return _cpuinfo_field("model name")
 
 
 def cpu_vendor() -> str:
-    """"GenuineIntel", "AuthenticAMD", ..."""
+    """ "GenuineIntel", "AuthenticAMD", ..."""
     return _cpuinfo_field("vendor_id")
 
 

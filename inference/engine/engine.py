@@ -3,6 +3,7 @@
 Synchronous and single-threaded on purpose: `engine_thread.EngineThread` drives it from a
 background thread, tests and `manage.py runengine` drive it directly.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,7 +38,7 @@ class StepTrace:
     finished: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, batch: ScheduledBatch) -> "StepTrace":
+    def of(cls, batch: ScheduledBatch) -> StepTrace:
         return cls(
             decodes=[s.request_id for s in batch.decodes],
             prefills=[(s.request_id, n) for s, n in batch.prefills],
@@ -83,7 +84,12 @@ class LLMEngine:
         self.step_fault_hook = None  # tests: a callable raising here fails one step's requests
         log.info(
             "engine ready: %s on %s (%s), %d KV blocks of %d tokens (%s), %d slots",
-            self.model_name, self.device, self.dtype, num_blocks, self.config.block_size, str(self.kv_dtype).removeprefix("torch."),
+            self.model_name,
+            self.device,
+            self.dtype,
+            num_blocks,
+            self.config.block_size,
+            str(self.kv_dtype).removeprefix("torch."),
             self.num_slots,
         )
 
@@ -95,11 +101,14 @@ class LLMEngine:
             return self.bundle.max_model_len
         log.warning(
             "the KV pool holds %d tokens, less than the model's %d-token context: max_model_len lowered to %d "
-            "(MINIVLLM_KV_CACHE_MB or MINIVLLM_NUM_KV_BLOCKS sets the pool)", capacity, self.bundle.max_model_len, capacity,
+            "(MINIVLLM_KV_CACHE_MB or MINIVLLM_NUM_KV_BLOCKS sets the pool)",
+            capacity,
+            self.bundle.max_model_len,
+            capacity,
         )
         return capacity
 
-    def fresh_copy(self) -> "LLMEngine":
+    def fresh_copy(self) -> LLMEngine:
         """A new engine over the same loaded weights: empty cache, queues and counters."""
         return LLMEngine(self.config, bundle=self.bundle)
 
@@ -242,7 +251,9 @@ class LLMEngine:
             outputs.append(self._output(seq, "", [], finished=True, error=f"{type(exc).__name__}: {exc}"))
         return outputs
 
-    def _output(self, seq: Sequence, text: str, token_ids: list[int], *, finished: bool, logprobs=None, error=None) -> RequestOutput:
+    def _output(
+        self, seq: Sequence, text: str, token_ids: list[int], *, finished: bool, logprobs=None, error=None
+    ) -> RequestOutput:
         return RequestOutput(
             request_id=seq.request_id,
             text=text,

@@ -4,6 +4,7 @@ The engine is only touched from its own thread. Callers on event loops hand requ
 through a queue; each step's outputs go back with one `call_soon_threadsafe` per event loop,
 carrying every output for that loop (one call per token would cost several times more).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +14,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 from .config import EngineConfig
 from .engine import LLMEngine
@@ -30,7 +31,7 @@ RESTART_BUDGET_RESET_S = 600.0
 class RequestStream:
     """Async iterator over one request's outputs; ends after the finished one."""
 
-    def __init__(self, runner: "EngineThread", request_id: str, prompt_tokens: int):
+    def __init__(self, runner: EngineThread, request_id: str, prompt_tokens: int):
         self.runner = runner
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
@@ -81,7 +82,7 @@ class EngineThread:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> "EngineThread":
+    def start(self) -> EngineThread:
         self.state = "loading"
         self._thread = threading.Thread(target=self._main, name="minivllm-engine", daemon=True)
         self._thread.start()

@@ -1,4 +1,5 @@
 """Errors the engine raises to its callers; the serving layer maps each to an HTTP status."""
+
 from .sampling_params import SamplingParamsError  # noqa: F401  (re-exported: one place to import errors from)
 
 

@@ -9,6 +9,7 @@ the tensor index (name, type, shape, offset) in ~/.cache/minivllm/gguf/; every l
 those and maps the file, and the Q4_0 / Q4_1 / Q8_0 blocks become our grouped weights directly
 (layers/linear/groups.py), with no float32 copy of any of them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,7 +50,7 @@ class GGUFCheckpoint:
         self._file = np.memmap(path, dtype=np.uint8, mode="r")
 
     @classmethod
-    def open(cls, path: str) -> "GGUFCheckpoint":
+    def open(cls, path: str) -> GGUFCheckpoint:
         """From the cache when it matches the file (its path, size and time), else parsed and cached."""
         cache = cache_dir(path)
         if (cache / "index.json").is_file():
@@ -142,7 +143,9 @@ def _write_cache(cache: Path, hf_config, tokenizer, tensors: dict[str, TensorEnt
         partial.mkdir(parents=True, exist_ok=True)
         hf_config.to_json_file(partial / "config.json", use_diff=False)  # defaults too: SavedConfig has no class to supply them
         tokenizer.save_pretrained(partial)
-        index = {name: {"type": e.type, "shape": list(e.shape), "offset": e.offset, "nbytes": e.nbytes} for name, e in tensors.items()}
+        index = {
+            name: {"type": e.type, "shape": list(e.shape), "offset": e.offset, "nbytes": e.nbytes} for name, e in tensors.items()
+        }
         (partial / "index.json").write_text(json.dumps(index))
     except OSError as error:
         log.warning("could not cache the GGUF's config and tokenizer in %s: %s", cache, error)

@@ -6,6 +6,7 @@ Used when the chosen format keeps the checkpoint's groups (`auto` on a Q4 / Q8_0
 MINIVLLM_QUANT=int4 / q8_0) and the model family says where its tensors are (`gguf_layout`);
 otherwise the loader takes transformers' de-quantized weights instead.
 """
+
 from __future__ import annotations
 
 import torch

@@ -5,6 +5,7 @@ A full block is named by a hash chained over every token up to its end, so equal
 mean equal prefixes. A freed block keeps its hash and stays findable until it is reused
 (least recently freed first), which is what makes a repeated system prompt free.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -158,7 +159,12 @@ KV_CEILING_FRACTION = 0.5  # never more than this share of available memory, wha
 
 
 def plan_num_blocks(
-    kv_shape, block_size: int, dtype: torch.dtype, device: torch.device, kv_cache_mb: int | None, gpu_fraction: float,
+    kv_shape,
+    block_size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    kv_cache_mb: int | None,
+    gpu_fraction: float,
     max_model_len: int = 0,
 ) -> int:
     """How many blocks fit: MINIVLLM_KV_CACHE_MB on CPU, else planned from available memory (see
@@ -196,8 +202,12 @@ def _zero_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     libc = _libc()
     if libc is not None:
         libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(nbytes), MADV_HUGEPAGE)
-        threading.Thread(target=libc.madvise, args=(ctypes.c_void_p(address), ctypes.c_size_t(nbytes), MADV_POPULATE_WRITE),
-                         name="kv-pool-populate", daemon=True).start()
+        threading.Thread(
+            target=libc.madvise,
+            args=(ctypes.c_void_p(address), ctypes.c_size_t(nbytes), MADV_POPULATE_WRITE),
+            name="kv-pool-populate",
+            daemon=True,
+        ).start()
     return tensor
 
 

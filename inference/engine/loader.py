@@ -3,6 +3,7 @@
 transformers only reads the checkpoint here (and de-quantizes GGUF); the module that runs is
 ours, from `models/`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -13,12 +14,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import gguf_weights
 from .config import EngineConfig
 from .device import dtype_name, resolve_device, resolve_dtype
-from .models import model_class_for
-from . import gguf_weights
 from .gguf_checkpoint import GGUFCheckpoint
 from .layers.linear import choose_format, prepare_linears
+from .models import model_class_for
 from .models.compiled_layers import compile_layers
 from .models.no_init import WithoutWeightInit
 
@@ -112,21 +113,38 @@ def load_model(config: EngineConfig) -> ModelBundle:
         gguf = _open_gguf(source)
         model_class = model_class_for(gguf.hf_config)
         choice = choose_format(config.quantization, checkpoint=gguf.weight_type, device=device)
-        if device.type == "cpu" and dtype == torch.float32 and gguf_weights.can_build(model_class, gguf.hf_config, gguf, choice.format):
+        if (
+            device.type == "cpu"
+            and dtype == torch.float32
+            and gguf_weights.can_build(model_class, gguf.hf_config, gguf, choice.format)
+        ):
             max_model_len = _context_length(gguf.hf_config, config.max_model_len)
             model = gguf_weights.build(model_class, gguf.hf_config, gguf, max_model_len)
             _return_freed_memory()
-            return _bundle(model, gguf.hf_config, gguf.tokenizer, source.display_name, device, dtype, max_model_len,
-                           choice, "from the GGUF's own blocks")
+            return _bundle(
+                model,
+                gguf.hf_config,
+                gguf.tokenizer,
+                source.display_name,
+                device,
+                dtype,
+                max_model_len,
+                choice,
+                "from the GGUF's own blocks",
+            )
         state = _read_weights(source)  # transformers de-quantizes what our groups cannot take as they are
-        return build_bundle(gguf.hf_config, gguf.tokenizer, state, name=source.display_name, config=config,
-                            checkpoint=gguf.weight_type)
+        return build_bundle(
+            gguf.hf_config, gguf.tokenizer, state, name=source.display_name, config=config, checkpoint=gguf.weight_type
+        )
     hf_config, tokenizer, state = _read_checkpoint(source)
-    return build_bundle(hf_config, tokenizer, state, name=source.display_name, config=config,
-                        checkpoint=checkpoint_format(hf_config))
+    return build_bundle(
+        hf_config, tokenizer, state, name=source.display_name, config=config, checkpoint=checkpoint_format(hf_config)
+    )
 
 
-def build_bundle(hf_config, tokenizer, state: dict, *, name: str, config: EngineConfig, checkpoint: str | None = None) -> ModelBundle:
+def build_bundle(
+    hf_config, tokenizer, state: dict, *, name: str, config: EngineConfig, checkpoint: str | None = None
+) -> ModelBundle:
     """Our model filled from an HF state dict (tests pass the reference model's own weights here).
     `checkpoint`: how the weights were stored (a GGUF's type or a dtype's name), which `auto` keeps;
     by default the state's dtype."""
@@ -138,7 +156,9 @@ def build_bundle(hf_config, tokenizer, state: dict, *, name: str, config: Engine
     model.load_hf_state_dict(state)
     model.to(device=device, dtype=dtype).eval()
     _keep_rope_tables_float32(model)
-    choice = choose_format(config.quantization, checkpoint=checkpoint or _dtype_label(next(iter(state.values())).dtype), device=device)
+    choice = choose_format(
+        config.quantization, checkpoint=checkpoint or _dtype_label(next(iter(state.values())).dtype), device=device
+    )
     prepare_linears(model, choice, device)
     return _bundle(model, hf_config, tokenizer, name, device, dtype, max_model_len, choice, "")
 

@@ -1,4 +1,5 @@
 """Turns a scheduled batch into one forward pass: flat token tensors, cache slots, logits."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """What the engine hands back per request per step."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -7,6 +7,7 @@ Randomness uses the Gumbel-max trick: argmax(logits / T + G) with G = -log(-log 
 from softmax(logits / T). A seeded row draws its V uniforms only from its own generator, so its
 tokens do not depend on what else is in the batch or at which row it sits.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -54,11 +55,7 @@ def _is_greedy(params: SamplingParams) -> bool:
 
 
 def _has_penalty(params: SamplingParams) -> bool:
-    return (
-        params.repetition_penalty != 1.0
-        or params.presence_penalty != 0.0
-        or params.frequency_penalty != 0.0
-    )
+    return params.repetition_penalty != 1.0 or params.presence_penalty != 0.0 or params.frequency_penalty != 0.0
 
 
 def _min_tokens_active(ctx: SamplingContext) -> bool:
@@ -154,9 +151,7 @@ def apply_min_tokens(x: torch.Tensor, contexts: list[SamplingContext]) -> None:
     the engine's decision.
     """
     banned = [
-        (i, list(set(c.eos_token_ids).union(c.params.stop_token_ids)))
-        for i, c in enumerate(contexts)
-        if _min_tokens_active(c)
+        (i, list(set(c.eos_token_ids).union(c.params.stop_token_ids))) for i, c in enumerate(contexts) if _min_tokens_active(c)
     ]
     banned = [(i, [t for t in ids if t < x.shape[1]]) for i, ids in banned]
     if any(ids for _, ids in banned):
@@ -239,9 +234,7 @@ def draw_gumbel(shape, generators: list[torch.Generator | None], device) -> torc
     return uniform.log_().neg_().log_().neg_()
 
 
-def compute_logprobs(
-    logits: torch.Tensor, contexts: list[SamplingContext], token_ids: list[int]
-) -> list[TokenLogprob | None]:
+def compute_logprobs(logits: torch.Tensor, contexts: list[SamplingContext], token_ids: list[int]) -> list[TokenLogprob | None]:
     """Raw model log-probabilities (before penalties, temperature and filters), like vLLM's default."""
     result: list[TokenLogprob | None] = [None] * len(contexts)
     rows = [i for i, c in enumerate(contexts) if c.params.logprobs is not None]

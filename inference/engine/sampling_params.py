@@ -3,6 +3,7 @@
 Validation lives here, in one place, so the engine, the HTTP layer and the CLI all
 reject bad input with the same message naming the offending parameter.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields

@@ -5,6 +5,7 @@ unfinished prefill takes what is left of the budget, so long prompts are chunked
 stall the decodes), then waiting requests are admitted into free slots. When the pool runs
 out of blocks, the newest running sequence is preempted and later recomputed.
 """
+
 from __future__ import annotations
 
 import time

@@ -1,4 +1,5 @@
 """A request's state inside the engine: its tokens, progress through the cache, and its blocks."""
+
 from __future__ import annotations
 
 import enum

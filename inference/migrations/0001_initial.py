@@ -4,39 +4,62 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='GenerationRequest',
+            name="GenerationRequest",
             fields=[
-                ('id', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('created', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('finished', models.DateTimeField(blank=True, null=True)),
-                ('endpoint', models.CharField(choices=[('generate', '/generate'), ('completions', '/v1/completions'), ('chat.completions', '/v1/chat/completions')], max_length=32)),
-                ('model', models.CharField(blank=True, max_length=255)),
-                ('client_address', models.CharField(blank=True, max_length=64)),
-                ('stream', models.BooleanField(default=False)),
-                ('prompt', models.TextField(blank=True, help_text='The prompt text (for chat: the rendered template).')),
-                ('messages', models.JSONField(blank=True, help_text='Chat messages as sent.', null=True)),
-                ('sampling_params', models.JSONField(default=dict)),
-                ('output_text', models.TextField(blank=True)),
-                ('prompt_tokens', models.PositiveIntegerField(default=0)),
-                ('completion_tokens', models.PositiveIntegerField(default=0)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('completed', 'Completed'), ('aborted', 'Aborted'), ('failed', 'Failed'), ('rejected', 'Rejected')], db_index=True, default='queued', max_length=16)),
-                ('finish_reason', models.CharField(blank=True, max_length=16)),
-                ('error', models.TextField(blank=True)),
-                ('queue_time', models.FloatField(blank=True, null=True)),
-                ('time_to_first_token', models.FloatField(blank=True, null=True)),
-                ('latency', models.FloatField(blank=True, null=True)),
+                ("id", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("created", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("finished", models.DateTimeField(blank=True, null=True)),
+                (
+                    "endpoint",
+                    models.CharField(
+                        choices=[
+                            ("generate", "/generate"),
+                            ("completions", "/v1/completions"),
+                            ("chat.completions", "/v1/chat/completions"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("model", models.CharField(blank=True, max_length=255)),
+                ("client_address", models.CharField(blank=True, max_length=64)),
+                ("stream", models.BooleanField(default=False)),
+                ("prompt", models.TextField(blank=True, help_text="The prompt text (for chat: the rendered template).")),
+                ("messages", models.JSONField(blank=True, help_text="Chat messages as sent.", null=True)),
+                ("sampling_params", models.JSONField(default=dict)),
+                ("output_text", models.TextField(blank=True)),
+                ("prompt_tokens", models.PositiveIntegerField(default=0)),
+                ("completion_tokens", models.PositiveIntegerField(default=0)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("completed", "Completed"),
+                            ("aborted", "Aborted"),
+                            ("failed", "Failed"),
+                            ("rejected", "Rejected"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("finish_reason", models.CharField(blank=True, max_length=16)),
+                ("error", models.TextField(blank=True)),
+                ("queue_time", models.FloatField(blank=True, null=True)),
+                ("time_to_first_token", models.FloatField(blank=True, null=True)),
+                ("latency", models.FloatField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['-created'],
-                'indexes': [models.Index(fields=['status', 'created'], name='inference_g_status_069adc_idx')],
+                "ordering": ["-created"],
+                "indexes": [models.Index(fields=["status", "created"], name="inference_g_status_069adc_idx")],
             },
         ),
     ]

@@ -5,36 +5,44 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inference', '0001_initial'),
+        ("inference", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='Who or what uses this key.', max_length=100)),
-                ('prefix', models.CharField(editable=False, help_text="The key's first characters, to recognise it.", max_length=16)),
-                ('key_hash', models.CharField(editable=False, max_length=64, unique=True)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('last_used_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('revoked', models.BooleanField(db_index=True, default=False, help_text='A revoked key is refused from now on.')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(help_text="Who or what uses this key.", max_length=100)),
+                (
+                    "prefix",
+                    models.CharField(editable=False, help_text="The key's first characters, to recognise it.", max_length=16),
+                ),
+                ("key_hash", models.CharField(editable=False, max_length=64, unique=True)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("last_used_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("revoked", models.BooleanField(db_index=True, default=False, help_text="A revoked key is refused from now on.")),
             ],
             options={
-                'verbose_name': 'API key',
-                'ordering': ['-created'],
+                "verbose_name": "API key",
+                "ordering": ["-created"],
             },
         ),
         migrations.AddField(
-            model_name='generationrequest',
-            name='api_key_label',
+            model_name="generationrequest",
+            name="api_key_label",
             field=models.CharField(blank=True, help_text="The key's prefix and name, or env:N.", max_length=64),
         ),
         migrations.AddField(
-            model_name='generationrequest',
-            name='api_key',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='requests', to='inference.apikey'),
+            model_name="generationrequest",
+            name="api_key",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="requests",
+                to="inference.apikey",
+            ),
         ),
     ]

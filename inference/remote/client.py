@@ -8,6 +8,7 @@ the engine starts at import), and outputs reach each view's loop with call_soon_
 The tokenizer is loaded here too: chat templates and context-length checks are answered before
 a request leaves the process, so `submit` raises the same errors synchronously.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -68,7 +69,7 @@ class RemoteEngine:
 
     # ---- lifecycle --------------------------------------------------------------------------
 
-    def start(self) -> "RemoteEngine":
+    def start(self) -> RemoteEngine:
         self._thread = threading.Thread(target=self._main, name="minivllm-remote", daemon=True)
         self._thread.start()
         self._started.wait(30)

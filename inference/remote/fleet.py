@@ -4,6 +4,7 @@ Engines publish a stats message every second; one silent for longer than the tim
 frozen, partitioned) is dropped, and so are the requests it held (see client.py). Engine
 timestamps are shifted onto this process's monotonic clock when a heartbeat arrives.
 """
+
 from __future__ import annotations
 
 import threading
@@ -11,9 +12,20 @@ import time
 from dataclasses import dataclass, field
 
 SUMMED = (
-    "running", "waiting", "num_slots", "kv_blocks_used", "kv_blocks_total", "prefix_cache_queries",
-    "prefix_cache_hits", "num_preemptions", "tokens_per_second", "total_tokens_generated",
-    "total_prompt_tokens", "steps", "gpu_memory_used_mb", "gpu_memory_total_mb",
+    "running",
+    "waiting",
+    "num_slots",
+    "kv_blocks_used",
+    "kv_blocks_total",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "num_preemptions",
+    "tokens_per_second",
+    "total_tokens_generated",
+    "total_prompt_tokens",
+    "steps",
+    "gpu_memory_used_mb",
+    "gpu_memory_total_mb",
 )
 
 

@@ -4,6 +4,7 @@ Everything on the wire is a plain dict of str/int/float/list (channels-redis pac
 Engine timestamps are `time.monotonic()` of the engine's process; each message carries the
 sender's clock (`now`) so the receiver can shift them onto its own clock.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -48,9 +49,7 @@ def output_from_wire(data: dict, *, clock_offset: float = 0.0) -> RequestOutput:
     """`clock_offset` = receiver's monotonic clock minus the sender's, applied to every timestamp."""
     data = dict(data)
     if data.get("logprobs") is not None:
-        data["logprobs"] = [
-            TokenLogprob(**{**lp, "top": [tuple(alt) for alt in lp.get("top") or []]}) for lp in data["logprobs"]
-        ]
+        data["logprobs"] = [TokenLogprob(**{**lp, "top": [tuple(alt) for alt in lp.get("top") or []]}) for lp in data["logprobs"]]
     for name in _TIME_FIELDS:
         if data.get(name):
             data[name] = data[name] + clock_offset

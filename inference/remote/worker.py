@@ -7,6 +7,7 @@ heartbeat is how they know it is alive). When it holds a full batch it pulls new
 slowly, so an idle engine gets them first. On stop, requests still running end with an error
 (the client should retry elsewhere), not with a silent hang.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -114,7 +115,7 @@ class EngineWorker:
                 self._slot_freed.clear()
                 try:
                     await asyncio.wait_for(self._slot_freed.wait(), BUSY_PULL_DELAY_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             message = await wire.receive(self.layer, wire.REQUEST_CHANNEL)
             if message.get("type") == wire.SUBMIT:
@@ -128,13 +129,22 @@ class EngineWorker:
             params = wire.params_from_wire(message["params"])
             stream = self.runner.submit(request_id, message["prompt"], params)
         except Exception as exc:
-            await self._send(reply, {"type": wire.REJECTED, "request_id": request_id, "engine_id": self.engine_id,
-                                     "kind": type(exc).__name__, "message": str(exc)})
+            await self._send(
+                reply,
+                {
+                    "type": wire.REJECTED,
+                    "request_id": request_id,
+                    "engine_id": self.engine_id,
+                    "kind": type(exc).__name__,
+                    "message": str(exc),
+                },
+            )
             return
         self.accepted += 1
         self._owners[request_id] = reply
-        await self._send(reply, {"type": wire.ACCEPTED, "request_id": request_id, "engine_id": self.engine_id,
-                                 "engine_channel": self.channel})
+        await self._send(
+            reply, {"type": wire.ACCEPTED, "request_id": request_id, "engine_id": self.engine_id, "engine_channel": self.channel}
+        )
         task = asyncio.create_task(self._forward(request_id, reply, stream))
         self._forwarders.add(task)
         task.add_done_callback(self._forwarders.discard)
@@ -167,8 +177,13 @@ class EngineWorker:
 
     async def _flush(self) -> None:
         for reply, outputs in self._outbox.take().items():
-            message = {"type": wire.OUTPUTS, "engine_id": self.engine_id, "engine_channel": self.channel,
-                       "now": time.monotonic(), "outputs": outputs}
+            message = {
+                "type": wire.OUTPUTS,
+                "engine_id": self.engine_id,
+                "engine_channel": self.channel,
+                "now": time.monotonic(),
+                "outputs": outputs,
+            }
             if not await self._send(reply, message):
                 self._drop_web_channel(reply)
 

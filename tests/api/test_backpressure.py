@@ -1,4 +1,5 @@
 """The waiting queue is bounded: above MINIVLLM_MAX_QUEUE requests get 429 before anything is queued."""
+
 import pytest
 
 from inference import runtime

@@ -1,4 +1,5 @@
 """A client that goes away mid-stream is aborted in the engine: slot and KV blocks freed, row `aborted`."""
+
 import json
 
 import pytest
@@ -41,7 +42,10 @@ async def _receive_events(comm, count: int) -> list:
     "path,body",
     [
         ("/generate", {"prompt": "Tell me a long story", "max_new_tokens": 400, "ignore_eos": True}),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "A long story"}], "max_tokens": 400, "ignore_eos": True, "stream": True}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "A long story"}], "max_tokens": 400, "ignore_eos": True, "stream": True},
+        ),
     ],
 )
 async def test_disconnect_frees_slot_and_blocks_and_marks_row_aborted(runner, path, body):
@@ -73,4 +77,3 @@ async def test_disconnect_frees_slot_and_blocks_and_marks_row_aborted(runner, pa
     assert row.finish_reason == "abort" and row.error == "client disconnected"
     assert 0 < row.completion_tokens < 400
     assert row.output_text and row.latency is not None
-

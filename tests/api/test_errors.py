@@ -1,4 +1,5 @@
 """Bad inputs: each gets its status code and OpenAI's error JSON, never a 500 or a trace."""
+
 import json
 
 import pytest

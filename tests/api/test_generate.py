@@ -1,4 +1,5 @@
 """POST /generate: the seed's SSE event sequence, through the real engine."""
+
 import pytest
 
 from inference.models import GenerationRequest
@@ -23,7 +24,11 @@ async def test_event_sequence_start_tokens_done(async_client, runner):
     assert done == {
         "type": "done",
         "finish_reason": "length",
-        "usage": {"prompt_tokens": done["usage"]["prompt_tokens"], "completion_tokens": 8, "total_tokens": done["usage"]["prompt_tokens"] + 8},
+        "usage": {
+            "prompt_tokens": done["usage"]["prompt_tokens"],
+            "completion_tokens": 8,
+            "total_tokens": done["usage"]["prompt_tokens"] + 8,
+        },
     }
     assert done["usage"]["prompt_tokens"] > 0
 

@@ -1,4 +1,5 @@
 """GET /health: 503 with a reason until the model is loaded and the loop runs, 200 while it does."""
+
 import threading
 
 import pytest

@@ -1,4 +1,5 @@
 """The real thing: Daphne in a subprocess, the official `openai` client, SIGTERM mid-stream."""
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,11 @@ def tiny_server(model_dir: str, workdir: Path) -> LiveServer:
 def server(tiny_llama_dir, tmp_path_factory):
     live = tiny_server(tiny_llama_dir, tmp_path_factory.mktemp("live"))
     # a row a crashed process left "running": start-up must repair it
-    live.manage("shell", "-c", "from inference.models import GenerationRequest as G; G.objects.create(id='crashed-1', endpoint='generate', status='running')")
+    live.manage(
+        "shell",
+        "-c",
+        "from inference.models import GenerationRequest as G; G.objects.create(id='crashed-1', endpoint='generate', status='running')",
+    )
     live.start()
     yield live
     live.stop()
@@ -47,12 +52,16 @@ def test_startup_marks_crashed_rows_failed(server):
 
 def test_openai_client_models_and_completions(client, server):
     [model] = client.models.list().data
-    whole = client.completions.create(model=model.id, prompt="The capital of France is", max_tokens=6, extra_body={"ignore_eos": True})
+    whole = client.completions.create(
+        model=model.id, prompt="The capital of France is", max_tokens=6, extra_body={"ignore_eos": True}
+    )
     assert whole.object == "text_completion" and whole.choices[0].finish_reason == "length"
     assert whole.usage.completion_tokens == 6
     assert server.row(whole.id)["status"] == "completed"
 
-    chunks = list(client.completions.create(model=model.id, prompt="Hello", max_tokens=4, stream=True, extra_body={"ignore_eos": True}))
+    chunks = list(
+        client.completions.create(model=model.id, prompt="Hello", max_tokens=4, stream=True, extra_body={"ignore_eos": True})
+    )
     assert chunks[-1].choices[0].finish_reason == "length"
     assert "".join(c.choices[0].text for c in chunks) == server.row(chunks[0].id)["output_text"]
 
@@ -60,13 +69,20 @@ def test_openai_client_models_and_completions(client, server):
 def test_openai_client_chat_whole_and_streamed(client, server):
     model = client.models.list().data[0].id
     messages = [{"role": "user", "content": "Say hi"}]
-    whole = client.chat.completions.create(model=model, messages=messages, max_tokens=5, temperature=0, extra_body={"ignore_eos": True})
+    whole = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=5, temperature=0, extra_body={"ignore_eos": True}
+    )
     assert whole.choices[0].message.role == "assistant"
     assert whole.choices[0].finish_reason == "length" and whole.usage.completion_tokens == 5
 
     stream = client.chat.completions.create(
-        model=model, messages=messages, max_tokens=5, temperature=0, stream=True,
-        stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+        model=model,
+        messages=messages,
+        max_tokens=5,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

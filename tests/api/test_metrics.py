@@ -1,5 +1,6 @@
 """GET /metrics: Prometheus text format, parsed with prometheus_client's own parser; counters and
 histograms move by exactly what real requests through the tiny engine did."""
+
 import json
 
 import pytest
@@ -65,8 +66,11 @@ async def test_counters_and_histograms_move_after_real_requests(async_client, ru
     usages = []
     resp = await post(async_client, "/v1/completions", {"prompt": "The sky is", "max_tokens": 5, "ignore_eos": True})
     usages.append(resp.json()["usage"])
-    resp = await post(async_client, "/v1/completions", {"prompt": "Once upon", "max_tokens": 4, "ignore_eos": True,
-                                                        "stream": True, "stream_options": {"include_usage": True}})
+    resp = await post(
+        async_client,
+        "/v1/completions",
+        {"prompt": "Once upon", "max_tokens": 4, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}},
+    )
     usages.append((await read_stream(resp))[-2]["usage"])
     resp = await post(async_client, "/generate", {"prompt": "Hello there", "max_new_tokens": 6, "ignore_eos": True})
     usages.append((await read_stream(resp))[-1]["usage"])
@@ -99,16 +103,26 @@ async def test_counters_and_histograms_move_after_real_requests(async_client, ru
     assert value(after, "num_requests_running", model_name=model) == 0
     assert value(after, "num_requests_waiting", model_name=model) == 0
     assert 0 <= value(after, "kv_cache_usage_perc", model_name=model) <= 1
-    assert value(after, "prefix_cache_hits_total", model_name=model) <= value(after, "prefix_cache_queries_total", model_name=model)
+    assert value(after, "prefix_cache_hits_total", model_name=model) <= value(
+        after, "prefix_cache_queries_total", model_name=model
+    )
     assert value(after, "num_preemptions_total", model_name=model) >= 0
 
 
 def _http_scope(path: str) -> dict:
     return {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
         "headers": [(b"host", b"testserver"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 50000), "server": ("testserver", 80),
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
     }
 
 
@@ -128,10 +142,17 @@ async def test_disconnect_counts_as_abort(async_client, runner):
     assert await async_wait_until(lambda: is_idle(runner))
 
     after = await scrape(async_client)
-    assert value(after, "request_success_total", model_name=model, finished_reason="abort") \
-        - value(before, "request_success_total", model_name=model, finished_reason="abort") == 1
-    assert value(after, "e2e_request_latency_seconds_count", model_name=model) \
-        - value(before, "e2e_request_latency_seconds_count", model_name=model) == 1
-    generated = value(after, "request_generation_tokens_sum", model_name=model) \
-        - value(before, "request_generation_tokens_sum", model_name=model)
+    assert (
+        value(after, "request_success_total", model_name=model, finished_reason="abort")
+        - value(before, "request_success_total", model_name=model, finished_reason="abort")
+        == 1
+    )
+    assert (
+        value(after, "e2e_request_latency_seconds_count", model_name=model)
+        - value(before, "e2e_request_latency_seconds_count", model_name=model)
+        == 1
+    )
+    generated = value(after, "request_generation_tokens_sum", model_name=model) - value(
+        before, "request_generation_tokens_sum", model_name=model
+    )
     assert 0 < generated < 400

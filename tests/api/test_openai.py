@@ -1,4 +1,5 @@
 """OpenAI-compatible API: response shapes, streamed and whole, through the real engine."""
+
 import pytest
 
 from inference.models import GenerationRequest
@@ -22,7 +23,11 @@ async def test_models_lists_the_served_model(async_client, runner):
 
 
 async def test_completion_whole(async_client, runner):
-    resp = await post(async_client, "/v1/completions", {"model": runner.engine.model_name, "prompt": "The sky is", "max_tokens": 5, "temperature": 0, "ignore_eos": True})
+    resp = await post(
+        async_client,
+        "/v1/completions",
+        {"model": runner.engine.model_name, "prompt": "The sky is", "max_tokens": 5, "temperature": 0, "ignore_eos": True},
+    )
     assert resp.status_code == 200
     body = resp.json()
     assert body["id"].startswith("cmpl-") and body["object"] == "text_completion"
@@ -40,7 +45,14 @@ async def test_completion_stream_with_usage(async_client, runner):
     resp = await post(
         async_client,
         "/v1/completions",
-        {"prompt": "The sky is", "max_tokens": 4, "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}},
+        {
+            "prompt": "The sky is",
+            "max_tokens": 4,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
     )
     assert resp.status_code == 200 and resp["Content-Type"].startswith("text/event-stream")
     events = await read_stream(resp)
@@ -61,7 +73,9 @@ async def test_completion_stream_without_usage_ends_with_done(async_client, runn
 
 
 async def test_completion_logprobs_shape(async_client, runner):
-    resp = await post(async_client, "/v1/completions", {"prompt": "A", "max_tokens": 3, "temperature": 0, "logprobs": 2, "ignore_eos": True})
+    resp = await post(
+        async_client, "/v1/completions", {"prompt": "A", "max_tokens": 3, "temperature": 0, "logprobs": 2, "ignore_eos": True}
+    )
     logprobs = resp.json()["choices"][0]["logprobs"]
     assert len(logprobs["tokens"]) == len(logprobs["token_logprobs"]) == len(logprobs["top_logprobs"]) == 3
     assert all(len(top) <= 2 for top in logprobs["top_logprobs"])
@@ -69,7 +83,11 @@ async def test_completion_logprobs_shape(async_client, runner):
 
 async def test_chat_whole_uses_the_chat_template(async_client, runner):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
-    resp = await post(async_client, "/v1/chat/completions", {"model": runner.engine.model_name, "messages": messages, "max_tokens": 5, "ignore_eos": True})
+    resp = await post(
+        async_client,
+        "/v1/chat/completions",
+        {"model": runner.engine.model_name, "messages": messages, "max_tokens": 5, "ignore_eos": True},
+    )
     assert resp.status_code == 200
     body = resp.json()
     assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
@@ -85,7 +103,13 @@ async def test_chat_stream_shape(async_client, runner):
     resp = await post(
         async_client,
         "/v1/chat/completions",
-        {"messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 4, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}},
+        {
+            "messages": [{"role": "user", "content": "Hi"}],
+            "max_completion_tokens": 4,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
     )
     events = await read_stream(resp)
     assert events[-1] == "[DONE]"
@@ -98,7 +122,11 @@ async def test_chat_stream_shape(async_client, runner):
 
 
 async def test_chat_without_max_tokens_fills_the_context(async_client, runner):
-    resp = await post(async_client, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "stop": ["e", "a", "o", " "]})
+    resp = await post(
+        async_client,
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "stop": ["e", "a", "o", " "]},
+    )
     assert resp.status_code == 200
     body = resp.json()
     row = await GenerationRequest.objects.aget(id=body["id"])
@@ -106,7 +134,17 @@ async def test_chat_without_max_tokens_fills_the_context(async_client, runner):
 
 
 async def test_chat_logprobs_shape(async_client, runner):
-    resp = await post(async_client, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "logprobs": True, "top_logprobs": 3, "ignore_eos": True})
+    resp = await post(
+        async_client,
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 2,
+            "logprobs": True,
+            "top_logprobs": 3,
+            "ignore_eos": True,
+        },
+    )
     content = resp.json()["choices"][0]["logprobs"]["content"]
     assert len(content) == 2
     assert all({"token", "logprob", "bytes", "top_logprobs"} <= set(item) and len(item["top_logprobs"]) == 3 for item in content)

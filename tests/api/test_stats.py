@@ -1,4 +1,5 @@
 """GET /stats (DRF) and WS /ws/stats (Channels): the same JSON, real numbers or null."""
+
 import pytest
 from channels.testing import WebsocketCommunicator
 
@@ -58,7 +59,9 @@ def test_stats_without_engine_has_nulls_not_zeros(client, no_engine):
 
 async def test_ws_pushes_stats_every_interval(runner, settings):
     settings.MINIVLLM_STATS_INTERVAL = 0.05
-    communicator = WebsocketCommunicator(application, "/ws/stats", headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")])
+    communicator = WebsocketCommunicator(
+        application, "/ws/stats", headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")]
+    )
     connected, _ = await communicator.connect(timeout=10)
     assert connected
     first = await communicator.receive_json_from(timeout=10)
@@ -66,4 +69,3 @@ async def test_ws_pushes_stats_every_interval(runner, settings):
     assert SEED_FIELDS | OUR_FIELDS <= set(first) and set(first) == set(second)
     assert first["model"] == runner.engine.model_name
     await communicator.disconnect()
-

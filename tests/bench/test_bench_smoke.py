@@ -1,6 +1,7 @@
 """Seconds-long checks of bench/: the metric arithmetic, the shared prompts, the SSE client,
 the static-batch token accounting of the HF baseline, and the report's rendering. No server,
 no network (the client test uses httpx.MockTransport), and only a tiny random Llama."""
+
 from __future__ import annotations
 
 import asyncio
@@ -128,12 +129,16 @@ async def test_run_benchmark_keeps_to_the_concurrency_limit():
         return httpx.Response(200, content=_completion_stream(payload))
 
     requests = [BenchRequest(prompt=" w", prompt_len=1, output_len=n) for n in (2, 3, 4, 5, 6, 7)]
-    result = await run_benchmark(requests, base_url="http://x/", concurrency=2, show_progress=False, transport=httpx.MockTransport(handler))
+    result = await run_benchmark(
+        requests, base_url="http://x/", concurrency=2, show_progress=False, transport=httpx.MockTransport(handler)
+    )
     assert peak == 2
     assert result["summary"]["completed"] == 6 and result["summary"]["total_output_tokens"] == 27
     assert [r["output_tokens"] for r in result["requests"]] == [2, 3, 4, 5, 6, 7]
     # Poisson arrivals, no cap: everything still completes.
-    paced = await run_benchmark(requests, base_url="http://x", request_rate=500.0, show_progress=False, transport=httpx.MockTransport(handler))
+    paced = await run_benchmark(
+        requests, base_url="http://x", request_rate=500.0, show_progress=False, transport=httpx.MockTransport(handler)
+    )
     assert paced["summary"]["completed"] == 6 and paced["config"]["request_rate"] == 500.0
 
 
@@ -146,7 +151,10 @@ def test_static_batches_count_only_wanted_tokens(tiny_llama_dir):
 
     tokenizer = load_tokenizer(tiny_llama_dir)
     model = load_model("float32", tokenizer, tiny_llama_dir)
-    requests = [BenchRequest(prompt=" hello" * n_in, prompt_len=n_in, output_len=n_out) for n_in, n_out in ((3, 2), (7, 5), (4, 3), (5, 4))]
+    requests = [
+        BenchRequest(prompt=" hello" * n_in, prompt_len=n_in, output_len=n_out)
+        for n_in, n_out in ((3, 2), (7, 5), (4, 3), (5, 4))
+    ]
     result = run_static(model, tokenizer, requests, batch_size=3)
     s = result["summary"]
     # Batch 1 runs 5 steps for 3 rows (15 tokens, 10 wanted); batch 2 is one row of 4.
@@ -165,20 +173,56 @@ def test_static_batches_count_only_wanted_tokens(tiny_llama_dir):
 
 def _entry(backend, mode, workload, c, dtype, tok_s):
     ms = {"mean": 10.0, "p50": 10.0, "p99": 20.0}
-    summary = {"completed": 4, "failed": 0, "output_throughput": tok_s, "padding_waste": 0.25,
-               "ttft_ms": ms, "itl_ms": ms, "tpot_ms": ms, "e2e_ms": ms}
-    return {"backend": backend, "mode": mode, "workload": workload, "concurrency": c, "dtype": dtype, "summary": summary, "command": "cmd"}
+    summary = {
+        "completed": 4,
+        "failed": 0,
+        "output_throughput": tok_s,
+        "padding_waste": 0.25,
+        "ttft_ms": ms,
+        "itl_ms": ms,
+        "tpot_ms": ms,
+        "e2e_ms": ms,
+    }
+    return {
+        "backend": backend,
+        "mode": mode,
+        "workload": workload,
+        "concurrency": c,
+        "dtype": dtype,
+        "summary": summary,
+        "command": "cmd",
+    }
 
 
 def _small_report():
     entries = [_entry("engine", "serve", "uniform", 1, None, 50.0), _entry("engine", "serve", "uniform", 8, None, 400.0)]
     for dtype, base in (("bfloat16", 50.0), ("float32", 25.0)):
-        entries += [_entry("hf", "one-at-a-time", "uniform", 1, dtype, base), _entry("hf", "static", "uniform", 8, dtype, 4 * base)]
-    machine = {"date": "d", "cpu_model": "cpu", "cpus": 2, "cores_per_socket": "2", "threads_per_core": "1", "memory_gib": 8.0,
-               "bf16_instructions": [], "load_average_at_start": (0.1, 0.1, 0.1), "os": "linux", "python": "3", "torch": "t",
-               "torch_threads": 2, "transformers": "x"}
-    return {"entries": entries, "machine": machine, "server": {"device": "cpu"}, "command": "python -m bench.report",
-            "plan": {"concurrencies": [1, 8], "workloads": [{"name": "uniform", "input_len": "128", "output_len": "64"}]}}
+        entries += [
+            _entry("hf", "one-at-a-time", "uniform", 1, dtype, base),
+            _entry("hf", "static", "uniform", 8, dtype, 4 * base),
+        ]
+    machine = {
+        "date": "d",
+        "cpu_model": "cpu",
+        "cpus": 2,
+        "cores_per_socket": "2",
+        "threads_per_core": "1",
+        "memory_gib": 8.0,
+        "bf16_instructions": [],
+        "load_average_at_start": (0.1, 0.1, 0.1),
+        "os": "linux",
+        "python": "3",
+        "torch": "t",
+        "torch_threads": 2,
+        "transformers": "x",
+    }
+    return {
+        "entries": entries,
+        "machine": machine,
+        "server": {"device": "cpu"},
+        "command": "python -m bench.report",
+        "plan": {"concurrencies": [1, 8], "workloads": [{"name": "uniform", "input_len": "128", "output_len": "64"}]},
+    }
 
 
 def test_report_renders_ratios_and_plots(tmp_path):

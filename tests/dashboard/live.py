@@ -1,4 +1,5 @@
 """The dashboard tests' server: tests/live_server.py plus a load of concurrent completions."""
+
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor

@@ -4,6 +4,7 @@ server restart (that one on a site without an engine, which restarts in a second
 
 MINIVLLM_SCREENSHOT=1 writes the screenshot under load to docs/dashboard.png (else to a tmp dir).
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,14 @@ from .live import DashboardServer
 
 pytestmark = pytest.mark.live
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 WAIT_MS = 120_000  # generous: a busy 2-core machine runs the model, the server and the browser
 # a picture worth keeping: several seconds of throughput drawn, slots busy and well into decoding
 MID_LOAD = """Number(document.getElementById('tps-sparkline').dataset.nonzero) >= 6
@@ -70,7 +77,9 @@ def page(browser, server):
 
 def send_chat(page, prompt: str, *, max_tokens: int, temperature: float = 0.0):
     page.fill("#chat-max-tokens", str(max_tokens))
-    page.eval_on_selector("#chat-temperature", "(el, v) => { el.value = v; el.dispatchEvent(new Event('input')); }", str(temperature))
+    page.eval_on_selector(
+        "#chat-temperature", "(el, v) => { el.value = v; el.dispatchEvent(new Event('input')); }", str(temperature)
+    )
     page.fill("#chat-prompt", prompt)
     page.click("#chat-send")
     return page.locator(".msg.assistant").last
@@ -184,7 +193,13 @@ def test_memory_gauge_shows_gpu_memory_on_cuda(browser, engineless_server):
                      caption: svg.querySelector('.gauge-caption').textContent,
                      inner: svg.querySelector('.gauge-arc.inner').style.display };
         }""")
-        assert result == {"mode": "gpu", "label": "GPU memory (cuda:0)", "value": "25%", "caption": "4.0 GB / 16.0 GB", "inner": "none"}
+        assert result == {
+            "mode": "gpu",
+            "label": "GPU memory (cuda:0)",
+            "value": "25%",
+            "caption": "4.0 GB / 16.0 GB",
+            "inner": "none",
+        }
         assert page.get_attribute("#memory-gauge", "data-mode") == "cpu"  # the live page, on this CPU machine
         assert page.exceptions == []
     finally:

@@ -1,4 +1,5 @@
 """GET /: the page, its context and the JS config it embeds; its static files, with no build step."""
+
 import json
 import re
 from pathlib import Path

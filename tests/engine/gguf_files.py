@@ -1,5 +1,6 @@
 """Tiny llama GGUF files written in the tests: random weights in the block type asked for, and the
 embedded model's own tokenizer and chat template (so transformers reads them as it reads the real one)."""
+
 from __future__ import annotations
 
 import functools
@@ -38,9 +39,16 @@ def write_tiny_gguf(path, kind: str = "q4_1", *, embedding: str = "q8_0", tied: 
     for key, value, vtype, element in embedded_fields():
         writer.add_key_value(key, value, vtype, element)
     head_dim = HIDDEN // HEADS
-    for key, value in [("block_count", LAYERS), ("context_length", 512), ("embedding_length", HIDDEN),
-                       ("feed_forward_length", INTERMEDIATE), ("attention.head_count", HEADS),
-                       ("attention.head_count_kv", KV_HEADS), ("vocab_size", VOCAB), ("rope.dimension_count", head_dim)]:
+    for key, value in [
+        ("block_count", LAYERS),
+        ("context_length", 512),
+        ("embedding_length", HIDDEN),
+        ("feed_forward_length", INTERMEDIATE),
+        ("attention.head_count", HEADS),
+        ("attention.head_count_kv", KV_HEADS),
+        ("vocab_size", VOCAB),
+        ("rope.dimension_count", head_dim),
+    ]:
         writer.add_uint32(f"llama.{key}", value)
     writer.add_float32("llama.rope.freq_base", 10000.0)
     writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)

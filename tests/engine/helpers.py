@@ -1,4 +1,5 @@
 """Shared helpers for engine tests: run requests to completion, and HF's greedy reference."""
+
 from __future__ import annotations
 
 import torch

@@ -6,6 +6,7 @@ them and whatever else shares the step. Decodes are checked on both paths: our k
 reading blocks in place (CPU float32) and the gathered torch path (every other device/dtype),
 each over a float32 cache and a float16 one (the CPU default), against K/V rounded as stored.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -89,7 +90,9 @@ def run_step(runner: ModelRunner, probe: AttentionProbe, decodes, prefills) -> N
 
 def test_decodes_and_chunked_prefills_in_one_step_match_dense_attention(kv_dtype):
     probe = AttentionProbe()
-    runner = ModelRunner(probe, num_blocks=16, block_size=BLOCK, dtype=torch.float32, device=torch.device("cpu"), kv_dtype=kv_dtype)
+    runner = ModelRunner(
+        probe, num_blocks=16, block_size=BLOCK, dtype=torch.float32, device=torch.device("cpu"), kv_dtype=kv_dtype
+    )
     assert runner.kv_caches[0][0].dtype == kv_dtype
     a = sequence("a", [1, 2, 3, 4, 5], [7, 2, 12])  # 5 tokens: one block and a bit
     b = sequence("b", [6, 7, 8, 9, 10, 11, 12, 13, 14], [11, 3, 0, 6])  # prefilled in two chunks
@@ -109,8 +112,9 @@ def test_an_empty_step_attends_to_nothing():
     probe = AttentionProbe()
     runner = ModelRunner(probe, num_blocks=4, block_size=BLOCK, dtype=torch.float32, device=torch.device("cpu"))
     empty = torch.empty(0, HEADS, DIM)
-    meta = AttentionMetadata(write_rows=torch.empty(0, dtype=torch.long), num_decodes=0, decode_block_rows=None,
-                             decode_padding=None, prefills=[])
+    meta = AttentionMetadata(
+        write_rows=torch.empty(0, dtype=torch.long), num_decodes=0, decode_block_rows=None, decode_padding=None, prefills=[]
+    )
     k_cache, v_cache = runner.kv_caches[0]
     out = paged_attention(empty, empty[:, :KV_HEADS], empty[:, :KV_HEADS], k_cache, v_cache, meta, 1.0)
     assert out.shape == (0, HEADS, DIM)

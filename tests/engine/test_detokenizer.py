@@ -1,4 +1,5 @@
 """Incremental detokenizer with the real SmolLM2 tokenizer (byte-level BPE)."""
+
 import importlib.util
 import os
 

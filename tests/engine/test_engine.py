@@ -1,4 +1,5 @@
 """LLMEngine end to end: batching changes no output, continuous batching, preemption, abort, prefix cache."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """EngineThread: the background loop feeding asyncio consumers."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,5 @@
 """Fault isolation: a failing model step fails only its requests; a dying loop restarts, boundedly."""
+
 from __future__ import annotations
 
 import asyncio

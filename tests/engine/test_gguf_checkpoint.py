@@ -1,5 +1,6 @@
 """The GGUF's cached config and tokenizer are what transformers makes of the file, read back
 without transformers' config classes and AutoTokenizer (their imports cost ~100 MB resident)."""
+
 from __future__ import annotations
 
 import json
@@ -56,9 +57,12 @@ def test_the_cached_tokenizer_encodes_decodes_and_renders_chats_as_transformers_
         assert tokenizer.decode(ids) == smollm_tokenizer.decode(ids)
         assert tokenizer.decode(ids, skip_special_tokens=True) == smollm_tokenizer.decode(ids, skip_special_tokens=True)
     for generation_prompt in (True, False):
-        assert tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=generation_prompt) == \
-            smollm_tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=generation_prompt)
+        assert tokenizer.apply_chat_template(
+            MESSAGES, tokenize=False, add_generation_prompt=generation_prompt
+        ) == smollm_tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=generation_prompt)
     for attribute in ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id", "all_special_ids"):
         assert getattr(tokenizer, attribute) == getattr(smollm_tokenizer, attribute), attribute
     assert len(tokenizer) == len(smollm_tokenizer)
-    assert tokenizer.convert_ids_to_tokens(list(range(0, 49152, 997))) == smollm_tokenizer.convert_ids_to_tokens(list(range(0, 49152, 997)))
+    assert tokenizer.convert_ids_to_tokens(list(range(0, 49152, 997))) == smollm_tokenizer.convert_ids_to_tokens(
+        list(range(0, 49152, 997))
+    )

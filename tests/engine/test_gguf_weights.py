@@ -1,5 +1,6 @@
 """GGUF blocks loaded straight into grouped weights: transformers' de-quantized values exactly, no float32
 copy left, the config / tokenizer / index cached, and which format `auto` picks for which checkpoint."""
+
 from __future__ import annotations
 
 import gc
@@ -43,8 +44,9 @@ def gguf_file(tmp_path_factory):
     def get(kind: str = "q4_1", embedding: str = "q8_0", tied: bool = True) -> str:
         key = (kind, embedding, tied)
         if key not in written:
-            written[key] = write_tiny_gguf(tmp_path_factory.mktemp("gguf") / f"{kind}-{embedding}-{tied}.gguf", kind,
-                                           embedding=embedding, tied=tied)
+            written[key] = write_tiny_gguf(
+                tmp_path_factory.mktemp("gguf") / f"{kind}-{embedding}-{tied}.gguf", kind, embedding=embedding, tied=tied
+            )
         return written[key]
 
     return get
@@ -195,7 +197,14 @@ def test_every_cpu_capability_gets_the_checkpoint_format_and_the_same_tokens(ggu
     runs = {}
     for isa in vector_isas:
         env = {**os.environ, "MINIVLLM_CPU_ISA": isa}
-        out = subprocess.run([sys.executable, "-c", CAPPED_RUN, path, str(gguf_checkpoint.CACHE_ROOT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+        out = subprocess.run(
+            [sys.executable, "-c", CAPPED_RUN, path, str(gguf_checkpoint.CACHE_ROOT)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         runs[isa] = json.loads(out.stdout.strip().splitlines()[-1])
     for isa, run in runs.items():

@@ -1,4 +1,5 @@
 """The engine package turns on huge pages for torch's large CPU allocations (inference/engine/__init__.py)."""
+
 from __future__ import annotations
 
 import subprocess

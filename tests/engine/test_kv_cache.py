@@ -1,4 +1,5 @@
 """BlockManager: reference counts, chained prefix hashes, LRU reuse of freed cached blocks."""
+
 from __future__ import annotations
 
 import logging

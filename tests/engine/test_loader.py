@@ -1,4 +1,5 @@
 """Model loading: the embedded GGUF, local HF folders, hub ids, and clear errors for the rest."""
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,14 @@ def test_auto_dtype_on_cpu_is_float32_which_our_kernels_take():
 
 
 def test_config_reads_the_environment():
-    cfg = EngineConfig.from_env({"MINIVLLM_MODEL": "/models/x.gguf", "MINIVLLM_MAX_NUM_SEQS": "4",
-                                 "MINIVLLM_PREFIX_CACHING": "0", "MINIVLLM_DTYPE": "float32"})
+    cfg = EngineConfig.from_env(
+        {
+            "MINIVLLM_MODEL": "/models/x.gguf",
+            "MINIVLLM_MAX_NUM_SEQS": "4",
+            "MINIVLLM_PREFIX_CACHING": "0",
+            "MINIVLLM_DTYPE": "float32",
+        }
+    )
     assert (cfg.model, cfg.max_num_seqs, cfg.enable_prefix_caching, cfg.dtype) == ("/models/x.gguf", 4, False, "float32")
     assert EngineConfig.from_env({}).block_size == 16
     with pytest.raises(ValueError, match="dtype"):
@@ -97,7 +104,12 @@ def test_loading_the_embedded_gguf_imports_none_of_the_heavy_modules():
 
     source = embedded_model_source()
     GGUFCheckpoint.open(os.path.join(source.path, source.gguf_file))  # the cache, as make install leaves it
-    out = subprocess.run([sys.executable, "-c", LOAD_AND_LIST_MODULES], capture_output=True, text=True, timeout=240,
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_LIST_MODULES],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -1,4 +1,5 @@
 """Sampler behaviour: filters, penalties, greedy, seeds and logprobs on plain tensors."""
+
 import math
 
 import pytest
@@ -199,7 +200,13 @@ def test_penalties_are_per_row():
 def test_caller_logits_are_not_modified():
     logits = torch.randn(2, 50, generator=torch.Generator().manual_seed(12))
     before = logits.clone()
-    sampler(logits, [ctx(repetition_penalty=2.0, prompt=[1, 2], min_tokens=3, top_k=3), ctx(temperature=0.0, presence_penalty=1.0, output=[4])])
+    sampler(
+        logits,
+        [
+            ctx(repetition_penalty=2.0, prompt=[1, 2], min_tokens=3, top_k=3),
+            ctx(temperature=0.0, presence_penalty=1.0, output=[4]),
+        ],
+    )
     assert torch.equal(logits, before)
 
 
@@ -219,7 +226,14 @@ def test_min_tokens_masks_eos_and_stop_token_ids():
 
 def test_min_tokens_prevents_greedy_eos_and_ignore_eos_does_not_mask():
     logits = torch.tensor([[0.0, 1.0, 9.0, 0.5]] * 3)
-    out = sampler(logits, [ctx(temperature=0.0, min_tokens=1), ctx(temperature=0.0, min_tokens=1, output=[1]), ctx(temperature=0.0, ignore_eos=True)])
+    out = sampler(
+        logits,
+        [
+            ctx(temperature=0.0, min_tokens=1),
+            ctx(temperature=0.0, min_tokens=1, output=[1]),
+            ctx(temperature=0.0, ignore_eos=True),
+        ],
+    )
     assert out.token_ids == [1, EOS, EOS]
 
 

@@ -1,4 +1,5 @@
 """Scheduler: token budget, chunked prefill, decode and prefill in one step, slots."""
+
 from __future__ import annotations
 
 from inference.engine.kv_cache import BlockManager

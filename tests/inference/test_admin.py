@@ -1,4 +1,5 @@
 """The request-history admin: list, search, filters and detail render for a staff user; read-only."""
+
 import pytest
 from django.urls import reverse
 
@@ -9,8 +10,25 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def rows():
-    GenerationRequest.objects.create(id="gen-1", endpoint="generate", prompt="The quick brown fox", output_text="jumps", status="completed", finish_reason="length", latency=0.5, time_to_first_token=0.05, queue_time=0.01)
-    GenerationRequest.objects.create(id="chatcmpl-2", endpoint="chat.completions", prompt="<|im_start|>user hi", messages=[{"role": "user", "content": "hi"}], status="aborted", finish_reason="abort")
+    GenerationRequest.objects.create(
+        id="gen-1",
+        endpoint="generate",
+        prompt="The quick brown fox",
+        output_text="jumps",
+        status="completed",
+        finish_reason="length",
+        latency=0.5,
+        time_to_first_token=0.05,
+        queue_time=0.01,
+    )
+    GenerationRequest.objects.create(
+        id="chatcmpl-2",
+        endpoint="chat.completions",
+        prompt="<|im_start|>user hi",
+        messages=[{"role": "user", "content": "hi"}],
+        status="aborted",
+        finish_reason="abort",
+    )
 
 
 @pytest.fixture
@@ -35,7 +53,9 @@ def test_search_by_prompt(staff_client, rows):
     assert "gen-1" in html and "chatcmpl-2" not in html
 
 
-@pytest.mark.parametrize("query", [{"status__exact": "aborted"}, {"finish_reason__exact": "length"}, {"created__gte": "2000-01-01 00:00:00+00:00"}])
+@pytest.mark.parametrize(
+    "query", [{"status__exact": "aborted"}, {"finish_reason__exact": "length"}, {"created__gte": "2000-01-01 00:00:00+00:00"}]
+)
 def test_filters(staff_client, rows, query):
     assert staff_client.get(reverse("admin:inference_generationrequest_changelist"), query).status_code == 200
 

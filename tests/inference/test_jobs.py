@@ -1,4 +1,5 @@
 """GenerationJob: one engine request and its history row, whatever ends the response."""
+
 import gc
 
 import pytest
@@ -15,7 +16,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def start(runner, request_id, max_tokens=400):
     inp = GenerationInput(endpoint="generate", params=SamplingParams(max_tokens=max_tokens, ignore_eos=True), prompt="Hello")
-    return GenerationJob.start(runner=runner, request_id=request_id, inp=inp, prompt="Hello", prompt_text="Hello", model="tiny", client_address="")
+    return GenerationJob.start(
+        runner=runner, request_id=request_id, inp=inp, prompt="Hello", prompt_text="Hello", model="tiny", client_address=""
+    )
 
 
 async def test_completed_job_records_everything(runner):

@@ -1,4 +1,5 @@
 """GET /api/requests/: recent requests, newest first, paginated."""
+
 import pytest
 
 from inference.models import GenerationRequest

@@ -1,4 +1,5 @@
 """manage.py runengine drives LLMEngine's token loop and reports what it did."""
+
 from io import StringIO
 
 import pytest
@@ -7,9 +8,32 @@ from django.core.management import CommandError, call_command
 
 def test_runengine_prints_device_text_and_speed(tiny_llama_dir):
     out = StringIO()
-    call_command("runengine", "--model", tiny_llama_dir, "--device", "cpu", "--dtype", "float32", "--prompt", "The future of AI inference is", "--max-tokens", "12", "--seed", "1", stdout=out)
+    call_command(
+        "runengine",
+        "--model",
+        tiny_llama_dir,
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--prompt",
+        "The future of AI inference is",
+        "--max-tokens",
+        "12",
+        "--seed",
+        "1",
+        stdout=out,
+    )
     text = out.getvalue()
-    for label in ("model:", "device: cpu", "dtype:  float32", "prompt: 'The future of AI inference is'", "output:", "tokens:", "tokens/s"):
+    for label in (
+        "model:",
+        "device: cpu",
+        "dtype:  float32",
+        "prompt: 'The future of AI inference is'",
+        "output:",
+        "tokens:",
+        "tokens/s",
+    ):
         assert label in text
 
 

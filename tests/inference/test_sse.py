@@ -1,4 +1,5 @@
 """SSE events: one `data:` line each, whatever text a model generates."""
+
 from __future__ import annotations
 
 import json
@@ -19,4 +20,4 @@ def test_generated_line_breaks_stay_inside_one_data_line():
 
 
 def test_plain_text_is_left_unescaped():
-    assert event({"text": "héllo 漢"}) == 'data: {"text":"héllo 漢"}\n\n'.encode("utf-8")
+    assert event({"text": "héllo 漢"}) == 'data: {"text":"héllo 漢"}\n\n'.encode()

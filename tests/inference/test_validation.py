@@ -1,4 +1,5 @@
 """Request validation maps each API's body onto SamplingParams, naming fields as the client did."""
+
 import pytest
 
 from inference.api_errors import ApiError
@@ -29,7 +30,14 @@ def test_completion_prompt_forms():
 
 
 def test_chat_messages_normalised_and_context_filled_by_default():
-    inp = parse_chat({"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}, {"role": "user", "content": "hi", "name": "bob"}]})
+    inp = parse_chat(
+        {
+            "messages": [
+                {"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                {"role": "user", "content": "hi", "name": "bob"},
+            ]
+        }
+    )
     assert inp.messages == [{"role": "system", "content": "ab"}, {"role": "user", "content": "hi"}]
     assert inp.fill_context and inp.params.max_tokens == FILL_CONTEXT
     assert not parse_chat({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3}).fill_context

@@ -1,4 +1,5 @@
 """Request helpers the security and reliability tests share; the server is tests/live_server.py."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ def sse_data(lines) -> list:
     events = []
     for line in lines:
         if line.startswith("data: "):
-            payload = line[len("data: "):]
+            payload = line[len("data: ") :]
             events.append(payload if payload == "[DONE]" else json.loads(payload))
     return events
 

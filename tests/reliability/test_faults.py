@@ -1,6 +1,7 @@
 """Fault injection on a live server (real model) through the test-only POST /_test/fault:
 a model step raising mid-batch fails only that step's requests; a dying loop turns /health 503,
 ends the streams with an error event, and the engine restarts and serves again."""
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,9 @@ def finish(opened) -> list[list[dict]]:
 
 
 def generate_ok(server) -> None:
-    with httpx.stream("POST", f"{server.url}/generate", json={"prompt": "Hello", "max_new_tokens": 4, "ignore_eos": True}, timeout=60) as resp:
+    with httpx.stream(
+        "POST", f"{server.url}/generate", json={"prompt": "Hello", "max_new_tokens": 4, "ignore_eos": True}, timeout=60
+    ) as resp:
         events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
     assert events[-1]["type"] == "done" and events[-1]["finish_reason"] == "length", events
     assert server.wait_row(events[0]["request_id"])["status"] == "completed"
@@ -93,4 +96,3 @@ def test_fault_hook_is_not_routed_by_default(client):
     """In-process with the default settings: the test hook does not exist."""
     resp = client.post("/_test/fault", {"kind": "loop"}, content_type="application/json")
     assert resp.status_code == 404
-

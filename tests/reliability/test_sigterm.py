@@ -1,5 +1,6 @@
 """SIGTERM under load (real model): no new request is accepted (503, or the port already closed),
 every in-flight stream ends with a final event, every row is terminal, and the process exits 0."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,10 @@ LONG = 600
 BODIES = [
     ("/generate", {"prompt": "A very long story", "max_new_tokens": LONG, "ignore_eos": True}),
     ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": LONG, "stream": True, "ignore_eos": True}),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell a story"}], "max_tokens": LONG, "stream": True, "ignore_eos": True}),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "Tell a story"}], "max_tokens": LONG, "stream": True, "ignore_eos": True},
+    ),
     ("/generate", {"prompt": "Another long story", "max_new_tokens": LONG, "ignore_eos": True}),
     ("/v1/completions", {"prompt": "In a land far away", "max_tokens": LONG, "stream": True, "ignore_eos": True}),
 ]
@@ -29,7 +33,9 @@ def first_events(lines) -> list:
         if line.startswith("data: "):
             event = json.loads(line[6:])
             events.append(event)
-            if event.get("type") == "token" or (event.get("choices") and (event["choices"][0].get("text") or event["choices"][0].get("delta", {}).get("content"))):
+            if event.get("type") == "token" or (
+                event.get("choices") and (event["choices"][0].get("text") or event["choices"][0].get("delta", {}).get("content"))
+            ):
                 return events
     return events
 
@@ -61,7 +67,9 @@ def test_sigterm_under_load(tmp_path):
             assert refused_or_closed(server.url)
             results = []
             for context, lines, events in opened:
-                events.extend(line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in lines if line.startswith("data: "))
+                events.extend(
+                    line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in lines if line.startswith("data: ")
+                )
                 context.__exit__(None, None, None)
                 results.append(events)
         for (path, _), events in zip(BODIES, results):
@@ -69,7 +77,10 @@ def test_sigterm_under_load(tmp_path):
                 assert events[-1]["type"] == "done" and events[-1]["finish_reason"] == "abort", events[-2:]
             else:
                 assert events[-1] == "[DONE]" and any(
-                    choice.get("finish_reason") == "abort" for event in events[:-1] if isinstance(event, dict) for choice in event.get("choices", [])
+                    choice.get("finish_reason") == "abort"
+                    for event in events[:-1]
+                    if isinstance(event, dict)
+                    for choice in event.get("choices", [])
                 ), events[-3:]
         assert server.process.wait(60) == 0, server.log.read_text()[-6000:]  # the end of the log: a crash's stacks
         rows = server.rows()

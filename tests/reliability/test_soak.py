@@ -2,6 +2,7 @@
 disconnect at random points, some are invalid. Afterwards the server is healthy and idle (every
 KV block free, no slot busy), every accepted request has one terminal row, and the process's
 memory grew less than RSS_GROWTH_BOUND_MB over the run (measured after a warm-up)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -169,8 +170,14 @@ def test_soak(server):
 
 def test_the_default_server_decodes_32_concurrent_streams_with_none_waiting_for_a_slot(server):
     """`make run`'s defaults: 32 clients streaming at once all get a slot; the queue stays empty."""
-    body = {"prompt": "Once upon a time", "max_tokens": 48, "ignore_eos": True, "stream": True, "temperature": 0.0,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": "Once upon a time",
+        "max_tokens": 48,
+        "ignore_eos": True,
+        "stream": True,
+        "temperature": 0.0,
+        "stream_options": {"include_usage": True},
+    }
     peak = {"running": 0, "waiting": 0}
 
     async def stream(client: httpx.AsyncClient) -> int:

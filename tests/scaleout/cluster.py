@@ -2,6 +2,7 @@
 subprocesses, started with the commands docker-compose.yml runs, on the real Redis and
 PostgreSQL (a flushed Redis database and a fresh PostgreSQL database per test module).
 """
+
 from __future__ import annotations
 
 import os
@@ -67,22 +68,24 @@ class Cluster:
 
     # ---- set-up and tear-down ---------------------------------------------------------------
 
-    def prepare(self) -> "Cluster":
+    def prepare(self) -> Cluster:
         import psycopg
         import redis
 
         redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB).flushdb()
         with psycopg.connect(f"{PG_URL}/postgres", autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.database}"')
-        subprocess.run(local_argv(["python", "manage.py", "migrate", "--noinput"]), cwd=REPO, env=self.env,
-                       check=True, capture_output=True)
+        subprocess.run(
+            local_argv(["python", "manage.py", "migrate", "--noinput"]), cwd=REPO, env=self.env, check=True, capture_output=True
+        )
         return self
 
     def start_engine(self, name: str) -> subprocess.Popen:
         argv = local_argv(self.services["engine"]["command"])
         with open(self.workdir / f"engine-{name}.log", "wb") as log:
-            process = subprocess.Popen(argv, cwd=REPO, env={**self.env, "MINIVLLM_ENGINE_ID": name},
-                                       stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                argv, cwd=REPO, env={**self.env, "MINIVLLM_ENGINE_ID": name}, stdout=log, stderr=subprocess.STDOUT
+            )
         self.engines[name] = process
         return process
 

@@ -3,6 +3,7 @@
 `!reset` / `!override` (compose's merge tags) load as markers, so the override file parses too.
 `local_argv` turns a service's command into the argv the scale-out test runs on this machine.
 """
+
 from __future__ import annotations
 
 import sys
@@ -22,6 +23,8 @@ class _ComposeLoader(yaml.SafeLoader):
 
 
 _ComposeLoader.add_constructor("!reset", lambda loader, node: Reset())
+
+
 def _override(loader, node):
     """`!override`: the value replaces the base file's instead of merging; the value is what we check."""
     if isinstance(node, yaml.MappingNode):

@@ -3,6 +3,7 @@
 There is no Docker engine on these machines: the files are parsed, and their commands are the
 ones the README/Makefile document and the scale-out test runs.
 """
+
 from __future__ import annotations
 
 import re
@@ -81,8 +82,14 @@ def test_every_app_variable_is_one_the_code_reads(compose):
 
 
 SCALE_OUT_VARIABLES = {
-    "DATABASE_URL", "REDIS_URL", "MINIVLLM_REDIS_URL", "MINIVLLM_ENGINE", "MINIVLLM_ENGINE_TIMEOUT",
-    "MINIVLLM_ENGINE_ACCEPT_TIMEOUT", "MINIVLLM_ENGINE_ID", "MINIVLLM_ENGINE_HEARTBEAT_FILE",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "MINIVLLM_REDIS_URL",
+    "MINIVLLM_ENGINE",
+    "MINIVLLM_ENGINE_TIMEOUT",
+    "MINIVLLM_ENGINE_ACCEPT_TIMEOUT",
+    "MINIVLLM_ENGINE_ID",
+    "MINIVLLM_ENGINE_HEARTBEAT_FILE",
 }
 
 
@@ -119,7 +126,7 @@ def test_nginx_proxies_websockets_and_unbuffered_sse(compose):
     assert "./deploy/nginx.conf:/etc/nginx/conf.d/default.conf:ro" in nginx["volumes"]
     conf = (REPO / "deploy/nginx.conf").read_text()
     assert "server web:8000" in conf
-    ws = conf[conf.index("location /ws/"):]
+    ws = conf[conf.index("location /ws/") :]
     assert "proxy_set_header Upgrade $http_upgrade" in ws and "proxy_set_header Connection $connection_upgrade" in ws
     assert "proxy_buffering off" in conf
     static = next(v for v in nginx["volumes"] if v.startswith("static:"))

@@ -1,17 +1,32 @@
 """A web process's view of the engines: heartbeats in, stale engines out, stats summed."""
+
 from inference.remote import protocol as wire
 from inference.remote.fleet import EngineFleet
 
 
 def heartbeat(engine_id, *, now, state="ready", running=1, waiting=0, tps=10.0, last_step_at=None):
     return {
-        "type": wire.STATS, "engine_id": engine_id, "engine_channel": f"specific.{engine_id}!x", "state": state,
-        "now": now, "info": {"accepted": 3, "max_queue": 64, "model_name": "tiny", "max_model_len": 512},
+        "type": wire.STATS,
+        "engine_id": engine_id,
+        "engine_channel": f"specific.{engine_id}!x",
+        "state": state,
+        "now": now,
+        "info": {"accepted": 3, "max_queue": 64, "model_name": "tiny", "max_model_len": 512},
         "stats": {
-            "model": "tiny", "device": "cpu", "dtype": "float32", "num_slots": 4, "running": running,
-            "waiting": waiting, "slots": [{"request_id": "r" if running else None, "tokens": 1}],
-            "kv_blocks_used": 10, "kv_blocks_total": 100, "prefix_cache_queries": 4, "prefix_cache_hits": 1,
-            "tokens_per_second": tps, "total_tokens_generated": 50, "uptime_seconds": 9.0,
+            "model": "tiny",
+            "device": "cpu",
+            "dtype": "float32",
+            "num_slots": 4,
+            "running": running,
+            "waiting": waiting,
+            "slots": [{"request_id": "r" if running else None, "tokens": 1}],
+            "kv_blocks_used": 10,
+            "kv_blocks_total": 100,
+            "prefix_cache_queries": 4,
+            "prefix_cache_hits": 1,
+            "tokens_per_second": tps,
+            "total_tokens_generated": 50,
+            "uptime_seconds": 9.0,
             "last_step_at": now if last_step_at is None else last_step_at,
         },
     }

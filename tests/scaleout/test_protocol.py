@@ -1,4 +1,5 @@
 """The wire form of requests and outputs survives msgpack, and engine clocks are shifted."""
+
 import msgpack
 
 from inference.engine.outputs import RequestOutput, TokenLogprob
@@ -17,9 +18,18 @@ def test_sampling_params_round_trip():
 
 def test_output_round_trip_with_logprobs_and_clock_shift():
     out = RequestOutput(
-        "r1", "hi", [5, 6], finished=True, finish_reason="length", prompt_tokens=3, completion_tokens=2,
+        "r1",
+        "hi",
+        [5, 6],
+        finished=True,
+        finish_reason="length",
+        prompt_tokens=3,
+        completion_tokens=2,
         logprobs=[TokenLogprob(5, "h", -0.1, top=[(5, "h", -0.1), (7, "x", -2.0)])],
-        arrival_time=100.0, scheduled_time=100.5, first_token_time=101.0, finished_time=102.0,
+        arrival_time=100.0,
+        scheduled_time=100.5,
+        first_token_time=101.0,
+        finished_time=102.0,
     )
     back = wire.output_from_wire(through_msgpack(wire.output_to_wire(out)), clock_offset=-50.0)
     assert back.text == "hi" and back.token_ids == [5, 6] and back.finish_reason == "length"

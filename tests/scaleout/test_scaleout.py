@@ -4,6 +4,7 @@ The processes start with docker-compose.yml's own commands. Tests run in file or
 cluster: spreading and cross-process aborts first, then one engine is killed (-9), then the other
 gets SIGTERM.
 """
+
 from __future__ import annotations
 
 import json
@@ -93,8 +94,9 @@ def test_both_web_workers_serve_the_openai_api_and_aggregate_stats(cluster):
     for _, url in cluster.webs:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=60)
         [model] = client.models.list().data
-        reply = client.chat.completions.create(model=model.id, messages=[{"role": "user", "content": "hi"}],
-                                               max_tokens=4, extra_body={"ignore_eos": True})
+        reply = client.chat.completions.create(
+            model=model.id, messages=[{"role": "user", "content": "hi"}], max_tokens=4, extra_body={"ignore_eos": True}
+        )
         assert reply.usage.completion_tokens == 4
         stats = httpx.get(f"{url}/stats", timeout=5).json()
         assert stats["num_slots"] == 8 and len(stats["slots"]) == 8  # 4 per engine, summed

@@ -1,5 +1,6 @@
 """One live server for the security package: the real model, API keys from the environment and
 the admin (one of them revoked), a staff user, and small limits so every case is quick."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """Keys created in the admin: stored hashed with a visible prefix, shown once, revocable; and the
 key-or-staff guard on the monitoring endpoints, in-process (no engine needed)."""
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """Auth on a live server: no key / wrong key / revoked key / right key on every protected endpoint."""
+
 from __future__ import annotations
 
 import re
@@ -86,7 +87,9 @@ def staff_session(server) -> httpx.Client:
     client = httpx.Client(base_url=server.url, timeout=30)
     page = client.get("/admin/login/")
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-    resp = client.post("/admin/login/", data={"csrfmiddlewaretoken": token, "username": STAFF[0], "password": STAFF[1], "next": "/admin/"})
+    resp = client.post(
+        "/admin/login/", data={"csrfmiddlewaretoken": token, "username": STAFF[0], "password": STAFF[1], "next": "/admin/"}
+    )
     assert resp.status_code == 302 and "sessionid" in client.cookies, resp.text
     return client
 

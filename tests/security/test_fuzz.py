@@ -2,6 +2,7 @@
 negative numbers, non-UTF-8 bytes, enormous strings. Never a 500, always the error shape on a
 refusal, and the server healthy afterwards. Accepted requests are cheap: the server caps
 max_tokens at 64 (conftest)."""
+
 from __future__ import annotations
 
 import json
@@ -12,17 +13,43 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.reliability.live import assert_error_shape
-from tests.serving import wait_until
 from tests.security.conftest import bearer
+from tests.serving import wait_until
 
 pytestmark = pytest.mark.live
 
 PATHS = ["/generate", "/v1/completions", "/v1/chat/completions"]
 FIELDS = [
-    "prompt", "messages", "max_tokens", "max_new_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
-    "min_p", "seed", "stop", "stop_token_ids", "n", "stream", "stream_options", "logprobs", "top_logprobs", "model",
-    "ignore_eos", "min_tokens", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "echo",
-    "best_of", "response_format", "tools", "tool_choice", "user",
+    "prompt",
+    "messages",
+    "max_tokens",
+    "max_new_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "n",
+    "stream",
+    "stream_options",
+    "logprobs",
+    "top_logprobs",
+    "model",
+    "ignore_eos",
+    "min_tokens",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "echo",
+    "best_of",
+    "response_format",
+    "tools",
+    "tool_choice",
+    "user",
 ]
 numbers = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
@@ -32,9 +59,14 @@ numbers = st.one_of(
 )
 text = st.one_of(st.text(max_size=40), st.sampled_from(["", "\x00", "\ud7ff", "Hi", "</s>", "<|im_end|>"]))
 scalars = st.one_of(st.none(), st.booleans(), numbers, text)
-json_values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(text, inner, max_size=4)), max_leaves=12)
+json_values = st.recursive(
+    scalars, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(text, inner, max_size=4)), max_leaves=12
+)
 message = st.fixed_dictionaries(
-    {"role": st.one_of(st.sampled_from(["user", "system", "assistant", "tool", "developer"]), json_values), "content": st.one_of(text, json_values)}
+    {
+        "role": st.one_of(st.sampled_from(["user", "system", "assistant", "tool", "developer"]), json_values),
+        "content": st.one_of(text, json_values),
+    }
 )
 field_values = {
     "prompt": st.one_of(text, st.lists(st.integers(min_value=-5, max_value=60000), max_size=6), json_values),
@@ -54,14 +86,16 @@ raw_bodies = st.one_of(
     st.builds(lambda b: b'{"max_tokens": 2, "prompt": "' + b + b'"}', st.binary(min_size=1, max_size=20)),
     st.sampled_from([b"", b"{", b"[]", b"null", b'{"prompt": NaN}', b'{"prompt": Infinity}', b"[" * 5000, b'{"a":' * 3000]),
 )
-huge = st.sampled_from([
-    {"prompt": "x" * (2 * 1024 * 1024)},                       # over the body limit
-    {"prompt": "word " * 150_000},                               # under it, far over the token limit
-    {"prompt": "Hi", "stop": ["y" * 200_000]},
-    {"messages": [{"role": "user", "content": "z" * 900_000}]},
-    {"prompt": "Hi", "max_tokens": 10**400},
-    {"prompt": "Hi", "seed": -(10**30), "temperature": 1e308},
-])
+huge = st.sampled_from(
+    [
+        {"prompt": "x" * (2 * 1024 * 1024)},  # over the body limit
+        {"prompt": "word " * 150_000},  # under it, far over the token limit
+        {"prompt": "Hi", "stop": ["y" * 200_000]},
+        {"messages": [{"role": "user", "content": "z" * 900_000}]},
+        {"prompt": "Hi", "max_tokens": 10**400},
+        {"prompt": "Hi", "seed": -(10**30), "temperature": 1e308},
+    ]
+)
 
 
 def check(resp: httpx.Response) -> None:
@@ -84,12 +118,22 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(Heal
 @pytest.mark.timeout(600)
 @given(path=st.sampled_from(PATHS), body=bodies)
 def test_json_bodies(client, path, body):
-    check(client.post(path, content=json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass"), headers={"Content-Type": "application/json"}))
+    check(
+        client.post(
+            path,
+            content=json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass"),
+            headers={"Content-Type": "application/json"},
+        )
+    )
 
 
 @settings(FUZZ, max_examples=60)
 @pytest.mark.timeout(600)
-@given(path=st.sampled_from(PATHS), raw=raw_bodies, content_type=st.sampled_from(["application/json", "text/plain", "", "application/x+json"]))
+@given(
+    path=st.sampled_from(PATHS),
+    raw=raw_bodies,
+    content_type=st.sampled_from(["application/json", "text/plain", "", "application/x+json"]),
+)
 def test_raw_bytes(client, path, raw, content_type):
     headers = {"Content-Type": content_type} if content_type else {}
     check(client.post(path, content=raw, headers=headers))

@@ -1,4 +1,5 @@
 """Limits on a live server (set small in conftest): each refused with its status and the error shape."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,8 @@ import httpx
 import pytest
 
 from tests.reliability.live import assert_error_shape
-from tests.serving import wait_until
 from tests.security.conftest import OTHER_ENV_KEY, bearer
+from tests.serving import wait_until
 
 pytestmark = pytest.mark.live
 
@@ -18,7 +19,9 @@ CHAT = [{"role": "user", "content": "Hi"}]
 def post(server, path, body, key=None, **kwargs) -> httpx.Response:
     headers = bearer(key or server.keys.env)
     if isinstance(body, (bytes, str)):
-        return httpx.post(server.url + path, content=body, headers={**headers, "Content-Type": "application/json"}, timeout=60, **kwargs)
+        return httpx.post(
+            server.url + path, content=body, headers={**headers, "Content-Type": "application/json"}, timeout=60, **kwargs
+        )
     return httpx.post(server.url + path, json=body, headers=headers, timeout=60, **kwargs)
 
 
@@ -42,14 +45,22 @@ def test_prompt_tokens(secured):
     long_prompt = "word " * 400  # ~400 tokens > 200
     refused(post(secured, "/generate", {"prompt": long_prompt}), 400, "prompt", "prompt_too_long")
     refused(post(secured, "/v1/completions", {"prompt": list(range(100, 401))}), 400, "prompt", "prompt_too_long")
-    refused(post(secured, "/v1/chat/completions", {"messages": [{"role": "user", "content": long_prompt}]}), 400, "messages", "prompt_too_long")
+    refused(
+        post(secured, "/v1/chat/completions", {"messages": [{"role": "user", "content": long_prompt}]}),
+        400,
+        "messages",
+        "prompt_too_long",
+    )
 
 
-@pytest.mark.parametrize("path,body,param", [
-    ("/generate", {"prompt": "Hi", "max_new_tokens": 65}, "max_new_tokens"),
-    ("/v1/completions", {"prompt": "Hi", "max_tokens": 10**12}, "max_tokens"),
-    ("/v1/chat/completions", {"messages": CHAT, "max_completion_tokens": 65}, "max_completion_tokens"),
-])
+@pytest.mark.parametrize(
+    "path,body,param",
+    [
+        ("/generate", {"prompt": "Hi", "max_new_tokens": 65}, "max_new_tokens"),
+        ("/v1/completions", {"prompt": "Hi", "max_tokens": 10**12}, "max_tokens"),
+        ("/v1/chat/completions", {"messages": CHAT, "max_completion_tokens": 65}, "max_completion_tokens"),
+    ],
+)
 def test_max_tokens_cap(secured, path, body, param):
     refused(post(secured, path, body), 400, param, "max_tokens_too_large")
 
@@ -59,13 +70,20 @@ def test_defaults_are_capped_not_refused(secured):
     assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 64
 
 
-@pytest.mark.parametrize("stop,code", [
-    (["a", "b", "c", "d", "e"], "too_many_stop_strings"),
-    ("s" * 257, "stop_string_too_long"),
-    (["ok", "s" * 257], "stop_string_too_long"),
-])
+@pytest.mark.parametrize(
+    "stop,code",
+    [
+        (["a", "b", "c", "d", "e"], "too_many_stop_strings"),
+        ("s" * 257, "stop_string_too_long"),
+        (["ok", "s" * 257], "stop_string_too_long"),
+    ],
+)
 def test_stop_strings(secured, stop, code):
-    for path, body in (("/generate", {"prompt": "Hi"}), ("/v1/completions", {"prompt": "Hi"}), ("/v1/chat/completions", {"messages": CHAT})):
+    for path, body in (
+        ("/generate", {"prompt": "Hi"}),
+        ("/v1/completions", {"prompt": "Hi"}),
+        ("/v1/chat/completions", {"messages": CHAT}),
+    ):
         refused(post(secured, path, {**body, "stop": stop, "max_tokens": 2}), 400, "stop", code)
 
 
@@ -79,7 +97,9 @@ def test_per_key_concurrency(secured):
     does not); once they end, the key is served again."""
     body = {"prompt": "Tell me a story", "max_new_tokens": 64, "ignore_eos": True}
     with httpx.Client(timeout=60) as client:
-        streams = [client.stream("POST", f"{secured.url}/generate", json=body, headers=bearer(secured.keys.env)) for _ in range(2)]
+        streams = [
+            client.stream("POST", f"{secured.url}/generate", json=body, headers=bearer(secured.keys.env)) for _ in range(2)
+        ]
         responses = [stream.__enter__() for stream in streams]
         try:
             # the slot is taken before the headers are sent: both are in flight now

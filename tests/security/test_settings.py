@@ -1,5 +1,6 @@
 """Production settings: DEBUG off unless asked, SECRET_KEY required then, hosts and CSRF origins
 from the environment, and `manage.py check --deploy` clean under them."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,9 @@ PRODUCTION = {
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("MINIVLLM_") and k != "DJANGO_SECRET_KEY"}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_check_deploy_is_clean_under_production_settings():
@@ -36,4 +39,6 @@ def test_secret_key_required_unless_debug():
 def test_hosts_and_origins_come_from_the_environment():
     code = "from django.conf import settings as s; print(s.DEBUG, s.ALLOWED_HOSTS, s.CSRF_TRUSTED_ORIGINS, s.SECURE_SSL_REDIRECT)"
     done = manage("shell", "-c", code, **PRODUCTION)
-    assert done.stdout.strip().splitlines()[-1] == "False ['llm.example.com'] ['https://llm.example.com'] True", done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False ['llm.example.com'] ['https://llm.example.com'] True", (
+        done.stdout + done.stderr
+    )

@@ -1,4 +1,5 @@
 """The ASGI entry point: routes, no engine autostart under tests, lifespan, and the landing page."""
+
 import pytest
 from asgiref.testing import ApplicationCommunicator
 

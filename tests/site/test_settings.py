@@ -1,4 +1,5 @@
 """Settings come from the environment: DATABASE_URL, the serving knobs."""
+
 from minivllm_site import settings as site_settings
 
 

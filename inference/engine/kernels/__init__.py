@@ -6,6 +6,7 @@ version; about two minutes, once; `make install` does it up front) into
 or None where they cannot run (no AVX2, no compiler): callers then keep their torch path, which
 is also the CUDA path.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,10 +19,24 @@ import torch
 log = logging.getLogger(__name__)
 NAME = "minivllm_kernels"
 STALE_LOCK_S = 600  # a build takes ~2 min; a lock this old was left by a killed one
-SOURCES = ("bindings.cpp", "cpu_isa.cpp", "activation_rows.cpp", "int8_linear.cpp", "int8_dot_avx2.cpp",
-           "int8_dot_avx512bw.cpp", "int8_dot_avx512.cpp", "int8_amx.cpp",
-           "group_linear.cpp", "group_dot_avx2.cpp", "group_dot_avx512bw.cpp", "group_dot_avx512_vnni.cpp",
-           "paged_attention.cpp", "rms_norm.cpp", "rotary.cpp", "llama_layer.cpp")
+SOURCES = (
+    "bindings.cpp",
+    "cpu_isa.cpp",
+    "activation_rows.cpp",
+    "int8_linear.cpp",
+    "int8_dot_avx2.cpp",
+    "int8_dot_avx512bw.cpp",
+    "int8_dot_avx512.cpp",
+    "int8_amx.cpp",
+    "group_linear.cpp",
+    "group_dot_avx2.cpp",
+    "group_dot_avx512bw.cpp",
+    "group_dot_avx512_vnni.cpp",
+    "paged_attention.cpp",
+    "rms_norm.cpp",
+    "rotary.cpp",
+    "llama_layer.cpp",
+)
 # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the elementwise
 # kernels round exactly as the torch expressions they replace.
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp"]

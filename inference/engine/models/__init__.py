@@ -1,4 +1,5 @@
 """Our own model implementations, keyed by the HF config's `model_type`."""
+
 from ..errors import UnsupportedModelError
 from .gpt2 import GPT2LMHeadModel
 from .llama import LlamaForCausalLM
@@ -17,6 +18,4 @@ def model_class_for(hf_config):
         return MODEL_CLASSES[model_type]
     except KeyError:
         supported = ", ".join(sorted(MODEL_CLASSES))
-        raise UnsupportedModelError(
-            f"model type {model_type!r} is not supported; mini-vLLM implements: {supported}"
-        ) from None
+        raise UnsupportedModelError(f"model type {model_type!r} is not supported; mini-vLLM implements: {supported}") from None

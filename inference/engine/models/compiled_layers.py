@@ -6,6 +6,7 @@ runs all layers in one call. They run the same kernels as the module path, so th
 wherever every projection is one our C++ can call (each linear of layers/linear/ provides its own):
 int8, 4- or 8-bit groups, bf16 weights or packed float32 (MKL or oneDNN), on CPU. Elsewhere (bf16, CUDA) the modules run.
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,8 +33,14 @@ def _layer_weights(compiled, layer: LlamaDecoderLayer):
         input_norm=layer.input_layernorm.weight.detach(),
         post_attention_norm=layer.post_attention_layernorm.weight.detach(),
         eps=layer.input_layernorm.eps,
-        qkv=qkv, o=o, gate_up=gate_up, down=down,
-        heads=attn.num_heads, kv_heads=attn.num_kv_heads, head_dim=attn.head_dim, intermediate=mlp.intermediate,
+        qkv=qkv,
+        o=o,
+        gate_up=gate_up,
+        down=down,
+        heads=attn.num_heads,
+        kv_heads=attn.num_kv_heads,
+        head_dim=attn.head_dim,
+        intermediate=mlp.intermediate,
     )
 
 

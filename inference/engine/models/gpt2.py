@@ -1,9 +1,10 @@
 """GPT-2 decoder over the paged KV cache (learned positions, LayerNorm, GELU-tanh)."""
+
 from __future__ import annotations
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from ..attention import AttentionMetadata, paged_attention
 

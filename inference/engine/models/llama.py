@@ -3,11 +3,12 @@
 Q/K/V and gate/up projections are fused into one matmul each: on a small model the number
 of kernel launches, not FLOPs, dominates a decode step.
 """
+
 from __future__ import annotations
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from ..attention import AttentionMetadata, attend, paged_attention
 from ..kernels import kernels
@@ -136,8 +137,15 @@ class LlamaForCausalLM(nn.Module):
         rope = self.rotary.tables(positions, x.dtype)
         if self.compiled_decode_layers is not None and not meta.prefills and meta.decode_tables is not None:
             x = kernels().llama_decode_layers(
-                self.compiled_decode_layers, x, *rope, [k for k, _ in kv_caches], [v for _, v in kv_caches],
-                meta.write_rows, meta.decode_tables, meta.decode_lengths, self.layers[0].self_attn.scale,
+                self.compiled_decode_layers,
+                x,
+                *rope,
+                [k for k, _ in kv_caches],
+                [v for _, v in kv_caches],
+                meta.write_rows,
+                meta.decode_tables,
+                meta.decode_lengths,
+                self.layers[0].self_attn.scale,
             )
             return self.norm(x)
         for layer, kv_cache in zip(self.layers, kv_caches):
@@ -157,8 +165,11 @@ class LlamaForCausalLM(nn.Module):
         cfg = self.cfg
         for i in range(cfg.num_hidden_layers):
             blk, ours = f"blk.{i}.", f"layers.{i}."
-            linears[ours + "self_attn.qkv_proj"] = [(blk + "attn_q.weight", cfg.num_attention_heads),
-                                                    (blk + "attn_k.weight", cfg.num_key_value_heads), (blk + "attn_v.weight", None)]
+            linears[ours + "self_attn.qkv_proj"] = [
+                (blk + "attn_q.weight", cfg.num_attention_heads),
+                (blk + "attn_k.weight", cfg.num_key_value_heads),
+                (blk + "attn_v.weight", None),
+            ]
             linears[ours + "self_attn.o_proj"] = [(blk + "attn_output.weight", None)]
             linears[ours + "mlp.gate_up_proj"] = [(blk + "ffn_gate.weight", None), (blk + "ffn_up.weight", None)]
             linears[ours + "mlp.down_proj"] = [(blk + "ffn_down.weight", None)]

@@ -5,6 +5,7 @@ replaces all of them, so the filling only costs time (~135M random numbers for S
 the meta device, memory: meta tensors' `normal_` runs through torch's Python decompositions,
 whose first call imports torch._dynamo (~70 MB resident, docs/performance.md section 38).
 """
+
 from __future__ import annotations
 
 from torch import nn

@@ -1,4 +1,5 @@
 """Rotary position embeddings (the rotate-half layout HF Llama/Qwen2 checkpoints use)."""
+
 from __future__ import annotations
 
 import math

@@ -5,6 +5,7 @@ requests from the shared channel on the channel layer (Redis) and serves every w
 SIGTERM (see inference/remote/worker.py). With --prompt it drives LLMEngine directly (add_request
 + step until done), the way the serving thread does, and prints the completion and its speed.
 """
+
 from __future__ import annotations
 
 import asyncio

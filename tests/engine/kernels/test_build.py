@@ -1,4 +1,5 @@
 """The build's guard against a lock left by a killed compile (which would hang every later start)."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """The grouped kernel (4- and 8-bit weights, int8 activation groups): its documented arithmetic bit for bit,
 the same bits per row whatever the batch or the ISA, and the packed layout."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """The int8 kernel: exact integer sums, so the same bits per row whatever the batch or the ISA."""
+
 from __future__ import annotations
 
 import os
@@ -89,7 +90,9 @@ def test_two_levels_in_one_call_equal_the_levels_summed(compiled, isas):
     scales = [torch.rand(12), torch.rand(12) / 254]
     for isa in isas:
         both = linear(compiled, x, [first, second], scales, isa)
-        assert torch.equal(both, linear(compiled, x, [first], scales[:1], isa) + linear(compiled, x, [second], scales[1:], isa)), isa
+        assert torch.equal(
+            both, linear(compiled, x, [first], scales[:1], isa) + linear(compiled, x, [second], scales[1:], isa)
+        ), isa
 
 
 @pytest.mark.parametrize("rows", [1, 5, 16, 17, 31, 33, 48])  # AMX: tiles of up to 16 rows, of equal height
@@ -119,8 +122,12 @@ def test_auto_packs_rows_wider_than_amx_takes_for_the_vector_versions(compiled, 
     with pytest.raises(RuntimeError, match="K up to"):
         compiled.int8_pack_weight(weight, "amx")
     x = torch.randn(1, 65544)
-    torch.testing.assert_close(compiled.int8_linear(x, [compiled.int8_pack_weight(weight)], [torch.ones(4)]),
-                               reference(x, weight, torch.ones(4)), rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(
+        compiled.int8_linear(x, [compiled.int8_pack_weight(weight)], [torch.ones(4)]),
+        reference(x, weight, torch.ones(4)),
+        rtol=1e-5,
+        atol=1e-3,
+    )
 
 
 def test_no_rows_give_no_outputs_but_a_bad_isa_is_still_refused(compiled, isas):
@@ -153,11 +160,18 @@ def test_weights_go_only_to_the_version_they_were_packed_for(compiled, amx):
 
 def test_minivllm_cpu_isa_caps_the_choice(compiled):
     """What the benchmarks compare versions with: a process told avx2 packs for and runs avx2 alone."""
-    code = ("import torch; from inference.engine.kernels import kernels; k = kernels()\n"
-            "w = k.int8_pack_weight(torch.zeros(4, 64, dtype=torch.int8))\n"
-            "print(k.linear_isa(), k.vector_isa(), w.dim())")
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "MINIVLLM_CPU_ISA": "avx2"}, capture_output=True, text=True,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    code = (
+        "import torch; from inference.engine.kernels import kernels; k = kernels()\n"
+        "w = k.int8_pack_weight(torch.zeros(4, 64, dtype=torch.int8))\n"
+        "print(k.linear_isa(), k.vector_isa(), w.dim())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "MINIVLLM_CPU_ISA": "avx2"},
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["avx2", "avx2", "2"]
 

@@ -1,5 +1,6 @@
 """The decode attention kernels against dense attention over each sequence's own tokens, over a
 float32 cache and a float16 one."""
+
 from __future__ import annotations
 
 import pytest
@@ -77,7 +78,9 @@ def test_a_float16_cache_gives_the_bits_of_its_values_widened_to_float32(compile
     out = compiled.paged_attention_values(probs, v16, tables, lens)
     assert torch.equal(out, compiled.paged_attention_values(probs, v16.float(), tables, lens))
     for b, length in enumerate(lengths):
-        torch.testing.assert_close(out[b], dense(q[b], k16.float(), v16.float(), tables[b], length, DIM**-0.5), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            out[b], dense(q[b], k16.float(), v16.float(), tables[b], length, DIM**-0.5), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_a_cache_in_another_dtype_is_refused(compiled):

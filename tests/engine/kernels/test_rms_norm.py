@@ -1,4 +1,5 @@
 """The RMSNorm kernel against HF's LlamaRMSNorm formula."""
+
 from __future__ import annotations
 
 import torch

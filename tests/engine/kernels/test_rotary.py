@@ -1,4 +1,5 @@
 """The in-place RoPE kernel rounds exactly as the torch expression it replaces."""
+
 from __future__ import annotations
 
 import torch

@@ -1,13 +1,14 @@
 """The C++ layer halves (kernels/llama_layer.cpp) compute exactly what the modules compute."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from inference.engine.layers.linear import packed as packed_linear
 from inference.engine.config import EngineConfig
-from inference.engine.loader import build_bundle
 from inference.engine.layers.linear import bf16_weights_run_natively
+from inference.engine.layers.linear import packed as packed_linear
+from inference.engine.loader import build_bundle
 from tests.conftest import tiny_llama_hf, tiny_qwen2_hf
 from tests.engine.helpers import engine_for, greedy, run_to_completion
 
@@ -23,7 +24,11 @@ def run_mixed_steps(engine) -> dict:
     }
 
 
-PROJECTIONS = ["int8", "int4", "onednn"] + (["mkl"] if torch.backends.mkl.is_available() else []) + (["bf16"] if bf16_weights_run_natively() else [])
+PROJECTIONS = (
+    ["int8", "int4", "onednn"]
+    + (["mkl"] if torch.backends.mkl.is_available() else [])
+    + (["bf16"] if bf16_weights_run_natively() else [])
+)
 
 
 @pytest.mark.parametrize("make_model", [tiny_llama_hf, tiny_qwen2_hf], ids=["llama", "qwen2-bias"])

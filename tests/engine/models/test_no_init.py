@@ -1,4 +1,5 @@
 """Models built without random initialisation: the checkpoint sets every weight afterwards."""
+
 from __future__ import annotations
 
 import torch

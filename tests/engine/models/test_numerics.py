@@ -3,6 +3,7 @@
 Tolerance: max |logit difference| <= 1e-4 for the tiny random models and 2e-3 for the real
 SmolLM2 (30 layers of float32 accumulation in a different operation order).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -47,8 +48,8 @@ def test_tiny_model_greedy_matches_hf(arch, smollm_tokenizer):
 
 
 def test_real_smollm2_logits_match_hf(real_hf_model, real_bundle, smollm_tokenizer):
-    from inference.engine.engine import LLMEngine
     from inference.engine.config import EngineConfig
+    from inference.engine.engine import LLMEngine
 
     engine = LLMEngine(EngineConfig(dtype="float32", device="cpu", kv_cache_mb=32), bundle=real_bundle)
     prompt = smollm_tokenizer("The capital of France is Paris. The capital of Germany is").input_ids
@@ -59,8 +60,8 @@ def test_real_smollm2_logits_match_hf(real_hf_model, real_bundle, smollm_tokeniz
 
 
 def test_real_smollm2_greedy_matches_hf(real_hf_model, real_bundle, smollm_tokenizer):
-    from inference.engine.engine import LLMEngine
     from inference.engine.config import EngineConfig
+    from inference.engine.engine import LLMEngine
 
     engine = LLMEngine(EngineConfig(dtype="float32", device="cpu", kv_cache_mb=32), bundle=real_bundle)
     prompt = smollm_tokenizer("The future of AI inference is").input_ids

@@ -13,6 +13,7 @@ that format. The formats:
 - `none`: the model's dtype; float32 on CPU with weights packed for MKL or oneDNN (packed.py).
   `auto` elsewhere, and on CUDA (bf16 torch paths).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,17 @@ from .prefetch import prefetch_for
 
 GROUP_BITS = {"int4": 4, "q8_0": 8}
 
-__all__ = ["FORMATS", "FormatChoice", "GroupLinear", "Int8Linear", "PackedLinear", "RowKernelLinear",
-           "bf16_weights_run_natively", "choose_format", "prepare_linears"]
+__all__ = [
+    "FORMATS",
+    "FormatChoice",
+    "GroupLinear",
+    "Int8Linear",
+    "PackedLinear",
+    "RowKernelLinear",
+    "bf16_weights_run_natively",
+    "choose_format",
+    "prepare_linears",
+]
 
 
 @dataclass(frozen=True)
@@ -56,7 +66,9 @@ def choose_format(requested: str, *, checkpoint: str, device: torch.device) -> F
     if kernels() is None:
         return FormatChoice("none", "the CPU kernels did not build here (see the log), so float32 with packed weights")
     if checkpoint in ("q4_0", "q4_1"):
-        return FormatChoice("int4", f"the checkpoint's own {checkpoint.upper()} 4-bit groups, int8 activation groups ({kernels().vector_isa()})")
+        return FormatChoice(
+            "int4", f"the checkpoint's own {checkpoint.upper()} 4-bit groups, int8 activation groups ({kernels().vector_isa()})"
+        )
     if checkpoint == "q8_0":
         return FormatChoice("q8_0", f"the checkpoint's own Q8_0 groups, int8 activation groups ({kernels().vector_isa()})")
     if checkpoint in ("bfloat16", "float16") and bf16_weights_run_natively():
@@ -71,7 +83,9 @@ def prepare_linears(model: nn.Module, choice: FormatChoice, device: torch.device
         return pack_linears(model) if can_pack(device, _dtype_of(model)) else model
     if fmt == "bf16":
         if device.type != "cpu" or _dtype_of(model) != torch.float32:
-            raise ValueError("MINIVLLM_QUANT=bf16 gives a float32 CPU model bf16 linears; on CUDA, or for a bf16 model, set MINIVLLM_DTYPE=bfloat16 instead")
+            raise ValueError(
+                "MINIVLLM_QUANT=bf16 gives a float32 CPU model bf16 linears; on CUDA, or for a bf16 model, set MINIVLLM_DTYPE=bfloat16 instead"
+            )
         if not bf16_weights_run_natively():
             raise ValueError("MINIVLLM_QUANT=bf16 needs a CPU with AVX512-BF16 and torch's oneDNN; use MINIVLLM_QUANT=none here")
         return pack_linears(model, backend="onednn_bf16")
@@ -105,5 +119,9 @@ def _dtype_of(model: nn.Module) -> torch.dtype:
 
 
 def _embeddings_sharing(model: nn.Module, weight: torch.Tensor) -> list[tuple[nn.Module, str]]:
-    return [(parent, name) for parent in model.modules() for name, child in parent.named_children()
-            if isinstance(child, nn.Embedding) and child.weight is weight]
+    return [
+        (parent, name)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, nn.Embedding) and child.weight is weight
+    ]

@@ -1,4 +1,5 @@
 """Swapping a loaded model's nn.Linear layers for a faster kind (int8, groups, packed float32)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

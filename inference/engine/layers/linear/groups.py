@@ -14,6 +14,7 @@ does not depend on its batch, and every ISA gives the same bits. A GGUF's own bl
 levels, scales and minimums as they are (gguf_weights.py); from a float checkpoint they are
 quantized as llama.cpp quantizes, which gives a GGUF's de-quantized weights back exactly (a test).
 """
+
 from __future__ import annotations
 
 import torch
@@ -74,8 +75,9 @@ def _check_finite(*tensors: torch.Tensor) -> None:
 class GroupLinear(RowKernelLinear):
     """A linear whose weight is 4- or 8-bit groups, packed once for the kernel."""
 
-    def __init__(self, levels: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, bits: int,
-                 bias: torch.Tensor | None = None):
+    def __init__(
+        self, levels: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, bits: int, bias: torch.Tensor | None = None
+    ):
         super().__init__()
         self.bits = bits
         self.register_buffer("packed", kernels().group_pack_weight(levels, scales, minimums, bits))
@@ -83,7 +85,7 @@ class GroupLinear(RowKernelLinear):
         self.out_features, self.in_features = levels.shape
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, bits: int) -> "GroupLinear":
+    def from_linear(cls, linear: nn.Linear, bits: int) -> GroupLinear:
         quantize = quantize_groups if bits == 4 else quantize_groups_8bit
         return cls(*quantize(linear.weight), bits=bits, bias=linear.bias)
 
@@ -94,7 +96,7 @@ class GroupLinear(RowKernelLinear):
     def projection(self, compiled):
         return compiled.Projection.group(self.packed, self.out_features, self.bits, self.bias)
 
-    def embedding(self) -> "GroupEmbedding":
+    def embedding(self) -> GroupEmbedding:
         """The same packed rows as an embedding table (a tied lm_head's)."""
         return GroupEmbedding(self)
 

@@ -12,6 +12,7 @@ result never depends on the rows beside it, so a request's tokens do not change 
 batch around it. Any BLAS GEMM in the path breaks that (MKL gives a row different low bits
 in a batch of 8 than alone).
 """
+
 from __future__ import annotations
 
 import torch
@@ -68,6 +69,7 @@ class Int8Linear(RowKernelLinear):
 def quantize_int8(model: nn.Module, two_level: tuple[str, ...] = TWO_LEVEL) -> nn.Module:
     """Replaces every nn.Linear (lm_head included, untied from the embedding) with Int8Linear,
     those named in `two_level` with two int8 levels."""
+
     def build(name: str, linear: nn.Linear) -> Int8Linear:
         if linear.in_features % 8:
             raise ValueError(f"MINIVLLM_QUANT=int8: {name} has {linear.in_features} inputs; the kernel needs a multiple of 8")

@@ -21,6 +21,7 @@ for the same bits (docs/performance.md, section 33).
 The packed weights are plain attributes, not parameters or buffers: load the model onto its
 device before packing, and do not move it afterwards.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,7 +42,7 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
 
 @functools.cache
 def packing_backend() -> str | None:
-    """"mkl" on Intel CPUs, "onednn" on others, None where this torch has neither op."""
+    """ "mkl" on Intel CPUs, "onednn" on others, None where this torch has neither op."""
     has_mkl = torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
     has_onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
     if has_mkl and cpu_vendor() == "GenuineIntel" and mkl_packing_serves_any_row_count():

@@ -11,6 +11,7 @@ The choice changes speed only: every distance gives the same bits.
 kernels' instruction set and the weights' shapes, so a restart on the same machine skips the
 timing (a restart must be ready in seconds; the timing's ~0.5 s is a tenth of that).
 """
+
 from __future__ import annotations
 
 import json

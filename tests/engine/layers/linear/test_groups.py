@@ -1,4 +1,5 @@
 """Groups of 32: Q4_1's and Q8_0's scales, the embedded GGUF's weights given back, and which linears go to groups."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Weight-only int8 per channel: close to the float weights, exact per row, Q/K/V in two levels."""
+
 from __future__ import annotations
 
 import pytest

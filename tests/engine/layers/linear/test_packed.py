@@ -1,4 +1,5 @@
 """Packed float32 linears (MKL, oneDNN): the same function as nn.Linear, chosen only where it applies."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,8 +7,8 @@ import torch
 from torch import nn
 
 from inference.engine.config import EngineConfig
-from inference.engine.loader import load_model
 from inference.engine.layers.linear.packed import PackedLinear, can_pack, pack_linears, packing_backend
+from inference.engine.loader import load_model
 
 pytestmark = pytest.mark.skipif(not can_pack(torch.device("cpu"), torch.float32), reason="no packed GEMM in this torch")
 BACKENDS = [b for b in ("mkl", "onednn") if b == "onednn" or torch.backends.mkl.is_available()]
@@ -66,7 +67,6 @@ def test_one_mkl_packing_serves_every_row_count_at_model_shapes(shape, rows):
 
 def test_mkl_is_the_choice_on_intel_only():
     from inference.engine.device import cpu_vendor
-
     from inference.engine.layers.linear.packed import mkl_packing_serves_any_row_count
 
     on_intel = cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available()

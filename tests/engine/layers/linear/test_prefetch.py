@@ -1,4 +1,5 @@
 """The int8 prefetch distance is timed at load and the fastest one is kept."""
+
 from __future__ import annotations
 
 import json
@@ -8,9 +9,8 @@ import torch
 from torch import nn
 
 from inference.engine.kernels import kernels
-from inference.engine.layers.linear import FormatChoice, prepare_linears
+from inference.engine.layers.linear import FormatChoice, prefetch, prepare_linears
 from inference.engine.layers.linear.int8 import Int8Linear, quantize_int8
-from inference.engine.layers.linear import prefetch
 from inference.engine.layers.linear.prefetch import CANDIDATE_BYTES, tune_int8_prefetch
 
 pytestmark = pytest.mark.skipif(kernels() is None, reason="the int8 kernel did not build here")

@@ -1,5 +1,6 @@
 """The weight formats on the real model: greedy tokens agree with bf16 on >= 95% of teacher-forced
 positions, the default (the GGUF's own 4-bit groups) with float32 on >= 99%, and batching changes no token."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,21 +16,38 @@ from tests.engine.helpers import generated_ids, greedy, run_to_completion
 NEEDS_AVX512_BF16 = pytest.mark.skipif(not bf16_weights_run_natively(), reason="MINIVLLM_QUANT=bf16 needs AVX512-BF16")
 
 PROMPTS = [
-    "The future of AI inference is", "Once upon a time", "The best way to learn a language is",
-    "def quicksort(arr):", "The history of Rome begins", "My favourite recipe for soup",
-    "Explain gravity to a child:", "The stock market today", "A poem about autumn:",
-    "The main causes of climate change are", "In the year 3000,", "How do vaccines work?",
-    "The ocean is", "Dear hiring manager,", "Ten facts about cats:", "import numpy as np",
-    "The meaning of life is", "Yesterday I went to the", "Photosynthesis is the process",
+    "The future of AI inference is",
+    "Once upon a time",
+    "The best way to learn a language is",
+    "def quicksort(arr):",
+    "The history of Rome begins",
+    "My favourite recipe for soup",
+    "Explain gravity to a child:",
+    "The stock market today",
+    "A poem about autumn:",
+    "The main causes of climate change are",
+    "In the year 3000,",
+    "How do vaccines work?",
+    "The ocean is",
+    "Dear hiring manager,",
+    "Ten facts about cats:",
+    "import numpy as np",
+    "The meaning of life is",
+    "Yesterday I went to the",
+    "Photosynthesis is the process",
     "The rules of chess are",
 ]
 
 
-def engine_with(real_hf_model, tokenizer, quantization: str, dtype: str | None = None, checkpoint: str | None = None) -> LLMEngine:
+def engine_with(
+    real_hf_model, tokenizer, quantization: str, dtype: str | None = None, checkpoint: str | None = None
+) -> LLMEngine:
     """bf16 for the reference; the formats as the server runs them: float32 activations, every kernel in its path."""
     dtype = dtype or ("bfloat16" if quantization == "none" else "float32")
     cfg = EngineConfig(dtype=dtype, device="cpu", quantization=quantization, kv_cache_mb=64, max_num_seqs=20)
-    bundle = build_bundle(real_hf_model.config, tokenizer, real_hf_model.state_dict(), name="smollm2", config=cfg, checkpoint=checkpoint)
+    bundle = build_bundle(
+        real_hf_model.config, tokenizer, real_hf_model.state_dict(), name="smollm2", config=cfg, checkpoint=checkpoint
+    )
     return LLMEngine(cfg, bundle=bundle)
 
 
@@ -52,8 +70,10 @@ def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
     """The argmax at every position of one prefill through the engine's own model and cache."""
     n = len(token_ids)
     meta = AttentionMetadata(
-        write_rows=engine.runner.head_slot_offsets.add(torch.arange(n)).reshape(-1), num_decodes=0,
-        decode_block_rows=None, decode_padding=None,
+        write_rows=engine.runner.head_slot_offsets.add(torch.arange(n)).reshape(-1),
+        num_decodes=0,
+        decode_block_rows=None,
+        decode_padding=None,
         prefills=[PrefillChunk(start=0, end=n, context_len=n, block_rows=None, causal_mask=None)],
     )
     model = engine.bundle.model
