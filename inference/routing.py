@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import consumers
+from .api import consumers
 
 websocket_urlpatterns = [
     path("ws/stats", consumers.StatsConsumer.as_asgi()),

@@ -14,8 +14,8 @@ import psutil
 from django.conf import settings
 from django.db.models import QuerySet
 
-from . import runtime
 from .models import GenerationRequest
+from .serving import runtime
 
 log = logging.getLogger("inference.selectors")
 

@@ -1,9 +1,10 @@
 from django.conf import settings
 from django.urls import path
 
-from . import api, views
-from .auth import require_key_or_staff
-from .metrics import metrics_view
+from .api import stats_views as api
+from .api import views
+from .api.auth import require_key_or_staff
+from .api.metrics import metrics_view
 
 urlpatterns = [
     path("generate", views.generate, name="generate"),
@@ -17,6 +18,6 @@ urlpatterns = [
 ]
 
 if settings.MINIVLLM_FAULT_INJECTION:  # test-only; never routed by default
-    from .fault_injection import inject_fault
+    from .serving.fault_injection import inject_fault
 
     urlpatterns.append(path("_test/fault", inject_fault, name="test-fault"))

@@ -17,8 +17,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from inference import lifecycle  # noqa: E402
 from inference.routing import websocket_urlpatterns  # noqa: E402
+from inference.serving import lifecycle  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

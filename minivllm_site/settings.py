@@ -146,7 +146,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
     "UNAUTHENTICATED_USER": None,
-    "EXCEPTION_HANDLER": "inference.api_errors.drf_exception_handler",
+    "EXCEPTION_HANDLER": "inference.api.errors.drf_exception_handler",
 }
 
 # --- mini-vLLM serving knobs (the engine's own MINIVLLM_* variables are read by EngineConfig) ---

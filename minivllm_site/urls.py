@@ -7,5 +7,5 @@ urlpatterns = [
     path("", include("dashboard.urls")),
 ]
 
-handler404 = "inference.views.not_found"
-handler500 = "inference.views.server_error"
+handler404 = "inference.api.views.not_found"
+handler500 = "inference.api.views.server_error"

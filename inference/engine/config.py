@@ -22,7 +22,7 @@ class EngineConfig:
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
     device: str = "auto"  # auto | cpu | cuda
     block_size: int = 16
-    kv_cache_mb: int | None = None  # KV pool size on CPU; None: planned from available memory (kv_cache.py)
+    kv_cache_mb: int | None = None  # KV pool size on CPU; None: planned from available memory (kv_pool.py)
     gpu_memory_fraction: float = 0.5  # share of *free* GPU memory given to the KV pool
     max_num_seqs: int | None = None  # batch slots; None: 32 on CPU, 128 on CUDA (slots_for)
     max_num_batched_tokens: int = 512

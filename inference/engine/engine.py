@@ -11,10 +11,11 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from .block_manager import BlockManager
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .errors import PromptTooLongError
-from .kv_cache import BlockManager, plan_num_blocks
+from .kv_pool import plan_num_blocks
 from .loader import ModelBundle, load_model
 from .model_runner import ModelRunner
 from .outputs import RequestOutput

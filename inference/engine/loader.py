@@ -20,7 +20,7 @@ from .device import dtype_name, resolve_device, resolve_dtype
 from .gguf_checkpoint import GGUFCheckpoint
 from .layers.linear import choose_format, prepare_linears
 from .models import model_class_for
-from .models.compiled_layers import compile_layers
+from .models.cpu_step import compile_layers
 from .models.no_init import WithoutWeightInit
 
 log = logging.getLogger("minivllm.engine")

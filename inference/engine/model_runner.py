@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .attention import AttentionMetadata, PrefillChunk, decode_in_place
-from .kv_cache import allocate_kv_pool
+from .kv_pool import allocate_kv_pool
+from .layers.attention import AttentionMetadata, PrefillChunk, decode_in_place
 from .scheduler import ScheduledBatch
 from .sequence import Sequence
 

@@ -12,7 +12,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from .kv_cache import BlockManager
+from .block_manager import BlockManager
 from .sequence import Sequence, SequenceStatus
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from inference import runtime
 from inference.models import GenerationRequest
-from tests.serving import async_wait_until, read_stream, start_runner, tiny_engine_config
+from inference.serving import runtime
+from tests.serving.engine_fixtures import async_wait_until, read_stream, start_runner, tiny_engine_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

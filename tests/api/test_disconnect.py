@@ -7,7 +7,7 @@ from asgiref.testing import ApplicationCommunicator
 
 from inference.models import GenerationRequest
 from minivllm_site.asgi import application
-from tests.serving import async_wait_until, is_idle, sse_events
+from tests.serving.engine_fixtures import async_wait_until, is_idle, sse_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

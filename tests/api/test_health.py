@@ -4,9 +4,9 @@ import threading
 
 import pytest
 
-from inference import runtime
 from inference.engine.engine_thread import EngineThread
-from tests.serving import start_runner, tiny_engine_config, wait_until
+from inference.serving import runtime
+from tests.serving.engine_fixtures import start_runner, tiny_engine_config, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,9 +7,9 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 from prometheus_client.parser import text_string_to_metric_families
 
-from inference import runtime
+from inference.serving import runtime
 from minivllm_site.asgi import application
-from tests.serving import async_wait_until, is_idle, read_stream, sse_events
+from tests.serving.engine_fixtures import async_wait_until, is_idle, read_stream, sse_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

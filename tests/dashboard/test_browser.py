@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.live_server import REPO
-from tests.serving import wait_until
+from tests.serving.engine_fixtures import wait_until
 
 from .live import DashboardServer
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inference.engine.kv_cache import BlockManager
+from inference.engine.block_manager import BlockManager
 from inference.engine.sampling_params import SamplingParams
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import Sequence

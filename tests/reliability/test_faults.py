@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.live_server import LiveServer
-from tests.serving import wait_until
+from tests.serving.engine_fixtures import wait_until
 
 pytestmark = pytest.mark.live
 LONG = {"max_new_tokens": 400, "ignore_eos": True}

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.live_server import TERMINAL, LiveServer
-from tests.serving import wait_until
+from tests.serving.engine_fixtures import wait_until
 
 pytestmark = pytest.mark.live
 

@@ -34,7 +34,7 @@ def variables_the_code_reads() -> set[str]:
         text = (REPO / path).read_text()
         names |= set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', text))
         names |= set(re.findall(r'get\(\s*"([A-Z0-9_]+)"', text))
-    for source in (REPO / "inference/engine/kernels").glob("*.cpp"):
+    for source in (REPO / "inference/engine/kernels").rglob("*.cpp"):
         names |= set(re.findall(r'getenv\(\s*"([A-Z0-9_]+)"', source.read_text()))
     return names
 

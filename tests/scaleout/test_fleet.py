@@ -1,7 +1,7 @@
 """A web process's view of the engines: heartbeats in, stale engines out, stats summed."""
 
-from inference.remote import protocol as wire
-from inference.remote.fleet import EngineFleet
+from inference.serving.remote import protocol as wire
+from inference.serving.remote.fleet import EngineFleet
 
 
 def heartbeat(engine_id, *, now, state="ready", running=1, waiting=0, tps=10.0, last_step_at=None):

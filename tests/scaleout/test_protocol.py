@@ -4,7 +4,7 @@ import msgpack
 
 from inference.engine.outputs import RequestOutput, TokenLogprob
 from inference.engine.sampling_params import SamplingParams
-from inference.remote import protocol as wire
+from inference.serving.remote import protocol as wire
 
 
 def through_msgpack(data):

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from tests.conftest import _save_tiny, tiny_llama_hf
-from tests.serving import wait_until
+from tests.serving.engine_fixtures import wait_until
 
 from .cluster import Cluster, unreachable
 

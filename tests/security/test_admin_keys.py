@@ -8,7 +8,7 @@ import re
 import pytest
 from django.contrib.messages import get_messages
 
-from inference import auth
+from inference.api import auth
 from inference.models import ApiKey
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.reliability.live import assert_error_shape
 from tests.security.conftest import bearer
-from tests.serving import wait_until
+from tests.serving.engine_fixtures import wait_until
 
 pytestmark = pytest.mark.live
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference import key_limits
-from tests.serving import read_stream, runner, session_runner, tiny_config  # noqa: F401  (fixtures)
+from inference.api import key_limits
+from tests.serving.engine_fixtures import read_stream, runner, session_runner, tiny_config  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 KEY = "Bearer key-one"

@@ -9,7 +9,7 @@ import pytest
 
 from tests.reliability.live import assert_error_shape
 from tests.security.conftest import OTHER_ENV_KEY, bearer
-from tests.serving import wait_until
+from tests.serving.engine_fixtures import wait_until
 
 pytestmark = pytest.mark.live
 

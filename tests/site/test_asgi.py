@@ -3,7 +3,7 @@
 import pytest
 from asgiref.testing import ApplicationCommunicator
 
-from inference import lifecycle, runtime
+from inference.serving import lifecycle, runtime
 from minivllm_site import asgi
 
 

@@ -19,24 +19,16 @@ import torch
 log = logging.getLogger(__name__)
 NAME = "minivllm_kernels"
 STALE_LOCK_S = 600  # a build takes ~2 min; a lock this old was left by a killed one
-SOURCES = (
-    "bindings.cpp",
-    "cpu_isa.cpp",
-    "activation_rows.cpp",
-    "int8_linear.cpp",
-    "int8_dot_avx2.cpp",
-    "int8_dot_avx512bw.cpp",
-    "int8_dot_avx512.cpp",
-    "int8_amx.cpp",
-    "group_linear.cpp",
-    "group_dot_avx2.cpp",
-    "group_dot_avx512bw.cpp",
-    "group_dot_avx512_vnni.cpp",
-    "paged_attention.cpp",
-    "rms_norm.cpp",
-    "rotary.cpp",
-    "llama_layer.cpp",
-)
+# C++ by concern: common/ (bindings, ISA choice, SIMD helpers), int8/, groups/ (4- and 8-bit groups),
+# attention/, layers/ (a decoder layer's fused halves, RMSNorm, RoPE). Every .cpp below is built;
+# includes are written from this folder ("common/simd.h").
+SOURCE_DIR = Path(__file__).parent
+
+
+def sources() -> list[str]:
+    return sorted(str(p) for p in SOURCE_DIR.glob("*/*.cpp"))
+
+
 # -ffp-contract=off: no fused multiply-adds the source did not ask for, so the elementwise
 # kernels round exactly as the torch expressions they replace.
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp"]
@@ -63,12 +55,12 @@ def load():
         raise KernelsUnavailable(f"the kernels need AVX2; this CPU offers {capability}")
     from torch.utils import cpp_extension
 
-    here = Path(__file__).parent
     try:
         _clear_stale_lock(Path(cpp_extension._get_build_directory(NAME, verbose=False)) / "lock")
         return cpp_extension.load(
             name=NAME,
-            sources=[str(here / name) for name in SOURCES],
+            sources=sources(),
+            extra_include_paths=[str(SOURCE_DIR)],
             extra_cflags=FLAGS,
             extra_ldflags=["-fopenmp"],
         )

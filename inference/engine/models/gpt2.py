@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import AttentionMetadata, paged_attention
+from ..layers.attention import AttentionMetadata, paged_attention
 
 
 class GPT2Attention(nn.Module):

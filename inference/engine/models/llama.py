@@ -10,22 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import AttentionMetadata, attend, paged_attention
 from ..kernels import kernels
-from .rope import RotaryEmbedding, apply_rotary, rope_parameters
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        compiled = kernels() if x.device.type == "cpu" and x.dtype == torch.float32 and x.shape[-1] % 8 == 0 else None
-        if compiled is not None:  # one pass instead of F.rms_norm's six ops on CPU
-            return compiled.rms_norm(x.contiguous(), self.weight, self.eps)
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+from ..layers.attention import AttentionMetadata, attend, paged_attention
+from ..layers.norm import RMSNorm
+from ..layers.rotary import RotaryEmbedding, apply_rotary, rope_parameters
 
 
 class LlamaAttention(nn.Module):
@@ -71,7 +59,7 @@ class LlamaDecoderLayer(nn.Module):
         self.self_attn = LlamaAttention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = LlamaMLP(cfg)
-        self.compiled_weights = None  # set by compiled_layers.compile_layers where the C++ halves apply
+        self.compiled_weights = None  # set by cpu_step.compile_layers where the C++ halves apply
 
     def forward(self, x, rope, kv_cache, meta):
         if self.compiled_weights is not None:
@@ -80,7 +68,7 @@ class LlamaDecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
     def _forward_compiled(self, x, rope, kv_cache, meta):
-        """The same maths in two C++ calls around attention (kernels/llama_layer.cpp)."""
+        """The same maths in two C++ calls around attention (kernels/layers/llama_layer.cpp)."""
         compiled = kernels()
         k_cache, v_cache = kv_cache
         q, k, v = compiled.llama_attention_inputs(self.compiled_weights, x, *rope, k_cache, v_cache, meta.write_rows)
@@ -125,7 +113,7 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        self.compiled_decode_layers = None  # every layer's C++ weights, set by compiled_layers.compile_layers
+        self.compiled_decode_layers = None  # every layer's C++ weights, set by cpu_step.compile_layers
 
     @property
     def kv_shape(self) -> tuple[int, int, int]:

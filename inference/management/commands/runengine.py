@@ -2,7 +2,7 @@
 
 Without --prompt it is the scale-out engine (MINIVLLM_ENGINE=remote): it loads the model, takes
 requests from the shared channel on the channel layer (Redis) and serves every web process until
-SIGTERM (see inference/remote/worker.py). With --prompt it drives LLMEngine directly (add_request
+SIGTERM (see inference/serving/remote/worker.py). With --prompt it drives LLMEngine directly (add_request
 + step until done), the way the serving thread does, and prints the completion and its speed.
 """
 
@@ -57,7 +57,7 @@ class Command(BaseCommand):
         from channels.layers import InMemoryChannelLayer, get_channel_layer
 
         from inference.engine.engine_thread import EngineThread
-        from inference.remote.worker import EngineWorker
+        from inference.serving.remote.worker import EngineWorker
 
         layer = get_channel_layer()
         if isinstance(layer, InMemoryChannelLayer):

@@ -18,3 +18,12 @@ def test_an_old_lock_is_removed_and_a_fresh_one_kept(tmp_path):
     _clear_stale_lock(fresh)
     _clear_stale_lock(tmp_path / "missing")
     assert not old.exists() and fresh.exists()
+
+
+def test_every_cpp_file_under_a_concern_folder_is_built():
+    from inference.engine.kernels import SOURCE_DIR, sources
+
+    built = {os.path.relpath(path, SOURCE_DIR) for path in sources()}
+    on_disk = {str(p.relative_to(SOURCE_DIR)) for p in SOURCE_DIR.rglob("*.cpp")}
+    assert built == on_disk and all("/" in name for name in built)  # no file left at the top, none missed
+    assert {name.split("/")[0] for name in built} == {"common", "int8", "groups", "attention", "layers"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from inference.engine.models.rope import RotaryEmbedding, rotated
+from inference.engine.layers.rotary import RotaryEmbedding, rotated
 
 
 def test_rotates_a_strided_view_in_place_bit_exactly(compiled):

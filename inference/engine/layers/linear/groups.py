@@ -3,7 +3,7 @@ Q4_1 / Q4_0 (4-bit, MINIVLLM_QUANT=int4) and Q8_0 (8-bit, MINIVLLM_QUANT=q8_0).
 
 One stream's decode step reads every weight once, so 4-bit groups (0.625 bytes a weight with
 their float16 scale and minimum) make it ~1.6x faster than int8 per channel. In a batch the
-products are the cost: the kernel (kernels/group_linear.cpp, group_dot.h) holds each row's
+products are the cost: the kernel (kernels/groups/group_linear.cpp, group_dot.h) holds each row's
 activations as two int8 levels per group of 32 (15 bits: one level, llama.cpp's Q8_1, lost too
 many greedy tokens), so VNNI's byte dot products (or AVX2's vpmaddubsw) serve up to 12 rows from
 one unpacked weight register: at 32 rows a [3072 x 576] call took ~420 us against 726 with the

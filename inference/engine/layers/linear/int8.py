@@ -3,7 +3,7 @@ tiles, a latency mode elsewhere (docs/performance.md, sections 20 and 35).
 
 A decode step on CPU is bound by reading weights from memory; int8 weights halve the bytes
 of bf16 and quarter those of float32. Scales are per output channel and symmetric. Our kernel
-(kernels/int8_linear.cpp) rounds each float32 activation row to int16 with its own scale and
+(kernels/int8/int8_linear.cpp) rounds each float32 activation row to int16 with its own scale and
 sums exact integer products (AVX2, AVX-512BW, AVX-512 VNNI or AMX tiles, the same bits on each). The weights are
 kept in the kernel's packed order, which makes each block of channels one sequential read.
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.engine.attention import AttentionMetadata, PrefillChunk
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
+from inference.engine.layers.attention import AttentionMetadata, PrefillChunk
 from inference.engine.layers.linear import bf16_weights_run_natively
 from inference.engine.loader import build_bundle
 from tests.engine.helpers import generated_ids, greedy, run_to_completion

@@ -1,0 +1,393 @@
+"""Request validation, in one place: an HTTP body in, a typed request with `SamplingParams` out.
+
+Every rejection is an `ApiError` naming the offending field in `param`, so the three APIs
+report bad input the same way. Sampling values are checked by `SamplingParams` itself; its
+`SamplingParamsError.param` is mapped back to the name the client used (e.g. `max_new_tokens`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+
+from ..engine.sampling_params import SamplingParams, SamplingParamsError
+from .errors import ApiError, bad_request
+
+# Sampling fields passed straight to SamplingParams (vLLM-style extras included).
+ENGINE_SAMPLING_FIELDS = {
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "min_tokens",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+}
+# OpenAI fields we accept and ignore: they change nothing about the output.
+IGNORED_OPENAI_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
+
+GENERATE_FIELDS = {"prompt", "max_new_tokens", "max_tokens", "logprobs"} | ENGINE_SAMPLING_FIELDS
+COMPLETION_FIELDS = (
+    {"model", "prompt", "max_tokens", "n", "best_of", "stream", "stream_options", "logprobs", "echo", "suffix", "logit_bias"}
+    | ENGINE_SAMPLING_FIELDS
+    | IGNORED_OPENAI_FIELDS
+)
+CHAT_FIELDS = (
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "stream",
+        "stream_options",
+        "logprobs",
+        "top_logprobs",
+        "logit_bias",
+        "response_format",
+        "tools",
+        "tool_choice",
+        "functions",
+        "function_call",
+    }
+    | ENGINE_SAMPLING_FIELDS
+    | IGNORED_OPENAI_FIELDS
+)
+CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+FILL_CONTEXT = 1 << 30  # chat's max_tokens placeholder: "whatever the context has left"
+
+
+@dataclass
+class GenerationInput:
+    """A validated request, whatever API it came through."""
+
+    endpoint: str
+    params: SamplingParams
+    prompt: str | list[int] = ""
+    messages: list[dict] | None = None
+    model: str | None = None
+    stream: bool = True
+    include_usage: bool = False
+    # Chat without max_tokens: the rest of the context window, as OpenAI/vLLM do.
+    fill_context: bool = False
+    # The name the client used for max_tokens, for error messages.
+    max_tokens_param: str = "max_tokens"
+    extra: dict = field(default_factory=dict)
+
+    def params_json(self) -> dict:
+        return asdict(self.params)
+
+
+# ---- the body -------------------------------------------------------------------------------
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json_body(request) -> dict:
+    """The body as a JSON object, or 413/415/400 with a message saying what is wrong."""
+    content_type = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
+    if content_type and content_type != "application/json" and not content_type.endswith("+json"):
+        raise ApiError(
+            415,
+            f"Content-Type must be application/json, got {content_type!r} (curl: add -H 'Content-Type: application/json')",
+            code="unsupported_media_type",
+        )
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raw = None
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if raw is None or (limit is not None and len(raw) > limit):  # a chunked body has no Content-Length
+        raise ApiError(413, f"request body is too large (limit {limit} bytes)", code="request_too_large")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad_request(f"request body is not valid UTF-8 (byte {exc.start})", code="invalid_body") from None
+    if not text.strip():
+        raise bad_request("request body is empty; send a JSON object", code="invalid_body")
+    try:
+        body = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad_request(f"request body must be a JSON object, got {type(body).__name__}", code="invalid_body")
+    return body
+
+
+# ---- shared field checks ----------------------------------------------------------------------
+
+
+def _without_nulls(body: dict) -> dict:
+    """An explicit null means "use the default", as OpenAI clients assume."""
+    return {key: value for key, value in body.items() if value is not None}
+
+
+def _check_unknown(body: dict, allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise bad_request(f"unrecognized request argument supplied: {unknown[0]}", param=unknown[0], code="unknown_field")
+
+
+def _expect(body: dict, name: str, kind: type | tuple, what: str) -> Any:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise bad_request(f"{name} must be {what}, got a boolean", param=name)
+    if not isinstance(value, kind):
+        raise bad_request(f"{name} must be {what}, got {type(value).__name__}", param=name)
+    return value
+
+
+def _stream_flags(body: dict, *, default_stream: bool) -> tuple[bool, bool]:
+    stream = _expect(body, "stream", bool, "a boolean")
+    stream = default_stream if stream is None else stream
+    options = _expect(body, "stream_options", dict, "an object")
+    include_usage = False
+    if options is not None:
+        if not stream:
+            raise bad_request("stream_options is only allowed when stream is true", param="stream_options")
+        unknown = set(options) - {"include_usage", "continuous_usage_stats"}
+        if unknown:
+            raise bad_request(f"unknown stream_options field: {sorted(unknown)[0]}", param="stream_options")
+        include_usage = options.get("include_usage", False)
+        if not isinstance(include_usage, bool):
+            raise bad_request("stream_options.include_usage must be a boolean", param="stream_options.include_usage")
+    return stream, include_usage
+
+
+def _reject_unsupported(body: dict) -> None:
+    """OpenAI features this server does not implement: refuse rather than silently ignore."""
+    n = _expect(body, "n", int, "an integer")
+    if n is not None and n != 1:
+        raise bad_request("only n=1 is supported", param="n")
+    best_of = _expect(body, "best_of", int, "an integer")
+    if best_of is not None and best_of != 1:
+        raise bad_request("only best_of=1 is supported", param="best_of")
+    if _expect(body, "echo", bool, "a boolean"):
+        raise bad_request("echo is not supported", param="echo")
+    if _expect(body, "suffix", str, "a string"):
+        raise bad_request("suffix is not supported", param="suffix")
+    if _expect(body, "logit_bias", dict, "an object"):
+        raise bad_request("logit_bias is not supported", param="logit_bias")
+    if _expect(body, "tools", list, "a list") or body.get("functions"):
+        raise bad_request("tool calling is not supported", param="tools" if "tools" in body else "functions")
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None and tool_choice != "none":
+        raise bad_request("tool calling is not supported", param="tool_choice")
+    if body.get("function_call") not in (None, "none"):
+        raise bad_request("function calling is not supported", param="function_call")
+    response_format = _expect(body, "response_format", dict, "an object")
+    if response_format is not None and response_format.get("type", "text") != "text":
+        raise bad_request("only response_format type 'text' is supported", param="response_format")
+
+
+def _model(body: dict) -> str | None:
+    return _expect(body, "model", str, "a string")
+
+
+def _sampling_params(body: dict, *, max_tokens: int, max_tokens_param: str, logprobs: int | None) -> SamplingParams:
+    kwargs = {name: body[name] for name in ENGINE_SAMPLING_FIELDS if name in body}
+    kwargs["max_tokens"] = max_tokens
+    if logprobs is not None:
+        kwargs["logprobs"] = logprobs
+    try:
+        return SamplingParams(**kwargs)
+    except SamplingParamsError as exc:
+        param = max_tokens_param if exc.param == "max_tokens" else exc.param
+        message = exc.message.replace("max_tokens", max_tokens_param) if param != exc.param else exc.message
+        raise bad_request(message, param=param) from None
+
+
+def _check_limits(body: dict, max_tokens: Any, max_tokens_param: str, *, defaulted: bool) -> Any:
+    """The server's own caps (settings), on top of what SamplingParams checks: a request may not
+    ask for unbounded output or hand the detokenizer huge stop-string scans. Returns max_tokens
+    (a default above the cap is lowered to it)."""
+    cap = settings.MINIVLLM_MAX_OUTPUT_TOKENS
+    over = isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and cap > 0 and max_tokens > cap
+    if over and defaulted:
+        max_tokens = cap
+    elif over:
+        raise bad_request(
+            f"{max_tokens_param} must be at most {cap}, got {max_tokens}", param=max_tokens_param, code="max_tokens_too_large"
+        )
+    stop = body.get("stop")
+    stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    most, longest = settings.MINIVLLM_MAX_STOP_STRINGS, settings.MINIVLLM_MAX_STOP_LENGTH
+    if len(stops) > most:
+        raise bad_request(
+            f"at most {most} stop strings are allowed, got {len(stops)}", param="stop", code="too_many_stop_strings"
+        )
+    for item in stops:
+        if isinstance(item, str) and len(item) > longest:
+            raise bad_request(
+                f"each stop string may have at most {longest} characters", param="stop", code="stop_string_too_long"
+            )
+    return max_tokens
+
+
+def _max_tokens(body: dict, names: tuple[str, ...], default: int) -> tuple[int, str, bool]:
+    """(value, the name the client used, whether it was defaulted); aliases must agree."""
+    given = [(name, body[name]) for name in names if name in body]
+    if not given:
+        return default, names[0], True
+    name, value = given[0]
+    for other, other_value in given[1:]:
+        if other_value != value:
+            raise bad_request(f"{name} and {other} disagree; send only one", param=other)
+    return value, name, False
+
+
+def _prompt_text(value: Any, param: str = "prompt") -> str:
+    if not isinstance(value, str):
+        raise bad_request(f"{param} must be a string, got {type(value).__name__}", param=param)
+    if not value:
+        raise bad_request(f"{param} must not be empty", param=param)
+    return value
+
+
+# ---- the three APIs ---------------------------------------------------------------------------
+
+
+def parse_generate(body: dict, *, default_max_tokens: int) -> GenerationInput:
+    """The seed's /generate: {"prompt", "max_new_tokens", "temperature", "top_p", ...}."""
+    body = _without_nulls(body)
+    _check_unknown(body, GENERATE_FIELDS)
+    if "prompt" not in body:
+        raise bad_request("prompt is required", param="prompt")
+    prompt = _prompt_text(body["prompt"])
+    max_tokens, max_name, defaulted = _max_tokens(body, ("max_new_tokens", "max_tokens"), default_max_tokens)
+    max_tokens = _check_limits(body, max_tokens, max_name, defaulted=defaulted)
+    logprobs = body.get("logprobs")
+    params = _sampling_params(body, max_tokens=max_tokens, max_tokens_param=max_name, logprobs=logprobs)
+    return GenerationInput(endpoint="generate", params=params, prompt=prompt, stream=True, max_tokens_param=max_name)
+
+
+def _completion_prompt(value: Any) -> str | list[int]:
+    """A string, a list with one string, token ids, or a list with one list of token ids."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
+        value = value[0]
+    if isinstance(value, str):
+        return _prompt_text(value)
+    if isinstance(value, list):
+        if not value:
+            raise bad_request("prompt must not be empty", param="prompt")
+        if all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
+            return list(value)
+        if all(isinstance(t, (str, list)) for t in value):
+            raise bad_request("only one prompt per request is supported", param="prompt")
+        raise bad_request("prompt must be a string or a list of token ids", param="prompt")
+    raise bad_request(f"prompt must be a string or a list of token ids, got {type(value).__name__}", param="prompt")
+
+
+def parse_completion(body: dict) -> GenerationInput:
+    """OpenAI's /v1/completions (plus vLLM's extra sampling fields)."""
+    body = _without_nulls(body)
+    _check_unknown(body, COMPLETION_FIELDS)
+    _reject_unsupported(body)
+    if "prompt" not in body:
+        raise bad_request("prompt is required", param="prompt")
+    prompt = _completion_prompt(body["prompt"])
+    stream, include_usage = _stream_flags(body, default_stream=False)
+    max_tokens, max_name, defaulted = _max_tokens(body, ("max_tokens",), COMPLETIONS_DEFAULT_MAX_TOKENS)
+    max_tokens = _check_limits(body, max_tokens, max_name, defaulted=defaulted)
+    params = _sampling_params(body, max_tokens=max_tokens, max_tokens_param=max_name, logprobs=body.get("logprobs"))
+    return GenerationInput(
+        endpoint="completions",
+        params=params,
+        prompt=prompt,
+        model=_model(body),
+        stream=stream,
+        include_usage=include_usage,
+        max_tokens_param=max_name,
+    )
+
+
+def _message_content(content: Any, index: int) -> str:
+    param = f"messages[{index}].content"
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad_request("only text content parts are supported", param=param)
+            parts.append(part["text"])
+        return "".join(parts)
+    raise bad_request(f"{param} must be a string or a list of text parts", param=param)
+
+
+def parse_messages(value: Any) -> list[dict]:
+    """Chat messages, normalised to [{"role", "content": str}] for the chat template."""
+    if not isinstance(value, list) or not value:
+        raise bad_request("messages must be a non-empty list", param="messages")
+    messages = []
+    for index, message in enumerate(value):
+        if not isinstance(message, dict):
+            raise bad_request(f"messages[{index}] must be an object", param=f"messages[{index}]")
+        role = message.get("role")
+        if role not in CHAT_ROLES:
+            raise bad_request(
+                f"messages[{index}].role must be one of {', '.join(sorted(CHAT_ROLES))}, got {role!r}",
+                param=f"messages[{index}].role",
+            )
+        if message.get("tool_calls"):
+            raise bad_request("tool calls are not supported", param=f"messages[{index}].tool_calls")
+        if "content" not in message and role != "assistant":
+            raise bad_request(f"messages[{index}].content is required", param=f"messages[{index}].content")
+        content = _message_content(message.get("content"), index)
+        messages.append({"role": "system" if role == "developer" else role, "content": content})
+    return messages
+
+
+def parse_chat(body: dict) -> GenerationInput:
+    """OpenAI's /v1/chat/completions (plus vLLM's extra sampling fields)."""
+    body = _without_nulls(body)
+    _check_unknown(body, CHAT_FIELDS)
+    _reject_unsupported(body)
+    if "messages" not in body:
+        raise bad_request("messages is required", param="messages")
+    messages = parse_messages(body["messages"])
+    stream, include_usage = _stream_flags(body, default_stream=False)
+    # When defaulted, a placeholder above any context: the view fills the rest of the window.
+    max_tokens, max_name, defaulted = _max_tokens(body, ("max_completion_tokens", "max_tokens"), FILL_CONTEXT)
+    if not defaulted:  # defaulted: the rest of the context, capped when submitted (jobs.py)
+        max_tokens = _check_limits(body, max_tokens, max_name, defaulted=False)
+    else:
+        _check_limits(body, None, max_name, defaulted=True)
+    want_logprobs = _expect(body, "logprobs", bool, "a boolean")
+    top_logprobs = _expect(body, "top_logprobs", int, "an integer")
+    if top_logprobs is not None and not want_logprobs:
+        raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
+    logprobs = (top_logprobs or 0) if want_logprobs else None
+    try:
+        params = _sampling_params(body, max_tokens=max_tokens, max_tokens_param=max_name, logprobs=logprobs)
+    except ApiError as exc:
+        if exc.param == "logprobs" and top_logprobs is not None:
+            exc.param = "top_logprobs"
+            exc.message = exc.message.replace("logprobs", "top_logprobs")
+        raise
+    return GenerationInput(
+        endpoint="chat.completions",
+        params=params,
+        messages=messages,
+        model=_model(body),
+        stream=stream,
+        include_usage=include_usage,
+        fill_context=defaulted,
+        max_tokens_param=max_name,
+    )

@@ -1,0 +1,59 @@
+// Python bindings for the engine's CPU kernels (see kernels/__init__.py for how they load).
+#include "common/cpu_isa.h"
+#include "common/kernels.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace minivllm;
+  // The kernels drop the GIL while they run: a whole decode step can be one call, and the
+  // server's event loop must keep streaming meanwhile.
+  using nogil = py::call_guard<py::gil_scoped_release>;
+  m.def("int8_linear", &int8_linear, nogil(), "x @ (sum of int8 weight levels * their scales).T, float32, exact per row",
+        py::arg("x"), py::arg("weights"), py::arg("scales"), py::arg("isa") = "auto");
+  m.def("int8_pack_weight", &int8_pack_weight, "an int8 [N, K] weight laid out for int8_linear with that isa",
+        py::arg("weight"), py::arg("isa") = "auto");
+  m.def("linear_isa", &linear_isa, "the instruction set int8_linear uses on this CPU (group_linear: vector_isa)");
+  m.def("vector_isa", &vector_isa, "the best vector (not AMX) version on this CPU");
+  m.def("int8_set_prefetch_bytes", &int8_set_prefetch_bytes, "how far ahead int8_linear prefetches weights (0: not at all)");
+  m.def("int8_prefetch_bytes", &int8_prefetch_bytes, "how far ahead int8_linear prefetches weights now");
+  m.def("group_linear", &group_linear, nogil(), "x @ W.T for 4- or 8-bit weights in groups of 32, int8 activation groups",
+        py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("bits"), py::arg("isa") = "auto");
+  m.def("group_pack_weight", &group_pack_weight, "4- or 8-bit levels, scales and minimums packed for group_linear");
+  m.def("gguf_groups", &gguf_groups, nogil(), "a GGUF matrix's q4_0 / q4_1 / q8_0 blocks as levels, scales and minimums");
+  m.def("group_dequantize_rows", &group_dequantize_rows, nogil(), "rows of a packed group weight as float32 (an embedding lookup)");
+  m.def("paged_attention_scores", &paged_attention_scores, nogil(), "decode q.k scores read from the paged cache");
+  m.def("paged_attention_values", &paged_attention_values, nogil(), "decode probs @ V read from the paged cache");
+  m.def("rms_norm", &rms_norm, nogil(), "RMSNorm over float32 rows, HF's order of operations");
+  m.def("rotary_inplace", &rotary_inplace, nogil(), "rotate-half RoPE in place over [T, heads, D]");
+
+  py::class_<Projection>(m, "Projection")
+      .def_static("int8", [](std::vector<torch::Tensor> weights, std::vector<torch::Tensor> scales, std::optional<torch::Tensor> bias) {
+        return Projection{std::move(weights), std::move(scales), torch::Tensor(), torch::Tensor(), std::move(bias)};
+      })
+      .def_static("group", [](torch::Tensor packed, int64_t out_features, int64_t bits, std::optional<torch::Tensor> bias) {
+        Projection p{{}, {}, torch::Tensor(), torch::Tensor(), std::move(bias)};
+        p.group = std::move(packed);
+        p.group_out_features = out_features;
+        p.group_bits = bits;
+        return p;
+      })
+      .def_static("onednn", [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
+        return Projection{{}, {}, std::move(packed), torch::Tensor(), std::move(bias)};
+      })
+      .def_static("onednn_bf16", [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
+        return Projection{{}, {}, std::move(packed), torch::Tensor(), std::move(bias), true};
+      })
+      .def_static("mkl", [](torch::Tensor packed, torch::Tensor dense, std::optional<torch::Tensor> bias) {
+        return Projection{{}, {}, std::move(packed), std::move(dense), std::move(bias)};
+      });
+  py::class_<LlamaLayerWeights>(m, "LlamaLayerWeights")
+      .def(py::init([](torch::Tensor input_norm, torch::Tensor post_attention_norm, double eps, Projection qkv, Projection o,
+                       Projection gate_up, Projection down, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t intermediate) {
+             return LlamaLayerWeights{std::move(input_norm), std::move(post_attention_norm), eps, std::move(qkv), std::move(o),
+                                      std::move(gate_up), std::move(down), heads, kv_heads, head_dim, intermediate};
+           }),
+           py::arg("input_norm"), py::arg("post_attention_norm"), py::arg("eps"), py::arg("qkv"), py::arg("o"),
+           py::arg("gate_up"), py::arg("down"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("intermediate"));
+  m.def("llama_attention_inputs", &llama_attention_inputs, nogil(), "norm, QKV, RoPE and the cache write of a Llama layer");
+  m.def("llama_attention_output_and_mlp", &llama_attention_output_and_mlp, nogil(), "o_proj, residual, norm and MLP of a Llama layer");
+  m.def("llama_decode_layers", &llama_decode_layers, nogil(), "every Llama layer of a decode-only step, paged attention included");
+}

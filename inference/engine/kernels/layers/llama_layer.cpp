@@ -1,0 +1,132 @@
+// A Llama decoder layer's two halves around attention, one C++ call each (CPU, float32).
+//
+// Why: at one stream a decode step is ~200 small ops, and Python plus nn.Module dispatch cost
+// more per op than most ops themselves. Each half calls the same kernels and aten ops as the
+// module path (models/llama.py), in the same order, so its results are the module path's bits.
+// Attention stays in Python between the halves (attention.py) where prefill chunks need SDPA;
+// a step of decodes only runs every layer, attention included, in one call.
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstring>
+
+#include "common/kernels.h"
+
+namespace minivllm {
+namespace {
+
+// What PackedLinear calls (layers/linear/packed.py): oneDNN's linear (float32 or bf16), or MKL's packed SGEMM told the
+// call's own row count (the packed layout serves any).
+torch::Tensor onednn_linear(const torch::Tensor& x, const torch::Tensor& weight, const std::optional<torch::Tensor>& bias) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  std::vector<c10::IValue> stack{x, weight, bias ? c10::IValue(*bias) : c10::IValue(), c10::IValue(std::string("none")),
+                                 c10::IValue(c10::List<std::optional<at::Scalar>>()), c10::IValue(std::string(""))};
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+torch::Tensor mkl_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& dense,
+                         const std::optional<torch::Tensor>& bias) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkl::_mkl_linear", "");
+  std::vector<c10::IValue> stack{x, packed, dense, bias ? c10::IValue(*bias) : c10::IValue(), c10::IValue(x.size(0))};
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+// One row of D values into the cache: float32 as it is, or rounded to float16 to nearest even
+// (as torch's .to(torch.float16), so both attention paths store the same bits).
+inline void store_row(float* to, const float* from, int64_t D) { std::memcpy(to, from, D * sizeof(float)); }
+inline void store_row(at::Half* to, const float* from, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) to[d] = c10::Half(from[d]);
+}
+
+template <class T>
+void write_rows_into(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& k_cache, torch::Tensor& v_cache,
+                     const int64_t* row) {
+  const int64_t T_ = k.size(0), kv_heads = k.size(1), D = k.size(2), rows = k_cache.numel() / D;
+  T* kc = k_cache.data_ptr<T>();
+  T* vc = v_cache.data_ptr<T>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  for (int64_t h = 0; h < kv_heads; ++h) {
+    for (int64_t t = 0; t < T_; ++t) {
+      const int64_t r = row[h * T_ + t];
+      TORCH_CHECK(r >= 0 && r < rows, "write row outside the cache");
+      store_row(kc + r * D, kp + t * k.stride(0) + h * k.stride(1), D);
+      store_row(vc + r * D, vp + t * v.stride(0) + h * v.stride(1), D);
+    }
+  }
+}
+
+// Copies each new token's K and V into its cache slot: rows of the [kv_heads * slots, D] view, head-major.
+void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& k_cache, torch::Tensor& v_cache,
+              const torch::Tensor& write_rows) {
+  const int64_t T = k.size(0), kv_heads = k.size(1), D = k.size(2);
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.size(0) == kv_heads && k_cache.size(3) == D,
+              "caches: contiguous [kv_heads, blocks, block_size, D]");
+  TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && v_cache.scalar_type() == k_cache.scalar_type(), "K and V caches differ");
+  TORCH_CHECK(write_rows.scalar_type() == torch::kLong && write_rows.is_contiguous() && write_rows.numel() == kv_heads * T,
+              "write_rows: contiguous int64 [kv_heads * T]");
+  const int64_t* row = write_rows.data_ptr<int64_t>();
+  if (k_cache.scalar_type() == torch::kHalf) return write_rows_into<at::Half>(k, v, k_cache, v_cache, row);
+  TORCH_CHECK(k_cache.scalar_type() == torch::kFloat, "caches: float32 or float16");
+  write_rows_into<float>(k, v, k_cache, v_cache, row);
+}
+
+}  // namespace
+
+torch::Tensor Projection::operator()(const torch::Tensor& x) const {
+  if (dense.defined()) return mkl_linear(x, packed, dense, bias);
+  if (packed.defined() && bf16) {
+    torch::Tensor out = onednn_linear(x.to(torch::kBFloat16), packed, std::nullopt).to(torch::kFloat);
+    return bias ? out + *bias : out;
+  }
+  if (packed.defined()) return onednn_linear(x, packed, bias);
+  torch::Tensor out = group.defined() ? group_linear(x.contiguous(), group, group_out_features, group_bits, "auto")
+                                      : int8_linear(x.contiguous(), int8_weights, int8_scales, "auto");
+  return bias ? out + *bias : out;
+}
+
+// Norm, Q/K/V projection, RoPE on Q and K, and K/V written into the cache. Returns q, k, v:
+// [T, heads or kv_heads, D] views of one projection output.
+std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& cos,
+                                                  const torch::Tensor& sin, torch::Tensor& k_cache, torch::Tensor& v_cache,
+                                                  const torch::Tensor& write_rows) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "x: float32 [T, hidden]");
+  const int64_t T = x.size(0);
+  auto qkv = w.qkv(rms_norm(x.contiguous(), w.input_norm, w.eps)).view({T, w.heads + 2 * w.kv_heads, w.head_dim});
+  auto qk = qkv.narrow(1, 0, w.heads + w.kv_heads);
+  rotary_inplace(qk, cos, sin);
+  auto q = qkv.narrow(1, 0, w.heads);
+  auto k = qkv.narrow(1, w.heads, w.kv_heads);
+  auto v = qkv.narrow(1, w.heads + w.kv_heads, w.kv_heads);
+  write_kv(k, v, k_cache, v_cache, write_rows);
+  return {q, k, v};
+}
+
+// o_proj and the residual; then norm, gate/up, SiLU(gate) * up, down and the residual.
+torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& attended) {
+  const int64_t T = x.size(0);
+  auto h = x + w.o(attended.reshape({T, w.heads * w.head_dim}));
+  auto gate_up = w.gate_up(rms_norm(h.contiguous(), w.post_attention_norm, w.eps));
+  auto gated = at::silu(gate_up.narrow(-1, 0, w.intermediate)) * gate_up.narrow(-1, w.intermediate, w.intermediate);
+  return h + w.down(gated);
+}
+
+// Every layer of a decode-only step: each layer's halves with the paged decode attention
+// between them, the same calls attention.py's kernel path makes (softmax included).
+torch::Tensor llama_decode_layers(const std::vector<const LlamaLayerWeights*>& layers, torch::Tensor x, const torch::Tensor& cos,
+                                  const torch::Tensor& sin, const std::vector<torch::Tensor>& k_caches,
+                                  const std::vector<torch::Tensor>& v_caches, const torch::Tensor& write_rows,
+                                  const torch::Tensor& block_tables, const torch::Tensor& lengths, double scale) {
+  TORCH_CHECK(k_caches.size() == layers.size() && v_caches.size() == layers.size(), "one K and one V cache per layer");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    torch::Tensor k_cache = k_caches[i], v_cache = v_caches[i];
+    const auto qkv = llama_attention_inputs(*layers[i], x, cos, sin, k_cache, v_cache, write_rows);
+    const auto scores = paged_attention_scores(qkv[0].contiguous(), k_cache, block_tables, lengths, scale);
+    const auto attended = paged_attention_values(at::softmax(scores, -1), v_cache, block_tables, lengths);
+    x = llama_attention_output_and_mlp(*layers[i], x, attended);
+  }
+  return x;
+}
+
+}  // namespace minivllm

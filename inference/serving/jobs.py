@@ -1,0 +1,271 @@
+"""One accepted request: its engine stream in, its history row out.
+
+A `GenerationJob` is iterated for `RequestOutput` deltas and always ends through `close()`:
+a stream that stops early (client disconnect -> CancelledError, or GeneratorExit) aborts the
+request in the engine and records the row `aborted` with the tokens produced so far. Row writes
+are chained tasks on the event loop, so the token stream never waits for the database and the
+writes stay in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import weakref
+
+from django.conf import settings
+
+from .. import services
+from ..api.metrics import RequestMetrics
+from ..api.validation import GenerationInput
+from ..engine.errors import PromptTooLongError
+from ..engine.outputs import RequestOutput, TokenLogprob
+from ..engine.sampling_params import SamplingParams
+from ..models import GenerationRequest
+
+log = logging.getLogger("inference.serving.jobs")
+Status = GenerationRequest.Status
+
+STATUS_BY_FINISH_REASON = {
+    "stop": Status.COMPLETED,
+    "length": Status.COMPLETED,
+    "abort": Status.ABORTED,
+    "error": Status.FAILED,
+}
+
+_live: set[GenerationJob] = set()
+
+
+def submit_to_engine(runner, request_id: str, prompt, params: SamplingParams, *, fill_context: bool):
+    """runner.submit; with `fill_context`, max_tokens becomes whatever the context has left."""
+    try:
+        return runner.submit(request_id, prompt, params), params
+    except PromptTooLongError as exc:
+        if not fill_context:
+            raise
+        room = exc.max_model_len - exc.prompt_tokens
+        needed = max(1, params.min_tokens)
+        if room < needed:
+            raise PromptTooLongError(exc.prompt_tokens, needed, exc.max_model_len) from None
+        cap = settings.MINIVLLM_MAX_OUTPUT_TOKENS
+        params = dataclasses.replace(params, max_tokens=min(room, cap) if cap > 0 else room)
+        return runner.submit(request_id, prompt, params), params
+
+
+class GenerationJob:
+    def __init__(self, *, runner, request_id: str, stream, params: SamplingParams, model: str = ""):
+        self.runner = runner
+        self.request_id = request_id
+        self.params = params
+        self._stream = stream
+        self._loop = asyncio.get_running_loop()
+        self._submitted_at = time.monotonic()
+        self._last_write: asyncio.Task | None = None
+        self.text_parts: list[str] = []
+        self.logprobs: list[TokenLogprob] = []
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+        self.done = False
+        self._last: RequestOutput | None = None
+        self.metrics = RequestMetrics(model)
+
+    # ---- start ----------------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        runner,
+        request_id: str,
+        inp: GenerationInput,
+        prompt,
+        prompt_text: str,
+        model: str,
+        client_address: str,
+        caller=None,
+    ) -> GenerationJob:
+        """Submits to the engine (its errors propagate: nothing is recorded or queued then)."""
+        stream, params = submit_to_engine(runner, request_id, prompt, inp.params, fill_context=inp.fill_context)
+        job = cls(runner=runner, request_id=request_id, stream=stream, params=params, model=model)
+        _live.add(job)
+        job._chain(
+            services.request_create,
+            request_id=request_id,
+            endpoint=inp.endpoint,
+            model=model,
+            client_address=client_address,
+            stream=inp.stream,
+            prompt=prompt_text,
+            messages=inp.messages,
+            sampling_params=dataclasses.asdict(params),
+            **services.key_fields(caller),
+        )
+        return job
+
+    # ---- iteration --------------------------------------------------------------------------
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.done:
+            raise StopAsyncIteration
+        try:
+            out = await self._stream.__anext__()
+        except StopAsyncIteration:
+            self._finish(Status.FAILED, "error", "the engine stopped before the request finished")
+            raise
+        self._observe(out)
+        return out
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def _observe(self, out: RequestOutput) -> None:
+        first = self._last is None
+        self._last = out
+        if out.token_ids:
+            self.metrics.on_tokens(time.monotonic())
+        if out.text:
+            self.text_parts.append(out.text)
+        if out.logprobs:
+            self.logprobs.extend(out.logprobs)
+        self.prompt_tokens = out.prompt_tokens or self.prompt_tokens
+        self.completion_tokens = max(out.completion_tokens, self.completion_tokens)
+        if out.finished:
+            reason = out.finish_reason or ("error" if out.error else "stop")
+            error = out.error or ("the server is shutting down" if reason == "abort" else "")
+            self._finish(STATUS_BY_FINISH_REASON.get(reason, Status.FAILED), reason, error)
+        elif first:
+            self._chain(services.request_mark_running, request_id=self.request_id, queue_time=self._queue_time())
+
+    # ---- end ------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """The end of the response. Idempotent: an unfinished request is aborted in the engine;
+        waits for the row writes, then the job leaves the live set (shutdown waits on it)."""
+        if not self.done:
+            self.abort("client disconnected")
+        try:
+            await self.wait_recorded()
+        finally:
+            _live.discard(self)
+
+    def abort(self, reason: str) -> None:
+        if self.done:
+            return
+        self.runner.abort(self.request_id)
+        self._finish(Status.ABORTED, "abort", reason)
+        aclose = getattr(self._stream, "aclose", None)
+        if aclose is not None:
+            self._loop.create_task(_quietly(aclose()))
+
+    async def wait_recorded(self) -> None:
+        task = self._last_write
+        if task is not None:
+            # shield: a second cancellation must not lose the final write
+            await asyncio.shield(task)
+
+    def abandon(self) -> None:
+        """Safety net when a response was dropped before it was ever iterated (any thread)."""
+        if self.done or self._loop.is_closed():
+            return
+
+        def abort_and_record():
+            self.abort("response dropped before streaming")
+            self._loop.create_task(self.close())
+
+        try:
+            self._loop.call_soon_threadsafe(abort_and_record)
+        except RuntimeError:  # the loop closed meanwhile
+            pass
+
+    def _finish(self, status: str, finish_reason: str, error: str = "") -> None:
+        self.done = True
+        self.finish_reason = finish_reason
+        self.error = error or None
+        out, now = self._last, time.monotonic()
+        arrival = out.arrival_time if out is not None and out.arrival_time else self._submitted_at
+        finished = out.finished_time if out is not None and out.finished and out.finished_time else now
+        timings = dict(
+            queue_time=self._queue_time(),
+            time_to_first_token=_since(arrival, out.first_token_time if out is not None else None),
+            latency=max(0.0, finished - arrival),
+        )
+        self.metrics.on_finish(
+            finish_reason=finish_reason,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            **timings,
+        )
+        self._chain(
+            services.request_finish,
+            request_id=self.request_id,
+            status=status,
+            output_text=self.text,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            finish_reason=finish_reason,
+            error=error,
+            **timings,
+        )
+
+    def _queue_time(self) -> float | None:
+        out = self._last
+        if out is None:
+            return None
+        return _since(out.arrival_time, out.scheduled_time)
+
+    def _chain(self, write, **kwargs) -> None:
+        """Runs `write(**kwargs)` after the previous write; a failed write is logged, never raised."""
+        previous = self._last_write
+
+        async def run():
+            if previous is not None:
+                await asyncio.wait([previous])
+            try:
+                await write(**kwargs)
+            except Exception:
+                log.exception("request history write failed for %s", self.request_id)
+
+        self._last_write = self._loop.create_task(run())
+
+
+def guard_stream(generator, job: GenerationJob):
+    """Ties a response's generator to its job: if the generator is dropped unstarted, abort."""
+    weakref.finalize(generator, job.abandon)
+    return generator
+
+
+def live_jobs() -> set[GenerationJob]:
+    return set(_live)
+
+
+async def wait_for_live_jobs(timeout: float) -> bool:
+    """After an engine shutdown: wait until every in-flight request has recorded its end and sent
+    its last event (a job leaves the live set in its response's `finally`)."""
+    deadline = time.monotonic() + timeout
+    while _live:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.1)  # let the server flush the responses' closing messages
+    return True
+
+
+def _since(start: float | None, end: float | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return max(0.0, end - start)
+
+
+async def _quietly(awaitable) -> None:
+    try:
+        await awaitable
+    except Exception:
+        pass

@@ -1,0 +1,396 @@
+"""RemoteEngine: a web process's engine when the engines run as `manage.py runengine` workers.
+
+It answers the views exactly as EngineThread does (ready/state/submit/abort/stats/shutdown), so
+views, jobs, selectors and metrics do not know which one they talk to. Requests go to the shared
+request channel (one engine takes each); outputs come back on this process's own channel. The
+channel I/O runs on an event loop in a thread of its own (Daphne's loop is not running yet when
+the engine starts at import), and outputs reach each view's loop with call_soon_threadsafe.
+The tokenizer is loaded here too: chat templates and context-length checks are answered before
+a request leaves the process, so `submit` raises the same errors synchronously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from ...engine.config import EngineConfig
+from ...engine.engine_thread import RequestStream
+from ...engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
+from ...engine.outputs import RequestOutput
+from ...engine.sampling_params import SamplingParams
+from . import protocol as wire
+from .fleet import EngineFleet
+
+log = logging.getLogger("inference.serving.remote")
+
+WATCH_INTERVAL_S = 0.25
+REJOIN_INTERVAL_S = 10.0  # group membership expires, and a Redis restart forgets it
+
+
+@dataclass
+class _InFlight:
+    stream: RequestStream
+    submitted_at: float
+    engine_id: str | None = None
+    engine_channel: str | None = None
+    aborted: bool = False
+
+
+class RemoteEngine:
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        max_queue: int = 64,
+        layer=None,
+        engine_timeout: float = 5.0,
+        accept_timeout: float = 30.0,
+        tokenizer=None,
+    ):
+        self.config = config or EngineConfig()
+        self.default_max_queue = max_queue
+        self.fleet = EngineFleet(engine_timeout)
+        self.accept_timeout = accept_timeout
+        self.channel: str | None = None
+        self.tokenizer = tokenizer
+        self._layer = layer
+        self._error: str | None = None
+        self._stopped = False
+        self._requests: dict[str, _InFlight] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> RemoteEngine:
+        self._thread = threading.Thread(target=self._main, name="minivllm-remote", daemon=True)
+        self._thread.start()
+        self._started.wait(30)
+        return self
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Every in-flight stream ends with finish_reason "abort" (and the engines are told)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                asyncio.run_coroutine_threadsafe(self._close(), loop).result(timeout)
+            except Exception:
+                log.exception("remote engine shutdown")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.ready and self.state not in ("dead", "stopped"):
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return self.ready
+
+    @property
+    def state(self) -> str:
+        if self._stopped:
+            return "stopped"
+        if self._error is not None or (self._thread is not None and not self._thread.is_alive()):
+            return "dead"
+        if self.fleet.ready() and self.tokenizer is not None:
+            return "ready"
+        if self.tokenizer is None or any(v.state == "loading" for v in self.fleet.views()):
+            return "loading"
+        return "no_engine"
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    @property
+    def error(self) -> str | None:
+        if self._error is not None:
+            return self._error
+        return self.not_ready_reason() if self.state == "no_engine" else None
+
+    def not_ready_reason(self) -> str:
+        state = self.state
+        if state == "loading":
+            return "the model is loading" if self.tokenizer is not None else "the tokenizer is loading"
+        if state == "dead":
+            return f"the engine client died: {self._error or 'its thread stopped'}"
+        if state == "stopped":
+            return "the engine is shutting down"
+        if state == "no_engine":
+            return "no engine worker is running (start `python manage.py runengine`)"
+        return "the engine is not running"
+
+    # ---- what views read about the model -------------------------------------------------------
+
+    @property
+    def engine(self):
+        """The model facts the API needs, as LLMEngine attributes (runtime.py reads them)."""
+        ready = self.fleet.ready()
+        if not ready or self.tokenizer is None:
+            return None
+        return SimpleNamespace(
+            tokenizer=self.tokenizer,
+            model_name=ready[0].info.get("model_name"),
+            max_model_len=min(v.info.get("max_model_len") or 0 for v in ready) or None,
+        )
+
+    @property
+    def max_queue(self) -> int:
+        queues = [v.info.get("max_queue") or 0 for v in self.fleet.ready()]
+        return sum(queues) or self.default_max_queue
+
+    def stats(self) -> dict:
+        return self.fleet.aggregate()
+
+    def engines(self) -> list[dict]:
+        return self.fleet.summaries()
+
+    def num_waiting(self) -> int:
+        with self._lock:
+            unaccepted = sum(1 for r in self._requests.values() if r.engine_id is None)
+        return sum(v.stats.get("waiting") or 0 for v in self.fleet.ready()) + unaccepted
+
+    # ---- requests (any thread with a running event loop) ------------------------------------
+
+    def submit(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> RequestStream:
+        if not self.ready:
+            raise EngineNotReadyError(self.not_ready_reason())
+        if self.num_waiting() >= self.max_queue:
+            raise QueueFullError(f"the waiting queue is full ({self.max_queue} requests)")
+        token_ids = list(self.tokenizer(prompt).input_ids) if isinstance(prompt, str) else list(prompt)
+        self._check(token_ids, params)
+        stream = RequestStream(self, request_id, len(token_ids))
+        with self._lock:
+            if request_id in self._requests:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            self._requests[request_id] = _InFlight(stream, time.monotonic())
+        message = {
+            "type": wire.SUBMIT,
+            "request_id": request_id,
+            "prompt": token_ids,
+            "params": wire.params_to_wire(params),
+            "reply_channel": self.channel,
+        }
+        self._call(self._send, wire.REQUEST_CHANNEL, message)
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        self._call(self._abort, request_id)
+
+    def _check(self, token_ids: list[int], params: SamplingParams) -> None:
+        """LLMEngine.check_request's limits, against the smallest engine we see."""
+        if not token_ids:
+            raise SamplingParamsError("prompt", "prompt must not be empty")
+        needed = len(token_ids) + params.max_tokens
+        for limit in ("max_model_len", "kv_capacity_tokens"):
+            values = [v.info.get(limit) for v in self.fleet.ready() if v.info.get(limit)]
+            if values and needed > min(values):
+                raise PromptTooLongError(len(token_ids), params.max_tokens, min(values))
+
+    # ---- the client's own loop ---------------------------------------------------------------
+
+    def _call(self, coroutine_fn, *args) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(lambda: loop.create_task(coroutine_fn(*args)))
+        except RuntimeError:
+            pass  # the loop closed meanwhile
+
+    def _main(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(self._serve())
+        except Exception as exc:
+            self._error = f"{type(exc).__name__}: {exc}"
+            log.exception("remote engine client died")
+            self._fail_all(self._error)
+        finally:
+            self._started.set()
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        if self._layer is None:
+            from channels.layers import channel_layers
+
+            self._layer = channel_layers.make_backend("default")
+        self._closing = asyncio.Event()
+        self.channel = await self._layer.new_channel()
+        self._started.set()
+        log.info("waiting for engine workers on %s (channel %s)", wire.REQUEST_CHANNEL, self.channel)
+        tasks = [asyncio.create_task(self._receive_forever()), asyncio.create_task(self._watch_forever())]
+        if self.tokenizer is None:
+            tasks.append(asyncio.create_task(self._load_tokenizer()))
+        try:
+            await self._closing.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _load_tokenizer(self) -> None:
+        from transformers import AutoTokenizer
+
+        from ...engine.loader import resolve_source
+
+        def load():
+            source = resolve_source(self.config.model)
+            return AutoTokenizer.from_pretrained(source.path, **source.hf_kwargs())
+
+        try:
+            self.tokenizer = await asyncio.get_running_loop().run_in_executor(None, load)
+        except Exception as exc:
+            self._error = f"could not load the tokenizer: {type(exc).__name__}: {exc}"
+            log.error(self._error)
+
+    async def _close(self) -> None:
+        with self._lock:
+            pending = list(self._requests.items())
+        for request_id, req in pending:
+            if req.engine_channel:
+                await self._send(req.engine_channel, {"type": wire.ABORT, "request_id": request_id})
+        self._fail_all(None, reason="abort")
+        try:
+            await self._layer.group_discard(wire.STATS_GROUP, self.channel)
+        except Exception:
+            log.debug("group_discard failed", exc_info=True)
+        self._closing.set()
+
+    async def _send(self, channel: str, message: dict) -> None:
+        try:
+            await self._layer.send(channel, message)
+        except Exception as exc:
+            log.warning("could not send %s to %s: %s", message.get("type"), channel, exc)
+            request_id = message.get("request_id")
+            if message["type"] == wire.SUBMIT and request_id:
+                self._end(request_id, "error", f"could not reach the engines: {exc}")
+
+    async def _receive_forever(self) -> None:
+        while True:
+            message = await wire.receive(self._layer, self.channel)
+            try:
+                self._handle(message)
+            except Exception:
+                log.exception("bad message from an engine: %r", message.get("type"))
+
+    def _handle(self, message: dict) -> None:
+        kind = message.get("type")
+        if kind == wire.STATS:
+            view = self.fleet.update(message)
+            if view.state in ("stopped", "dead"):
+                self._fail_engine(view.engine_id, f"engine {view.engine_id} shut down before the request finished")
+        elif kind == wire.ACCEPTED:
+            self._accepted(message)
+        elif kind == wire.REJECTED:
+            req = self._requests.get(message["request_id"])
+            if req is not None and req.engine_id in (None, message.get("engine_id")):
+                self._end(message["request_id"], "error", message.get("message") or "the engine refused the request")
+        elif kind == wire.OUTPUTS:
+            self._outputs(message)
+
+    def _accepted(self, message: dict) -> None:
+        request_id, engine_channel = message["request_id"], message["engine_channel"]
+        req = self._requests.get(request_id)
+        # the client left before an engine took it; or a second engine got the same request
+        # (channels-redis can redeliver a message when receivers race): the first one keeps it
+        duplicate = req is not None and req.engine_id is not None and req.engine_id != message["engine_id"]
+        if req is None or req.aborted or duplicate:
+            asyncio.get_running_loop().create_task(self._send(engine_channel, {"type": wire.ABORT, "request_id": request_id}))
+        if req is not None and not duplicate:
+            req.engine_id, req.engine_channel = message["engine_id"], engine_channel
+
+    def _outputs(self, message: dict) -> None:
+        offset = time.monotonic() - message["now"]
+        by_loop: dict = {}
+        for data in message["outputs"]:
+            out = wire.output_from_wire(data, clock_offset=offset)
+            with self._lock:
+                req = self._requests.get(out.request_id)
+                if req is not None and req.engine_id not in (None, message["engine_id"]):
+                    continue  # a duplicate's outputs (it has been told to abort)
+                if req is not None and out.finished:
+                    del self._requests[out.request_id]
+            if req is None:
+                if not out.finished:  # nobody here waits for it any more: free the engine's slot
+                    asyncio.get_running_loop().create_task(
+                        self._send(message["engine_channel"], {"type": wire.ABORT, "request_id": out.request_id})
+                    )
+                continue
+            by_loop.setdefault(req.stream.loop, []).append((req.stream.queue, out))
+        for loop, items in by_loop.items():
+            _deliver_on(loop, items)
+
+    async def _abort(self, request_id: str) -> None:
+        req = self._requests.get(request_id)
+        if req is None or req.aborted:
+            return
+        req.aborted = True
+        if req.engine_channel:
+            await self._send(req.engine_channel, {"type": wire.ABORT, "request_id": request_id})
+
+    async def _watch_forever(self) -> None:
+        """Ends the streams of engines that went silent, and requests no engine picked up."""
+        join_at = 0.0
+        while True:
+            if time.monotonic() >= join_at:  # (re)join the heartbeat group; retry soon if Redis is down
+                try:
+                    await self._layer.group_add(wire.STATS_GROUP, self.channel)
+                    join_at = time.monotonic() + REJOIN_INTERVAL_S
+                except Exception as exc:
+                    log.warning("could not join %s: %s", wire.STATS_GROUP, exc)
+                    join_at = time.monotonic() + 1.0
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            for view in self.fleet.prune():
+                if view.state not in ("stopped", "dead"):
+                    log.warning("engine %s stopped responding (no heartbeat for %.0fs)", view.engine_id, self.fleet.timeout)
+                self._fail_engine(view.engine_id, f"engine {view.engine_id} stopped responding")
+            now = time.monotonic()
+            with self._lock:
+                items = list(self._requests.items())
+            for request_id, req in items:
+                if req.engine_id is None and now - req.submitted_at > self.accept_timeout:
+                    self._end(request_id, "error", f"no engine took the request within {self.accept_timeout:.0f}s")
+                elif req.engine_id and self.fleet.get(req.engine_id) is None and now - req.submitted_at > self.fleet.timeout:
+                    self._end(request_id, "error", f"engine {req.engine_id} is gone")
+
+    def _fail_engine(self, engine_id: str, error: str) -> None:
+        with self._lock:
+            lost = [rid for rid, req in self._requests.items() if req.engine_id == engine_id]
+        for request_id in lost:
+            self._end(request_id, "error", error)
+
+    def _fail_all(self, error: str | None, reason: str = "error") -> None:
+        with self._lock:
+            ids = list(self._requests)
+        for request_id in ids:
+            self._end(request_id, reason, error)
+
+    def _end(self, request_id: str, reason: str, error: str | None) -> None:
+        with self._lock:
+            req = self._requests.pop(request_id, None)
+        if req is not None:
+            final = RequestOutput(request_id, "", [], finished=True, finish_reason=reason, error=error)
+            _deliver_on(req.stream.loop, [(req.stream.queue, final)])
+
+
+def _deliver_on(loop, items) -> None:
+    def put():
+        for queue, output in items:
+            queue.put_nowait(output)
+
+    try:
+        loop.call_soon_threadsafe(put)
+    except RuntimeError:
+        pass  # that loop has closed: nobody is listening

@@ -1,0 +1,68 @@
+"""The messages between web processes and engine workers.
+
+Everything on the wire is a plain dict of str/int/float/list (channels-redis packs with msgpack).
+Engine timestamps are `time.monotonic()` of the engine's process; each message carries the
+sender's clock (`now`) so the receiver can shift them onto its own clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+from ...engine.outputs import RequestOutput, TokenLogprob
+from ...engine.sampling_params import SamplingParams
+
+# a plain channel: every engine receives from it, each message reaches exactly one engine
+REQUEST_CHANNEL = "minivllm.engine"
+# every web process joins it; engines publish their stats (the heartbeat) to it every second
+STATS_GROUP = "minivllm.engine-stats"
+HEARTBEAT_S = 1.0
+
+# message types (Channels' "type" key; dots are the convention)
+SUBMIT = "engine.submit"  # web -> REQUEST_CHANNEL
+ABORT = "engine.abort"  # web -> the engine's own channel
+STATS = "engine.stats"  # engine -> STATS_GROUP
+ACCEPTED = "engine.accepted"  # engine -> web reply channel: the engine holding the request
+REJECTED = "engine.rejected"  # engine -> web reply channel: submit raised (kind + message)
+OUTPUTS = "engine.outputs"  # engine -> web reply channel: one step's outputs for that web process
+
+log = logging.getLogger("inference.serving.remote")
+
+_TIME_FIELDS = ("arrival_time", "scheduled_time", "first_token_time", "finished_time")
+
+
+def params_to_wire(params: SamplingParams) -> dict:
+    return dataclasses.asdict(params)
+
+
+def params_from_wire(data: dict) -> SamplingParams:
+    return SamplingParams(**data)
+
+
+def output_to_wire(out: RequestOutput) -> dict:
+    return dataclasses.asdict(out)  # TokenLogprob -> dict, its `top` tuples -> lists (msgpack)
+
+
+def output_from_wire(data: dict, *, clock_offset: float = 0.0) -> RequestOutput:
+    """`clock_offset` = receiver's monotonic clock minus the sender's, applied to every timestamp."""
+    data = dict(data)
+    if data.get("logprobs") is not None:
+        data["logprobs"] = [TokenLogprob(**{**lp, "top": [tuple(alt) for alt in lp.get("top") or []]}) for lp in data["logprobs"]]
+    for name in _TIME_FIELDS:
+        if data.get(name):
+            data[name] = data[name] + clock_offset
+    return RequestOutput(**data)
+
+
+async def receive(layer, channel: str) -> dict:
+    """layer.receive that rides out Redis trouble (a restart, a read timeout) instead of dying."""
+    while True:
+        try:
+            return await layer.receive(channel)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("receive on %s failed (%s: %s); retrying", channel, type(exc).__name__, exc)
+            await asyncio.sleep(0.5)

@@ -1,0 +1,256 @@
+"""EngineWorker: one engine process serving every web process through the channel layer.
+
+It feeds an EngineThread from the shared request channel, streams each request's outputs back
+to the channel of the web process that sent it (one message per step per web process), takes
+aborts on its own channel, and publishes its stats to the web processes every second (that
+heartbeat is how they know it is alive). When it holds a full batch it pulls new requests only
+slowly, so an idle engine gets them first. On stop, requests still running end with an error
+(the client should retry elsewhere), not with a silent hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from ...engine.engine_thread import EngineThread
+from . import protocol as wire
+
+log = logging.getLogger("inference.serving.remote.worker")
+
+BUSY_PULL_DELAY_S = 0.25  # with every batch slot taken, wait this long before taking another request
+
+
+class Outbox:
+    """Outputs waiting to go out, grouped per web channel: one send per channel per flush."""
+
+    def __init__(self):
+        self._pending: dict[str, list] = defaultdict(list)
+        self._ready = asyncio.Event()
+
+    def add(self, channel: str, item: dict) -> None:
+        self._pending[channel].append(item)
+        self._ready.set()
+
+    def take(self) -> dict[str, list]:
+        batch, self._pending = self._pending, defaultdict(list)
+        self._ready.clear()
+        return batch
+
+    async def wait(self) -> None:
+        await self._ready.wait()
+
+    def __bool__(self) -> bool:
+        return bool(self._pending)
+
+
+class EngineWorker:
+    def __init__(self, runner: EngineThread, *, layer, engine_id: str | None = None, heartbeat_file: str | None = None):
+        self.runner = runner
+        self.layer = layer
+        self.engine_id = engine_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.heartbeat_file = Path(heartbeat_file) if heartbeat_file else None
+        self.channel: str | None = None
+        self.accepted = 0
+        self.stopping = False
+        self._owners: dict[str, str] = {}  # request id -> the web channel waiting for it
+        self._client_aborts: set[str] = set()
+        self._forwarders: set[asyncio.Task] = set()
+        self._slot_freed = asyncio.Event()
+        self._outbox = Outbox()
+
+    # ---- the whole life of the worker -----------------------------------------------------------
+
+    async def serve(self, stop: asyncio.Event) -> int:
+        """Runs until `stop` is set or the engine dies; returns the process exit code."""
+        self.channel = await self.layer.new_channel()
+        publisher = asyncio.create_task(self._publish_forever())
+        try:
+            while self.runner.state in ("new", "loading") and not stop.is_set():
+                await asyncio.sleep(0.05)
+            if not self.runner.ready:
+                log.error("engine %s did not start: %s", self.engine_id, self.runner.error)
+                return 0 if stop.is_set() else 1
+            log.info("engine %s ready: taking requests from %s", self.engine_id, wire.REQUEST_CHANNEL)
+            tasks = [
+                asyncio.create_task(self._pull_forever()),
+                asyncio.create_task(self._control_forever()),
+                asyncio.create_task(self._flush_forever()),
+            ]
+            waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(self._wait_dead())]
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            tasks[0].cancel()  # take no new requests
+            await self._stop_engine()
+            for task in tasks[1:] + waiters:
+                task.cancel()
+            return 1 if self.runner.state == "dead" else 0
+        finally:
+            publisher.cancel()
+            await self._publish()  # the last heartbeat says "stopped": web processes drop us at once
+
+    async def _stop_engine(self) -> None:
+        self.stopping = True
+        log.info("engine %s stopping: %d request(s) in flight", self.engine_id, len(self._owners))
+        await asyncio.get_running_loop().run_in_executor(None, self.runner.shutdown)
+        if self._forwarders:
+            await asyncio.wait(list(self._forwarders), timeout=10)
+        await self._flush()
+
+    async def _wait_dead(self) -> None:
+        while self.runner.ready:
+            await asyncio.sleep(0.2)
+
+    # ---- requests in -----------------------------------------------------------------------------
+
+    async def _pull_forever(self) -> None:
+        while True:
+            engine = self.runner.engine
+            if engine is not None and len(self._owners) >= engine.num_slots:
+                self._slot_freed.clear()
+                try:
+                    await asyncio.wait_for(self._slot_freed.wait(), BUSY_PULL_DELAY_S)
+                except TimeoutError:
+                    pass
+            message = await wire.receive(self.layer, wire.REQUEST_CHANNEL)
+            if message.get("type") == wire.SUBMIT:
+                await self._accept(message)
+
+    async def _accept(self, message: dict) -> None:
+        request_id, reply = message["request_id"], message["reply_channel"]
+        if request_id in self._owners:
+            return  # a redelivered message: we already run it
+        try:
+            params = wire.params_from_wire(message["params"])
+            stream = self.runner.submit(request_id, message["prompt"], params)
+        except Exception as exc:
+            await self._send(
+                reply,
+                {
+                    "type": wire.REJECTED,
+                    "request_id": request_id,
+                    "engine_id": self.engine_id,
+                    "kind": type(exc).__name__,
+                    "message": str(exc),
+                },
+            )
+            return
+        self.accepted += 1
+        self._owners[request_id] = reply
+        await self._send(
+            reply, {"type": wire.ACCEPTED, "request_id": request_id, "engine_id": self.engine_id, "engine_channel": self.channel}
+        )
+        task = asyncio.create_task(self._forward(request_id, reply, stream))
+        self._forwarders.add(task)
+        task.add_done_callback(self._forwarders.discard)
+
+    async def _control_forever(self) -> None:
+        while True:
+            message = await wire.receive(self.layer, self.channel)
+            if message.get("type") == wire.ABORT and message["request_id"] in self._owners:
+                self._client_aborts.add(message["request_id"])
+                self.runner.abort(message["request_id"])
+
+    # ---- outputs out -----------------------------------------------------------------------------
+
+    async def _forward(self, request_id: str, reply: str, stream) -> None:
+        try:
+            async for out in stream:
+                if out.finished and out.finish_reason == "abort" and self.stopping and request_id not in self._client_aborts:
+                    out.finish_reason = "error"
+                    out.error = f"engine {self.engine_id} shut down before the request finished"
+                self._outbox.add(reply, wire.output_to_wire(out))
+        finally:
+            self._owners.pop(request_id, None)
+            self._client_aborts.discard(request_id)
+            self._slot_freed.set()
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await self._outbox.wait()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        for reply, outputs in self._outbox.take().items():
+            message = {
+                "type": wire.OUTPUTS,
+                "engine_id": self.engine_id,
+                "engine_channel": self.channel,
+                "now": time.monotonic(),
+                "outputs": outputs,
+            }
+            if not await self._send(reply, message):
+                self._drop_web_channel(reply)
+
+    def _drop_web_channel(self, reply: str) -> None:
+        """That web process is gone or stuck (its channel is full): stop generating for it."""
+        for request_id, owner in list(self._owners.items()):
+            if owner == reply:
+                self._client_aborts.add(request_id)
+                self.runner.abort(request_id)
+
+    async def _send(self, channel: str, message: dict) -> bool:
+        try:
+            await self.layer.send(channel, message)
+            return True
+        except Exception as exc:
+            log.warning("engine %s could not send to %s: %s", self.engine_id, channel, exc)
+            return False
+
+    # ---- heartbeat -------------------------------------------------------------------------------
+
+    async def _publish_forever(self) -> None:
+        while True:
+            await self._publish()
+            await asyncio.sleep(wire.HEARTBEAT_S)
+
+    async def _publish(self) -> None:
+        try:
+            await self.layer.group_send(wire.STATS_GROUP, self.heartbeat())
+        except Exception as exc:
+            log.warning("engine %s could not publish its stats: %s", self.engine_id, exc)
+        if self.heartbeat_file is not None and self.runner.ready and not self.stopping:
+            self.heartbeat_file.touch()
+
+    def heartbeat(self) -> dict:
+        runner = self.runner
+        state = "stopping" if self.stopping and runner.state == "ready" else runner.state
+        engine = runner.engine if runner.state == "ready" else None
+        stats = _plain({**runner.stats(), **_gpu_memory(engine.device)}) if engine is not None else {}
+        return {
+            "type": wire.STATS,
+            "engine_id": self.engine_id,
+            "engine_channel": self.channel,
+            "state": "loading" if state == "new" else state,
+            "now": time.monotonic(),
+            "info": {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "accepted": self.accepted,
+                "in_flight": len(self._owners),
+                "max_queue": runner.max_queue,
+                "model_name": engine.model_name if engine else None,
+                "max_model_len": engine.max_model_len if engine else None,
+                "kv_capacity_tokens": (stats.get("kv_blocks_total") or 0) * runner.config.block_size or None,
+                "error": runner.error,
+            },
+            "stats": stats,
+        }
+
+
+def _gpu_memory(device: str) -> dict:
+    """Measured here, where the GPU is; only the GPU keys (null on CPU), so fleets can sum them."""
+    from ...selectors import _gpu_memory as measure
+
+    measured = measure(device)
+    return {key: measured[key] for key in ("gpu_memory_used_mb", "gpu_memory_total_mb")}
+
+
+def _plain(stats: dict) -> dict:
+    """msgpack takes only plain types; numpy/torch scalars become floats."""
+    return json.loads(json.dumps(stats, default=float))

@@ -1,0 +1,164 @@
+"""The process's engine: one per serving process, reached only through here.
+
+Views, consumers, asgi.py and tests use `get_runner()` / `start()` / `install()` / `reset()` /
+`shutdown()`. The engine starts from asgi.py (Daphne has no lifespan), never from
+AppConfig.ready(), so `migrate`, `check` and tests do not load a model unless they ask.
+With MINIVLLM_ENGINE=remote the "engine" is a RemoteEngine: the same interface, served by
+`manage.py runengine` workers over the channel layer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+
+if TYPE_CHECKING:
+    from ..engine.engine_thread import EngineThread
+
+log = logging.getLogger("inference.serving.runtime")
+
+_lock = threading.Lock()
+_runner: EngineThread | None = None
+_started_at = time.time()
+
+
+def get_runner() -> EngineThread | None:
+    return _runner
+
+
+def is_ready() -> bool:
+    runner = _runner
+    return runner is not None and bool(runner.ready)
+
+
+def start(config=None, *, max_queue: int | None = None) -> EngineThread:
+    """Starts the engine thread once per process; later calls return the same runner."""
+    global _runner
+    with _lock:
+        if _runner is not None:
+            return _runner
+        from ..engine.config import EngineConfig
+        from ..engine.engine_thread import EngineThread
+
+        config = config or EngineConfig.from_env()
+        max_queue = settings.MINIVLLM_MAX_QUEUE if max_queue is None else max_queue
+        if settings.MINIVLLM_ENGINE == "remote":
+            _runner = _start_remote(config, max_queue)
+            return _runner
+        log.info(
+            "starting engine: model=%s device=%s dtype=%s max_num_seqs=%s max_queue=%s",
+            config.model or "embedded SmolLM2-135M-Instruct",
+            config.device,
+            config.dtype,
+            config.max_num_seqs or "auto",
+            max_queue,
+        )
+        runner = EngineThread(config, max_queue=max_queue)
+        runner.start()
+        _runner = runner
+    _watch_loading(runner)
+    return runner
+
+
+def _start_remote(config, max_queue: int):
+    from .remote.client import RemoteEngine
+
+    log.info("engine mode remote: requests go to `runengine` workers over the channel layer")
+    if "redis" not in settings.CHANNEL_LAYERS["default"]["BACKEND"].lower():
+        log.warning("MINIVLLM_ENGINE=remote without REDIS_URL: no engine worker can reach this process")
+    return RemoteEngine(
+        config,
+        max_queue=max_queue,
+        engine_timeout=settings.MINIVLLM_ENGINE_TIMEOUT,
+        accept_timeout=settings.MINIVLLM_ENGINE_ACCEPT_TIMEOUT,
+    ).start()
+
+
+def install(runner: EngineThread | None) -> EngineThread | None:
+    """Puts a runner in place (tests build one from a tiny model); returns the previous one."""
+    global _runner
+    with _lock:
+        previous, _runner = _runner, runner
+    return previous
+
+
+def reset() -> None:
+    """Forgets the runner without stopping it: after fork, the child has no engine thread."""
+    global _runner
+    _runner = None
+
+
+def shutdown() -> None:
+    """Stops the engine: every in-flight stream ends with finish_reason "abort". Idempotent."""
+    runner = _runner
+    if runner is None or runner.state in ("stopped", "dead"):
+        return
+    log.info("stopping engine")
+    runner.shutdown()
+
+
+def process_started_at() -> float:
+    return _started_at
+
+
+def _watch_loading(runner: EngineThread) -> None:
+    """Logs one line when the model has loaded (or failed to): the start-up progress line."""
+
+    def watch():
+        began = time.monotonic()
+        while runner.state == "loading":
+            time.sleep(0.1)
+        if runner.state == "ready":
+            log.info("engine ready in %.1fs", time.monotonic() - began)
+        else:
+            log.error("engine did not start (%s): %s", runner.state, runner.error)
+
+    threading.Thread(target=watch, name="minivllm-engine-watch", daemon=True).start()
+
+
+# ---- what the API needs to know about the loaded model -----------------------------------------
+
+
+def _engine(runner):
+    return getattr(runner, "engine", None)
+
+
+def model_name(runner=None) -> str | None:
+    """The id the API reports and accepts."""
+    if settings.MINIVLLM_SERVED_MODEL_NAME:
+        return settings.MINIVLLM_SERVED_MODEL_NAME
+    runner = runner or _runner
+    engine = _engine(runner) if runner is not None else None
+    return getattr(engine, "model_name", None)
+
+
+def accepted_model_names(runner=None) -> set[str]:
+    """The names a request's `model` may use: the served id, the engine's name, the configured path."""
+    runner = runner or _runner
+    names = {model_name(runner)}
+    engine = _engine(runner) if runner is not None else None
+    names.add(getattr(engine, "model_name", None))
+    config = getattr(runner, "config", None)
+    names.add(getattr(config, "model", None))
+    return {name for name in names if name}
+
+
+def tokenizer(runner=None):
+    runner = runner or _runner
+    engine = _engine(runner) if runner is not None else None
+    return getattr(engine, "tokenizer", None)
+
+
+def max_model_len(runner=None) -> int | None:
+    runner = runner or _runner
+    engine = _engine(runner) if runner is not None else None
+    return getattr(engine, "max_model_len", None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=reset)

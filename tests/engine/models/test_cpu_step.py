@@ -1,0 +1,64 @@
+"""The C++ layer halves (kernels/layers/llama_layer.cpp) compute exactly what the modules compute."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference.engine.config import EngineConfig
+from inference.engine.layers.linear import bf16_weights_run_natively
+from inference.engine.layers.linear import packed as packed_linear
+from inference.engine.loader import build_bundle
+from tests.conftest import tiny_llama_hf, tiny_qwen2_hf
+from tests.engine.helpers import engine_for, greedy, run_to_completion
+
+
+def run_mixed_steps(engine) -> dict:
+    """Three prompts, long enough that chunked prefill shares steps with decodes; greedy with logprobs."""
+    prompts = [torch.randint(3, 49152, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (5, 40, 70)]
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"r{i}", prompt, greedy(12, logprobs=3))
+    return {
+        rid: [(lp.token_id, lp.logprob, lp.top) for out in outs for lp in out.logprobs]
+        for rid, outs in run_to_completion(engine).items()
+    }
+
+
+PROJECTIONS = (
+    ["int8", "int4", "onednn"]
+    + (["mkl"] if torch.backends.mkl.is_available() else [])
+    + (["bf16"] if bf16_weights_run_natively() else [])
+)
+
+
+@pytest.mark.parametrize("make_model", [tiny_llama_hf, tiny_qwen2_hf], ids=["llama", "qwen2-bias"])
+@pytest.mark.parametrize("projection", PROJECTIONS)
+def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tokenizer, monkeypatch):
+    """Decode-only steps in one call, other steps in layer halves, against the modules throughout."""
+    quantization = projection if projection in ("int8", "int4", "bf16") else "none"
+    if quantization == "none":  # pack with this backend, whatever this CPU would choose
+        monkeypatch.setattr(packed_linear, "packing_backend", lambda: projection)
+    hf = make_model()
+    engines = [engine_for(hf, smollm_tokenizer, quantization=quantization, max_num_batched_tokens=48) for _ in range(3)]
+    whole, halves, modules = (engine.bundle.model for engine in engines)
+    assert whole.compiled_decode_layers is not None
+    assert all(layer.compiled_weights is not None for layer in whole.layers)
+    if projection in ("int8", "int4"):
+        assert type(whole.layers[0].mlp.gate_up_proj).__name__ == {"int8": "Int8Linear", "int4": "GroupLinear"}[projection]
+    else:
+        assert whole.layers[0].mlp.gate_up_proj.backend == {"bf16": "onednn_bf16"}.get(projection, projection)
+    halves.compiled_decode_layers = modules.compiled_decode_layers = None
+    for layer in modules.layers:
+        layer.compiled_weights = None
+    reference = run_mixed_steps(engines[2])
+    assert run_mixed_steps(engines[0]) == reference
+    assert run_mixed_steps(engines[1]) == reference
+
+
+def test_a_bf16_model_keeps_its_modules(smollm_tokenizer):
+    """bf16 linears stay nn.Linear (no oneDNN packing, no int8): nothing the C++ halves can call."""
+    hf = tiny_llama_hf()
+    config = EngineConfig(dtype="bfloat16", device="cpu")
+    bundle = build_bundle(hf.config, smollm_tokenizer, hf.state_dict(), name="tiny", config=config)
+    assert all(layer.compiled_weights is None for layer in bundle.model.layers)
+    assert bundle.model.compiled_decode_layers is None

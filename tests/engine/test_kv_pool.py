@@ -1,0 +1,82 @@
+"""The KV pool's plan (memory share, cap, one full context at least) and its dtype, and the engine
+lowering max_model_len to what the pool holds."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from inference.engine import kv_pool
+from inference.engine.config import EngineConfig
+from inference.engine.errors import PromptTooLongError
+from inference.engine.kv_pool import bytes_per_block, plan_num_blocks
+from inference.engine.sampling_params import SamplingParams
+from tests.conftest import tiny_llama_hf
+from tests.engine.helpers import engine_for
+
+
+def test_pool_plan_respects_the_budget():
+    shape = (30, 3, 64)  # SmolLM2: layers, kv heads, head dim
+    per_block = bytes_per_block(shape, 16, torch.bfloat16)
+    assert per_block == 2 * 30 * 16 * 3 * 64 * 2
+    blocks = plan_num_blocks(shape, 16, torch.bfloat16, torch.device("cpu"), kv_cache_mb=64, gpu_fraction=0.5)
+    assert blocks == 64 * 1024 * 1024 // per_block
+
+
+KV_SHAPE = (30, 3, 64)  # SmolLM2: 46 KB of float32 K and V a token
+MB = 1024 * 1024
+
+
+def planned_tokens(monkeypatch, available_mb: int, max_model_len: int, kv_cache_mb=None) -> int:
+    monkeypatch.setattr(kv_pool.psutil, "virtual_memory", lambda: SimpleNamespace(available=available_mb * MB))
+    return 16 * plan_num_blocks(KV_SHAPE, 16, torch.float32, torch.device("cpu"), kv_cache_mb, 0.5, max_model_len)
+
+
+def test_the_planned_pool_is_a_share_of_memory_capped_and_never_below_one_full_context(monkeypatch):
+    per_token = bytes_per_block(KV_SHAPE, 16, torch.float32) // 16
+    assert planned_tokens(monkeypatch, 24 * 1024, 8192) * per_token <= (kv_pool.KV_CAP_MB + 1) * MB  # capped
+    assert planned_tokens(monkeypatch, 24 * 1024, 8192) >= 8192
+    # 1 GB free: a quarter (256 MB, 5.6k tokens) would not hold 8,192 tokens; the floor does
+    assert planned_tokens(monkeypatch, 1024, 8192) >= 8192
+    # 400 MB free: even the floor is more than half of it, so the pool is what half holds
+    assert planned_tokens(monkeypatch, 400, 8192) < 8192
+    assert planned_tokens(monkeypatch, 24 * 1024, 8192, kv_cache_mb=8) * per_token <= 8 * MB  # an explicit size wins
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_hf_model():
+    return tiny_llama_hf()
+
+
+def test_a_pool_smaller_than_the_context_lowers_max_model_len_and_says_so(tiny_llama_hf_model, smollm_tokenizer, caplog):
+    with caplog.at_level(logging.WARNING, logger="minivllm.engine"):
+        engine = engine_for(tiny_llama_hf_model, smollm_tokenizer, num_kv_blocks=8)  # 128 tokens of a 512-token context
+    assert engine.max_model_len == 128 and "max_model_len lowered to 128" in caplog.text
+    engine.check_request(list(range(1, 100)), SamplingParams(max_tokens=29))  # 128: fits
+    with pytest.raises(PromptTooLongError, match="maximum context length is 128"):
+        engine.check_request(list(range(1, 100)), SamplingParams(max_tokens=30))
+    assert engine_for(tiny_llama_hf_model, smollm_tokenizer).max_model_len == 512  # the planned pool holds the context
+
+
+def test_the_cache_is_float16_under_smaller_weights_on_cpu_else_the_models_dtype():
+    auto = EngineConfig()
+    for weights in ("int4", "q8_0", "int8", "bf16"):  # llama.cpp's default: half the bytes
+        assert auto.kv_dtype_for(torch.float32, "cpu", weights) == torch.float16
+    assert auto.kv_dtype_for(torch.float32, "cpu", "none") == torch.float32  # float32 weights: HF's float32 logits
+    assert auto.kv_dtype_for(torch.bfloat16, "cpu", "none") == torch.bfloat16
+    assert auto.kv_dtype_for(torch.bfloat16, "cuda", "none") == torch.bfloat16
+    assert EngineConfig(kv_cache_dtype="float32").kv_dtype_for(torch.float32, "cpu", "int4") == torch.float32  # explicit wins
+    assert EngineConfig(kv_cache_dtype="float16").kv_dtype_for(torch.float32, "cpu", "none") == torch.float16
+    assert EngineConfig.from_env({"MINIVLLM_KV_CACHE_DTYPE": "float32"}).kv_cache_dtype == "float32"
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        EngineConfig(kv_cache_dtype="fp8")
+
+
+def test_a_float16_pool_holds_twice_the_tokens_of_a_float32_one(tiny_llama_hf_model, smollm_tokenizer):
+    engine = engine_for(tiny_llama_hf_model, smollm_tokenizer, kv_cache_mb=4, quantization="int8")
+    assert engine.kv_dtype == torch.float16 and all(k.dtype == v.dtype == torch.float16 for k, v in engine.runner.kv_caches)
+    wide = engine_for(tiny_llama_hf_model, smollm_tokenizer, kv_cache_mb=4, quantization="int8", kv_cache_dtype="float32")
+    assert engine.block_manager.num_blocks == 2 * wide.block_manager.num_blocks

@@ -1,0 +1,123 @@
+"""Fixtures for the serving-layer tests: a real EngineThread over the tiny random Llama.
+
+Imported by the conftest.py of tests/api, tests/inference and tests/site. No mocks: every
+request goes through the real engine; only the model is tiny.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+from inference.engine.config import EngineConfig
+from inference.engine.engine import LLMEngine
+from inference.engine.engine_thread import EngineThread
+
+READY_TIMEOUT_S = 120
+
+
+def tiny_engine_config(model_dir: str, **overrides) -> EngineConfig:
+    options = dict(model=model_dir, device="cpu", dtype="float32", max_num_seqs=4, kv_cache_mb=8, max_num_batched_tokens=256)
+    options.update(overrides)
+    return EngineConfig(**options)
+
+
+def start_runner(config: EngineConfig, *, max_queue: int = 16, bundle=None, gate: threading.Event | None = None) -> EngineThread:
+    """An EngineThread, optionally reusing a loaded bundle and held in "loading" until `gate` is set."""
+
+    def factory():
+        if gate is not None:
+            gate.wait()
+        return LLMEngine(config, bundle=bundle)
+
+    runner = EngineThread(config, engine_factory=factory, max_queue=max_queue).start()
+    if gate is None:
+        assert runner.wait_ready(READY_TIMEOUT_S), runner.error
+    return runner
+
+
+def wait_until(condition, timeout: float = 30.0, interval: float = 0.02) -> bool:
+    """Polls `condition` (no timing assertion: the timeout only bounds a hang)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+async def async_wait_until(condition, timeout: float = 30.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return True
+        await asyncio.sleep(interval)
+    return False
+
+
+def is_idle(runner: EngineThread) -> bool:
+    stats = runner.stats()
+    return stats.get("running") == 0 and stats.get("waiting") == 0 and runner.num_waiting() == 0
+
+
+def sse_events(chunks: list[bytes]) -> list:
+    """`data:` payloads of an SSE body, JSON-decoded ("[DONE]" kept as a string)."""
+    text = b"".join(chunks).decode("utf-8")
+    events = []
+    for block in text.split("\n\n"):
+        block = block.strip()
+        if not block:
+            continue
+        assert block.startswith("data: "), block
+        payload = block[len("data: ") :]
+        events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+async def read_stream(response) -> list:
+    return sse_events([chunk async for chunk in response.streaming_content])
+
+
+@pytest.fixture(scope="session")
+def tiny_config(tiny_llama_dir) -> EngineConfig:
+    return tiny_engine_config(tiny_llama_dir)
+
+
+@pytest.fixture(scope="session")
+def session_runner(tiny_config):
+    runner = start_runner(tiny_config)
+    yield runner
+    runner.shutdown()
+
+
+@pytest.fixture
+def runner(session_runner):
+    """The session's engine, installed as the process engine for one test; afterwards the engine
+    is idle and every request the test made has closed (no leaked jobs)."""
+    from inference.serving import jobs, runtime
+
+    previous = runtime.install(session_runner)
+    yield session_runner
+    idle = wait_until(lambda: is_idle(session_runner))
+    leaked = jobs.live_jobs()
+    jobs._live.clear()
+    runtime.install(previous)
+    assert idle, "the engine still has work after the test"
+    assert not leaked, f"requests never closed: {[job.request_id for job in leaked]}"
+
+
+@pytest.fixture
+def no_engine():
+    """No engine at all, as with MINIVLLM_AUTOSTART=0."""
+    from inference.serving import runtime
+
+    previous = runtime.install(None)
+    yield
+    runtime.install(previous)
