@@ -14,7 +14,7 @@ from torch import nn
 
 from ..kernels import kernels
 from ..layers.attention import decode_in_place
-from .llama import LlamaDecoderLayer, LlamaForCausalLM
+from .llama import LlamaDecoderLayer
 
 
 def _projection(compiled, linear: nn.Module):
@@ -47,7 +47,7 @@ def _layer_weights(compiled, layer: LlamaDecoderLayer):
 def compile_layers(model: nn.Module) -> bool:
     """Gives every decoder layer its C++ weights, or none of them; returns whether it did."""
     compiled = kernels()
-    if compiled is None or not isinstance(model, LlamaForCausalLM) or model.cfg.hidden_size % 8:
+    if compiled is None or not getattr(model, "FUSED_CPU_STEP", False) or model.cfg.hidden_size % 8:
         return False
     if model.norm.weight.device.type != "cpu" or model.norm.weight.dtype != torch.float32:
         return False

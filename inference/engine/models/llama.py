@@ -53,10 +53,12 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
+    attention_class = LlamaAttention  # a family that changes only attention (Qwen3) names its own
+
     def __init__(self, cfg):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = LlamaAttention(cfg)
+        self.self_attn = self.attention_class(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = LlamaMLP(cfg)
         self.compiled_weights = None  # set by cpu_step.compile_layers where the C++ halves apply
@@ -101,6 +103,11 @@ class LlamaArgs:
 
 
 class LlamaForCausalLM(nn.Module):
+    decoder_layer_class = LlamaDecoderLayer
+    # Whether kernels/layers/llama_layer.cpp computes exactly these layers (models/cpu_step.py):
+    # a subclass whose layers do more (Qwen3's Q/K norms) sets False and keeps the module path.
+    FUSED_CPU_STEP = True
+
     def __init__(self, hf_config, max_positions: int):
         super().__init__()
         cfg = LlamaArgs(hf_config, max_positions)
@@ -108,7 +115,7 @@ class LlamaForCausalLM(nn.Module):
         self.vocab_size = cfg.vocab_size
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.rope)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(self.decoder_layer_class(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
