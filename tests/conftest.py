@@ -77,6 +77,29 @@ def tiny_qwen2_hf():
     return model
 
 
+def tiny_qwen3_hf():
+    """Qwen3's own layout: head_dim (32) apart from hidden / heads (16), per-head Q/K norms with weights
+    far from 1 (so a norm skipped or misplaced changes every logit), no QKV bias."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        tie_word_embeddings=True,
+        **TINY_COMMON,
+    )
+    model = _peaked(Qwen3ForCausalLM(cfg))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                param.uniform_(0.5, 2.0)
+    return model
+
+
 def tiny_gpt2_hf():
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -3,11 +3,13 @@
 from ..errors import UnsupportedModelError
 from .gpt2 import GPT2LMHeadModel
 from .llama import LlamaForCausalLM
+from .qwen3 import Qwen3ForCausalLM
 
 MODEL_CLASSES = {
     "llama": LlamaForCausalLM,
     "mistral": LlamaForCausalLM,
     "qwen2": LlamaForCausalLM,
+    "qwen3": Qwen3ForCausalLM,
     "gpt2": GPT2LMHeadModel,
 }
 

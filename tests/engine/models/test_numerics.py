@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from inference.engine.sampling_params import SamplingParams
-from tests.conftest import tiny_gpt2_hf, tiny_llama_hf, tiny_qwen2_hf
+from tests.conftest import tiny_gpt2_hf, tiny_llama_hf, tiny_qwen2_hf, tiny_qwen3_hf
 from tests.engine.helpers import engine_for, generated_ids, greedy, hf_greedy, run_to_completion
 
-TINY = {"llama": tiny_llama_hf, "gpt2": tiny_gpt2_hf, "qwen2": tiny_qwen2_hf}
+TINY = {"llama": tiny_llama_hf, "gpt2": tiny_gpt2_hf, "qwen2": tiny_qwen2_hf, "qwen3": tiny_qwen3_hf}
 
 
 def prompt_logits(engine, prompt_ids):
@@ -67,3 +67,21 @@ def test_real_smollm2_greedy_matches_hf(real_hf_model, real_bundle, smollm_token
     prompt = smollm_tokenizer("The future of AI inference is").input_ids
     engine.add_request("r", prompt, greedy(32))
     assert generated_ids(run_to_completion(engine)["r"]) == hf_greedy(real_hf_model, prompt, 32)
+
+
+def test_tiny_qwen3_gives_each_prompt_hfs_greedy_tokens_alone_and_in_a_batch(smollm_tokenizer):
+    """Qwen3, written as one file over Llama's layers, batched with prompts of other lengths."""
+    from inference.engine.models.qwen3 import Qwen3ForCausalLM
+
+    hf = tiny_qwen3_hf()
+    prompts = {"a": "The quick brown fox jumps over", "b": "one two", "c": "Once upon a time, in a land far away, there lived"}
+    engine = engine_for(hf, smollm_tokenizer, block_size=4)
+    assert isinstance(engine.bundle.model, Qwen3ForCausalLM) and engine.bundle.model.compiled_decode_layers is None
+    for key, text in prompts.items():
+        engine.add_request(key, smollm_tokenizer(text).input_ids, greedy(16))
+    batched = {key: generated_ids(outs) for key, outs in run_to_completion(engine).items()}
+    for key, text in prompts.items():
+        ids = smollm_tokenizer(text).input_ids
+        alone = engine_for(hf, smollm_tokenizer, block_size=4)
+        alone.add_request(key, ids, greedy(16))
+        assert generated_ids(run_to_completion(alone)[key]) == batched[key] == hf_greedy(hf, ids, 16), key
