@@ -1,4 +1,4 @@
-"""manage.py runengine drives LLMEngine's token loop and reports what it did."""
+"""manage.py generate (and runengine --prompt, its old name) drive LLMEngine's token loop and report what it did."""
 
 from io import StringIO
 
@@ -6,10 +6,11 @@ import pytest
 from django.core.management import CommandError, call_command
 
 
-def test_runengine_prints_device_text_and_speed(tiny_llama_dir):
+@pytest.mark.parametrize("command", ["generate", "runengine"])
+def test_generate_prints_device_text_and_speed(tiny_llama_dir, command):
     out = StringIO()
     call_command(
-        "runengine",
+        command,
         "--model",
         tiny_llama_dir,
         "--device",
@@ -40,3 +41,10 @@ def test_runengine_prints_device_text_and_speed(tiny_llama_dir):
 def test_runengine_rejects_bad_params(tiny_llama_dir):
     with pytest.raises(CommandError):
         call_command("runengine", "--model", tiny_llama_dir, "--temperature", "-1", stdout=StringIO())
+    with pytest.raises(CommandError, match="temperature"):
+        call_command("generate", "--model", tiny_llama_dir, "--prompt", "hi", "--temperature", "-1", stdout=StringIO())
+
+
+def test_generate_needs_a_prompt():
+    with pytest.raises(CommandError, match="--prompt"):
+        call_command("generate", stdout=StringIO())
