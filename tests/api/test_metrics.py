@@ -31,8 +31,16 @@ def parse(text: str) -> dict:
     return {"families": families, "samples": samples}
 
 
-def value(scrape: dict, name: str, **labels) -> float:
-    return scrape["samples"].get(("minivllm:" + name, tuple(sorted(labels.items()))), 0.0)
+MISSING = object()
+
+
+def value(scrape: dict, name: str, default=MISSING, **labels) -> float:
+    """A sample's value; a sample the scrape lacks fails the test unless a default is given."""
+    key = ("minivllm:" + name, tuple(sorted(labels.items())))
+    if key not in scrape["samples"]:
+        assert default is not MISSING, f"/metrics has no sample {name}{labels}"
+        return default
+    return scrape["samples"][key]
 
 
 async def scrape(async_client) -> dict:
@@ -79,7 +87,7 @@ async def test_counters_and_histograms_move_after_real_requests(async_client, ru
     after = await scrape(async_client)
 
     def delta(name, **labels):
-        return value(after, name, **labels) - value(before, name, **labels)
+        return value(after, name, **labels) - value(before, name, default=0.0, **labels)  # absent before its first request
 
     completion = sum(u["completion_tokens"] for u in usages)
     prompt = sum(u["prompt_tokens"] for u in usages)
@@ -144,15 +152,15 @@ async def test_disconnect_counts_as_abort(async_client, runner):
     after = await scrape(async_client)
     assert (
         value(after, "request_success_total", model_name=model, finished_reason="abort")
-        - value(before, "request_success_total", model_name=model, finished_reason="abort")
+        - value(before, "request_success_total", default=0.0, model_name=model, finished_reason="abort")
         == 1
     )
     assert (
         value(after, "e2e_request_latency_seconds_count", model_name=model)
-        - value(before, "e2e_request_latency_seconds_count", model_name=model)
+        - value(before, "e2e_request_latency_seconds_count", default=0.0, model_name=model)
         == 1
     )
     generated = value(after, "request_generation_tokens_sum", model_name=model) - value(
-        before, "request_generation_tokens_sum", model_name=model
+        before, "request_generation_tokens_sum", default=0.0, model_name=model
     )
     assert 0 < generated < 400
