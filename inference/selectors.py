@@ -14,6 +14,7 @@ import psutil
 from django.conf import settings
 from django.db.models import QuerySet
 
+from .engine.engine_state import EngineState
 from .models import GenerationRequest
 from .serving import runtime
 
@@ -83,7 +84,7 @@ def _build_snapshot(runner) -> dict:
 
 
 def _engine_stats(runner) -> dict:
-    if runner is None or runner.state != "ready":
+    if runner is None or runner.state != EngineState.READY:
         return {}
     try:
         return dict(runner.stats())
@@ -152,10 +153,10 @@ def engine_health() -> tuple[bool, dict]:
     if runner is None:
         return False, {"status": "unavailable", "state": "not_started", "reason": "the engine has not been started"}
     state = runner.state
-    if state == "loading":
+    if state == EngineState.LOADING:
         return False, {"status": "unavailable", "state": state, "reason": "the model is loading"}
     if not runner.ready:
-        reason = runner.error or ("the engine was stopped" if state == "stopped" else "the engine loop is not running")
+        reason = runner.error or ("the engine was stopped" if state == EngineState.STOPPED else "the engine loop is not running")
         return False, {"status": "unavailable", "state": state, "reason": reason, **_engines(runner)}
     stats = _engine_stats(runner)
     has_work = (stats.get("running") or 0) + (stats.get("waiting") or 0) > 0

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from .config import EngineConfig
 from .engine import LLMEngine
+from .engine_state import EngineState, ModelInfo
 from .errors import EngineNotReadyError, QueueFullError
 from .outputs import RequestOutput
 from .sampling_params import SamplingParams
@@ -69,7 +70,7 @@ class EngineThread:
         self.max_restarts = max_restarts
         self.loop_fault_hook: Callable[[], None] | None = None  # tests: raise here to kill the loop
         self.engine: LLMEngine | None = None
-        self.state = "new"  # new -> loading -> ready (<-> restarting) -> stopped | dead
+        self.state = EngineState.NEW  # new -> loading -> ready (<-> restarting) -> stopped | dead
         self.error: str | None = None
         self.last_loop_at = time.monotonic()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -83,18 +84,27 @@ class EngineThread:
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> EngineThread:
-        self.state = "loading"
+        self.state = EngineState.LOADING
         self._thread = threading.Thread(target=self._main, name="minivllm-engine", daemon=True)
         self._thread.start()
         return self
 
     @property
     def ready(self) -> bool:
-        return self.state == "ready" and self._thread is not None and self._thread.is_alive()
+        return self.state == EngineState.READY and self._thread is not None and self._thread.is_alive()
+
+    @property
+    def model_info(self) -> ModelInfo | None:
+        """The served model's facts, once an engine is loaded."""
+        engine = self.engine
+        if engine is None:
+            return None
+        capacity = engine.block_manager.num_blocks * engine.block_manager.block_size
+        return ModelInfo(engine.model_name, engine.tokenizer, engine.max_model_len, capacity)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.state in ("new", "loading", "restarting"):
+        while self.state in (EngineState.NEW, EngineState.LOADING, EngineState.RESTARTING):
             if deadline is not None and time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
@@ -106,8 +116,8 @@ class EngineThread:
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
-        if self.state not in ("dead",):
-            self.state = "stopped"
+        if self.state not in (EngineState.DEAD,):
+            self.state = EngineState.STOPPED
 
     # -- requests (any thread with a running event loop) ---------------------------------
 
@@ -139,13 +149,13 @@ class EngineThread:
         return dict(self._snapshot)
 
     def not_ready_reason(self) -> str:
-        if self.state in ("new", "loading"):
+        if self.state in (EngineState.NEW, EngineState.LOADING):
             return "the model is loading"
-        if self.state == "restarting":
+        if self.state == EngineState.RESTARTING:
             return f"the engine loop died and is restarting: {self.error}"
-        if self.state == "dead":
+        if self.state == EngineState.DEAD:
             return f"the engine loop died: {self.error}"
-        if self._stop.is_set() or self.state == "stopped":
+        if self._stop.is_set() or self.state == EngineState.STOPPED:
             return "the engine is shutting down"
         return "the engine is not running"
 
@@ -157,12 +167,12 @@ class EngineThread:
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             log.error("model failed to load: %s", self.error)
-            self.state = "dead"
+            self.state = EngineState.DEAD
             return
         restarts = 0
         while True:
             self._refresh_snapshot()
-            self.state = "ready"
+            self.state = EngineState.READY
             started = time.monotonic()
             try:
                 self._loop()
@@ -172,17 +182,17 @@ class EngineThread:
                     restarts = 0  # a loop that ran for a long while earns its retries back
                 self.error = f"{type(exc).__name__}: {exc}"
                 log.error("engine loop died:\n%s", traceback.format_exc())
-                self.state = "restarting"
+                self.state = EngineState.RESTARTING
                 self._fail_all_streams(self.error)
                 if self._stop.is_set() or restarts >= self.max_restarts:
                     log.error("engine loop died %d times; giving up", restarts + 1)
-                    self.state = "dead"
+                    self.state = EngineState.DEAD
                     return
                 restarts += 1
                 log.warning("restarting the engine loop (%d of %d)", restarts, self.max_restarts)
                 self.engine = self.engine.fresh_copy()
         self._abort_everything()
-        self.state = "stopped"
+        self.state = EngineState.STOPPED
 
     def _loop(self) -> None:
         while not self._stop.is_set():

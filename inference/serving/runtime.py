@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from ..engine.engine_state import EngineState
+
 if TYPE_CHECKING:
     from ..engine.engine_thread import EngineThread
 
@@ -96,7 +98,7 @@ def reset() -> None:
 def shutdown() -> None:
     """Stops the engine: every in-flight stream ends with finish_reason "abort". Idempotent."""
     runner = _runner
-    if runner is None or runner.state in ("stopped", "dead"):
+    if runner is None or runner.state in (EngineState.STOPPED, EngineState.DEAD):
         return
     log.info("stopping engine")
     runner.shutdown()
@@ -111,9 +113,9 @@ def _watch_loading(runner: EngineThread) -> None:
 
     def watch():
         began = time.monotonic()
-        while runner.state == "loading":
+        while runner.state == EngineState.LOADING:
             time.sleep(0.1)
-        if runner.state == "ready":
+        if runner.state == EngineState.READY:
             log.info("engine ready in %.1fs", time.monotonic() - began)
         else:
             log.error("engine did not start (%s): %s", runner.state, runner.error)
@@ -124,40 +126,35 @@ def _watch_loading(runner: EngineThread) -> None:
 # ---- what the API needs to know about the loaded model -----------------------------------------
 
 
-def _engine(runner):
-    return getattr(runner, "engine", None)
+def _model_info(runner):
+    runner = runner or _runner
+    return runner.model_info if runner is not None else None
 
 
 def model_name(runner=None) -> str | None:
     """The id the API reports and accepts."""
     if settings.MINIVLLM_SERVED_MODEL_NAME:
         return settings.MINIVLLM_SERVED_MODEL_NAME
-    runner = runner or _runner
-    engine = _engine(runner) if runner is not None else None
-    return getattr(engine, "model_name", None)
+    info = _model_info(runner)
+    return info.model_name if info else None
 
 
 def accepted_model_names(runner=None) -> set[str]:
     """The names a request's `model` may use: the served id, the engine's name, the configured path."""
     runner = runner or _runner
-    names = {model_name(runner)}
-    engine = _engine(runner) if runner is not None else None
-    names.add(getattr(engine, "model_name", None))
-    config = getattr(runner, "config", None)
-    names.add(getattr(config, "model", None))
+    info = _model_info(runner)
+    names = {model_name(runner), info.model_name if info else None, getattr(getattr(runner, "config", None), "model", None)}
     return {name for name in names if name}
 
 
 def tokenizer(runner=None):
-    runner = runner or _runner
-    engine = _engine(runner) if runner is not None else None
-    return getattr(engine, "tokenizer", None)
+    info = _model_info(runner)
+    return info.tokenizer if info else None
 
 
 def max_model_len(runner=None) -> int | None:
-    runner = runner or _runner
-    engine = _engine(runner) if runner is not None else None
-    return getattr(engine, "max_model_len", None)
+    info = _model_info(runner)
+    return info.max_model_len if info else None
 
 
 if hasattr(os, "register_at_fork"):

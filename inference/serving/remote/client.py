@@ -16,9 +16,9 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 from ...engine.config import EngineConfig
+from ...engine.engine_state import EngineState, ModelInfo
 from ...engine.engine_thread import RequestStream
 from ...engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
 from ...engine.outputs import RequestOutput
@@ -91,58 +91,60 @@ class RemoteEngine:
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.ready and self.state not in ("dead", "stopped"):
+        while not self.ready and self.state not in (EngineState.DEAD, EngineState.STOPPED):
             if deadline is not None and time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
         return self.ready
 
     @property
-    def state(self) -> str:
+    def state(self) -> EngineState:
         if self._stopped:
-            return "stopped"
+            return EngineState.STOPPED
         if self._error is not None or (self._thread is not None and not self._thread.is_alive()):
-            return "dead"
+            return EngineState.DEAD
         if self.fleet.ready() and self.tokenizer is not None:
-            return "ready"
-        if self.tokenizer is None or any(v.state == "loading" for v in self.fleet.views()):
-            return "loading"
-        return "no_engine"
+            return EngineState.READY
+        if self.tokenizer is None or any(v.state == EngineState.LOADING for v in self.fleet.views()):
+            return EngineState.LOADING
+        return EngineState.NO_ENGINE
 
     @property
     def ready(self) -> bool:
-        return self.state == "ready"
+        return self.state == EngineState.READY
 
     @property
     def error(self) -> str | None:
         if self._error is not None:
             return self._error
-        return self.not_ready_reason() if self.state == "no_engine" else None
+        return self.not_ready_reason() if self.state == EngineState.NO_ENGINE else None
 
     def not_ready_reason(self) -> str:
         state = self.state
-        if state == "loading":
+        if state == EngineState.LOADING:
             return "the model is loading" if self.tokenizer is not None else "the tokenizer is loading"
-        if state == "dead":
+        if state == EngineState.DEAD:
             return f"the engine client died: {self._error or 'its thread stopped'}"
-        if state == "stopped":
+        if state == EngineState.STOPPED:
             return "the engine is shutting down"
-        if state == "no_engine":
+        if state == EngineState.NO_ENGINE:
             return "no engine worker is running (start `python manage.py runengine`)"
         return "the engine is not running"
 
     # ---- what views read about the model -------------------------------------------------------
 
     @property
-    def engine(self):
-        """The model facts the API needs, as LLMEngine attributes (runtime.py reads them)."""
+    def model_info(self) -> ModelInfo | None:
+        """The served model's facts from the ready workers: the shortest context among them."""
         ready = self.fleet.ready()
         if not ready or self.tokenizer is None:
             return None
-        return SimpleNamespace(
-            tokenizer=self.tokenizer,
+        capacities = [v.info.get("kv_capacity_tokens") or 0 for v in ready]
+        return ModelInfo(
             model_name=ready[0].info.get("model_name"),
+            tokenizer=self.tokenizer,
             max_model_len=min(v.info.get("max_model_len") or 0 for v in ready) or None,
+            kv_capacity_tokens=min(capacities) or None,
         )
 
     @property
@@ -289,7 +291,7 @@ class RemoteEngine:
         kind = message.get("type")
         if kind == wire.STATS:
             view = self.fleet.update(message)
-            if view.state in ("stopped", "dead"):
+            if view.state in (EngineState.STOPPED, EngineState.DEAD):
                 self._fail_engine(view.engine_id, f"engine {view.engine_id} shut down before the request finished")
         elif kind == wire.ACCEPTED:
             self._accepted(message)
@@ -353,7 +355,7 @@ class RemoteEngine:
                     join_at = time.monotonic() + 1.0
             await asyncio.sleep(WATCH_INTERVAL_S)
             for view in self.fleet.prune():
-                if view.state not in ("stopped", "dead"):
+                if view.state not in (EngineState.STOPPED, EngineState.DEAD):
                     log.warning("engine %s stopped responding (no heartbeat for %.0fs)", view.engine_id, self.fleet.timeout)
                 self._fail_engine(view.engine_id, f"engine {view.engine_id} stopped responding")
             now = time.monotonic()

@@ -11,6 +11,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ...engine.engine_state import EngineState
+
 SUMMED = (
     "running",
     "waiting",
@@ -92,7 +94,11 @@ class EngineFleet:
         """Forgets engines that stopped or went silent; returns them."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            gone = [v for v in self._engines.values() if v.state in ("stopped", "dead") or now - v.seen_at > self.timeout]
+            gone = [
+                v
+                for v in self._engines.values()
+                if v.state in (EngineState.STOPPED, EngineState.DEAD) or now - v.seen_at > self.timeout
+            ]
             for view in gone:
                 del self._engines[view.engine_id]
         return gone
@@ -105,7 +111,7 @@ class EngineFleet:
             return sorted(self._engines.values(), key=lambda v: v.engine_id)
 
     def ready(self) -> list[EngineView]:
-        return [v for v in self.views() if v.state == "ready"]
+        return [v for v in self.views() if v.state == EngineState.READY]
 
     def summaries(self) -> list[dict]:
         now = time.monotonic()

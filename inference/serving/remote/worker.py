@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from ...engine.engine_state import EngineState
 from ...engine.engine_thread import EngineThread
 from . import protocol as wire
 
@@ -72,7 +73,7 @@ class EngineWorker:
         self.channel = await self.layer.new_channel()
         publisher = asyncio.create_task(self._publish_forever())
         try:
-            while self.runner.state in ("new", "loading") and not stop.is_set():
+            while self.runner.state in (EngineState.NEW, EngineState.LOADING) and not stop.is_set():
                 await asyncio.sleep(0.05)
             if not self.runner.ready:
                 log.error("engine %s did not start: %s", self.engine_id, self.runner.error)
@@ -89,7 +90,7 @@ class EngineWorker:
             await self._stop_engine()
             for task in tasks[1:] + waiters:
                 task.cancel()
-            return 1 if self.runner.state == "dead" else 0
+            return 1 if self.runner.state == EngineState.DEAD else 0
         finally:
             publisher.cancel()
             await self._publish()  # the last heartbeat says "stopped": web processes drop us at once
@@ -219,14 +220,14 @@ class EngineWorker:
 
     def heartbeat(self) -> dict:
         runner = self.runner
-        state = "stopping" if self.stopping and runner.state == "ready" else runner.state
-        engine = runner.engine if runner.state == "ready" else None
+        state = EngineState.STOPPING if self.stopping and runner.state == EngineState.READY else runner.state
+        engine = runner.engine if runner.state == EngineState.READY else None
         stats = _plain({**runner.stats(), **_gpu_memory(engine.device)}) if engine is not None else {}
         return {
             "type": wire.STATS,
             "engine_id": self.engine_id,
             "engine_channel": self.channel,
-            "state": "loading" if state == "new" else state,
+            "state": str(EngineState.LOADING if state == EngineState.NEW else state),  # plain str on the wire
             "now": time.monotonic(),
             "info": {
                 "host": socket.gethostname(),

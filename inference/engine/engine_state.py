@@ -1,0 +1,32 @@
+"""Where an engine client stands, and the model facts it serves: what the web side may ask of
+either client (the in-process EngineThread, the scale-out RemoteEngine; serving/engine_client.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class EngineState(StrEnum):
+    """A StrEnum, so each state equals its value: /health, /stats and the workers' heartbeats
+    carry the same strings as before the enum existed."""
+
+    NEW = "new"  # built, not started
+    LOADING = "loading"  # the model is loading (remote: no worker ready yet, or no tokenizer)
+    READY = "ready"
+    RESTARTING = "restarting"  # the loop died and a fresh engine over the same weights is coming
+    STOPPING = "stopping"  # a worker draining after SIGTERM (heartbeats only)
+    STOPPED = "stopped"
+    DEAD = "dead"  # restarts exhausted, or the loading failed
+    NO_ENGINE = "no_engine"  # remote: the channel layer is up but no worker answers
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The served model as the API needs it: its name, its tokenizer (a request is tokenized with
+    the engine's own), its context length and the KV pool's capacity in tokens."""
+
+    model_name: str | None
+    tokenizer: object
+    max_model_len: int | None
+    kv_capacity_tokens: int | None = None
