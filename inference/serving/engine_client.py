@@ -1,0 +1,56 @@
+"""EngineClient: what the web side may ask of an engine, whichever process runs it.
+
+Two classes implement it: the in-process EngineThread (engine/engine_thread.py) and the
+scale-out RemoteEngine (serving/remote/client.py), which reaches `runengine` workers over the
+channel layer. Views, jobs, selectors and the lifecycle use only these members (through
+runtime.get_runner()), so either client serves them; a test holds both to this declaration.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from ..engine.config import EngineConfig
+from ..engine.engine_state import EngineState, ModelInfo
+from ..engine.engine_thread import RequestStream
+from ..engine.sampling_params import SamplingParams
+
+
+@runtime_checkable
+class EngineClient(Protocol):
+    config: EngineConfig
+
+    @property
+    def state(self) -> EngineState: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def model_info(self) -> ModelInfo | None:
+        """The served model's name, tokenizer, context length and KV capacity; None until ready."""
+
+    @property
+    def max_queue(self) -> int: ...
+
+    def start(self) -> EngineClient: ...
+
+    def wait_ready(self, timeout: float | None = None) -> bool: ...
+
+    def submit(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> RequestStream:
+        """Queues a request (EngineNotReadyError, QueueFullError, PromptTooLongError, SamplingParamsError
+        when it cannot be); its outputs arrive on the returned async stream, the last one finished."""
+
+    def abort(self, request_id: str) -> None: ...
+
+    def num_waiting(self) -> int: ...
+
+    def stats(self) -> dict: ...
+
+    def not_ready_reason(self) -> str: ...
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Ends every in-flight request with a final `abort` output, then stops."""
