@@ -1,7 +1,7 @@
 """Async API views: /generate, /v1/completions, /v1/chat/completions, /v1/models, /health.
 
 Views stay thin: validation is in validation.py, the engine request and its history row in
-jobs.py, the wire formats in streams.py / openai_format.py.
+jobs.py, the wire formats in stream_renderers.py / openai_format.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from . import auth, key_limits, sse
 from . import openai_format as oai
 from .chat_template import render as render_chat
 from .errors import ApiError, bad_request, internal_error_response
-from .streams import OpenAIStream, generate_events, run_to_end
+from .stream_renderers import OpenAIStream, generate_events, run_to_end
 from .validation import GenerationInput, parse_chat, parse_completion, parse_generate, parse_json_body
 
 

@@ -71,7 +71,9 @@ class LLMEngine:
         self.num_slots = self.config.slots_for(self.bundle.device.type)
         self.block_manager = BlockManager(num_blocks, self.config.block_size, self.config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, self.num_slots, self.config.max_num_batched_tokens)
-        self.runner = ModelRunner(model, num_blocks, self.config.block_size, self.bundle.dtype, self.bundle.device, self.kv_dtype)
+        self.model_runner = ModelRunner(
+            model, num_blocks, self.config.block_size, self.bundle.dtype, self.bundle.device, self.kv_dtype
+        )
         self.weights_mb = self.bundle.weight_bytes / 2**20  # counted once: the weights never change after load
         self.sampler = Sampler()
         self.sequences: dict[str, Sequence] = {}
@@ -183,7 +185,7 @@ class LLMEngine:
         try:
             if self.step_fault_hook is not None:
                 self.step_fault_hook()
-            logits, sampling_seqs = self.runner.run(batch)
+            logits, sampling_seqs = self.model_runner.run(batch)
             for seq, n in [(s, 1) for s in batch.decodes] + batch.prefills:
                 seq.num_computed_tokens += n
                 self.block_manager.register_computed_blocks(seq)
@@ -298,7 +300,7 @@ class LLMEngine:
             "slots": slots,
             "kv_blocks_used": blocks.num_used_blocks,
             "kv_blocks_total": blocks.num_blocks,
-            "kv_pool_mb": self.runner.kv_pool_bytes / 2**20,
+            "kv_pool_mb": self.model_runner.kv_pool_bytes / 2**20,
             "weights_mb": self.weights_mb,
             "kv_cache_usage": blocks.num_used_blocks / blocks.num_blocks,
             "prefix_cache_queries": blocks.prefix_queries,

@@ -164,8 +164,8 @@ def build_bundle(
 
 
 def _bundle(model, hf_config, tokenizer, name, device, dtype, max_model_len, choice, how: str) -> ModelBundle:
-    compiled = compile_layers(model)
-    log.info("weights: %s (%s)%s%s", choice.format, choice.reason, f", {how}" if how else "", "; C++ layers" if compiled else "")
+    cpp = compile_layers(model)
+    log.info("weights: %s (%s)%s%s", choice.format, choice.reason, f", {how}" if how else "", "; C++ layers" if cpp else "")
     return ModelBundle(
         model=model,
         tokenizer=tokenizer,

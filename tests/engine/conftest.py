@@ -6,9 +6,9 @@ from inference.engine.kernels import kernels
 @pytest.fixture
 def restore_prefetch():
     """The int8 prefetch distance is process-wide: a test that moves it puts it back."""
-    before = kernels().int8_prefetch_bytes()
+    before = kernels().weight_prefetch_bytes()
     yield
-    kernels().int8_set_prefetch_bytes(before)
+    kernels().set_weight_prefetch_bytes(before)
 
 
 ISAS_BY_REACH = ["avx2", "avx512bw", "avx512_vnni", "amx"]  # a CPU that runs one runs those before it

@@ -77,6 +77,6 @@ def test_the_cache_is_float16_under_smaller_weights_on_cpu_else_the_models_dtype
 
 def test_a_float16_pool_holds_twice_the_tokens_of_a_float32_one(tiny_llama_hf_model, smollm_tokenizer):
     engine = engine_for(tiny_llama_hf_model, smollm_tokenizer, kv_cache_mb=4, quantization="int8")
-    assert engine.kv_dtype == torch.float16 and all(k.dtype == v.dtype == torch.float16 for k, v in engine.runner.kv_caches)
+    assert engine.kv_dtype == torch.float16 and all(k.dtype == v.dtype == torch.float16 for k, v in engine.model_runner.kv_caches)
     wide = engine_for(tiny_llama_hf_model, smollm_tokenizer, kv_cache_mb=4, quantization="int8", kv_cache_dtype="float32")
     assert engine.block_manager.num_blocks == 2 * wide.block_manager.num_blocks

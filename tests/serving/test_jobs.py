@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from inference.api.streams import generate_events
+from inference.api.stream_renderers import generate_events
 from inference.api.validation import GenerationInput
 from inference.engine.sampling_params import SamplingParams
 from inference.models import GenerationRequest

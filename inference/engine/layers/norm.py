@@ -16,7 +16,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        compiled = kernels() if x.device.type == "cpu" and x.dtype == torch.float32 and x.shape[-1] % 8 == 0 else None
-        if compiled is not None:  # one pass instead of F.rms_norm's six ops on CPU
-            return compiled.rms_norm(x.contiguous(), self.weight, self.eps)
+        cpp = kernels() if x.device.type == "cpu" and x.dtype == torch.float32 and x.shape[-1] % 8 == 0 else None
+        if cpp is not None:  # one pass instead of F.rms_norm's six ops on CPU
+            return cpp.rms_norm(x.contiguous(), self.weight, self.eps)
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)

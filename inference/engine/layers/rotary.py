@@ -66,9 +66,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     On CPU in float32 our kernel rotates `x` in place (one op instead of nine) and returns it;
     elsewhere a new tensor is returned. Callers use the result either way.
     """
-    compiled = kernels() if x.device.type == "cpu" and x.dtype == torch.float32 and x.stride(-1) == 1 else None
-    if compiled is not None:
-        compiled.rotary_inplace(x, cos.contiguous(), sin.contiguous())
+    cpp = kernels() if x.device.type == "cpu" and x.dtype == torch.float32 and x.stride(-1) == 1 else None
+    if cpp is not None:
+        cpp.rotary_inplace(x, cos.contiguous(), sin.contiguous())
         return x
     return rotated(x, cos, sin)
 

@@ -17,19 +17,19 @@ from ..layers.attention import decode_in_place
 from .llama import LlamaDecoderLayer
 
 
-def _projection(compiled, linear: nn.Module):
+def _projection(cpp, linear: nn.Module):
     """The C++ projection the linear's format provides (layers/linear/), or None for plain torch modules."""
     projection = getattr(linear, "projection", None)
-    return projection(compiled) if projection is not None else None
+    return projection(cpp) if projection is not None else None
 
 
-def _layer_weights(compiled, layer: LlamaDecoderLayer):
+def _layer_weights(cpp, layer: LlamaDecoderLayer):
     attn, mlp = layer.self_attn, layer.mlp
-    projections = [_projection(compiled, m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
+    projections = [_projection(cpp, m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
     if any(p is None for p in projections):
         return None
     qkv, o, gate_up, down = projections
-    return compiled.LlamaLayerWeights(
+    return cpp.LlamaLayerWeights(
         input_norm=layer.input_layernorm.weight.detach(),
         post_attention_norm=layer.post_attention_layernorm.weight.detach(),
         eps=layer.input_layernorm.eps,
@@ -46,16 +46,16 @@ def _layer_weights(compiled, layer: LlamaDecoderLayer):
 
 def compile_layers(model: nn.Module) -> bool:
     """Gives every decoder layer its C++ weights, or none of them; returns whether it did."""
-    compiled = kernels()
-    if compiled is None or not getattr(model, "FUSED_CPU_STEP", False) or model.cfg.hidden_size % 8:
+    cpp = kernels()
+    if cpp is None or not getattr(model, "FUSED_CPU_STEP", False) or model.cfg.hidden_size % 8:
         return False
     if model.norm.weight.device.type != "cpu" or model.norm.weight.dtype != torch.float32:
         return False
-    weights = [_layer_weights(compiled, layer) for layer in model.layers]
+    weights = [_layer_weights(cpp, layer) for layer in model.layers]
     if any(w is None for w in weights):
         return False
     for layer, w in zip(model.layers, weights):
-        layer.compiled_weights = w
+        layer.cpp_weights = w
     if decode_in_place(model.norm.weight.device, model.norm.weight.dtype, model.cfg.head_dim):
-        model.compiled_decode_layers = weights  # the one-call step runs the decode attention kernels
+        model.cpp_decode_layers = weights  # the one-call step runs the decode attention kernels
     return True

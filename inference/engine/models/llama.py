@@ -61,21 +61,21 @@ class LlamaDecoderLayer(nn.Module):
         self.self_attn = self.attention_class(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = LlamaMLP(cfg)
-        self.compiled_weights = None  # set by cpu_step.compile_layers where the C++ halves apply
+        self.cpp_weights = None  # set by cpu_step.compile_layers where the C++ halves apply
 
     def forward(self, x, rope, kv_cache, meta):
-        if self.compiled_weights is not None:
-            return self._forward_compiled(x, rope, kv_cache, meta)
+        if self.cpp_weights is not None:
+            return self._forward_cpp(x, rope, kv_cache, meta)
         x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def _forward_compiled(self, x, rope, kv_cache, meta):
+    def _forward_cpp(self, x, rope, kv_cache, meta):
         """The same maths in two C++ calls around attention (kernels/layers/llama_layer.cpp)."""
-        compiled = kernels()
+        cpp = kernels()
         k_cache, v_cache = kv_cache
-        q, k, v = compiled.llama_attention_inputs(self.compiled_weights, x, *rope, k_cache, v_cache, meta.write_rows)
+        q, k, v = cpp.llama_attention_inputs(self.cpp_weights, x, *rope, k_cache, v_cache, meta.write_rows)
         attended = attend(q, k, v, k_cache, v_cache, meta, self.self_attn.scale)
-        return compiled.llama_attention_output_and_mlp(self.compiled_weights, x, attended)
+        return cpp.llama_attention_output_and_mlp(self.cpp_weights, x, attended)
 
 
 class LlamaArgs:
@@ -120,7 +120,7 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        self.compiled_decode_layers = None  # every layer's C++ weights, set by cpu_step.compile_layers
+        self.cpp_decode_layers = None  # every layer's C++ weights, set by cpu_step.compile_layers
 
     @property
     def kv_shape(self) -> tuple[int, int, int]:
@@ -130,9 +130,9 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
         rope = self.rotary.tables(positions, x.dtype)
-        if self.compiled_decode_layers is not None and not meta.prefills and meta.decode_tables is not None:
+        if self.cpp_decode_layers is not None and not meta.prefills and meta.decode_tables is not None:
             x = kernels().llama_decode_layers(
-                self.compiled_decode_layers,
+                self.cpp_decode_layers,
                 x,
                 *rope,
                 [k for k, _ in kv_caches],

@@ -11,12 +11,12 @@ from inference.engine.layers.linear.groups import dequantize_groups, quantize_gr
 QUANTIZE = {4: quantize_groups, 8: quantize_groups_8bit}
 
 
-def packed(compiled, weight, bits):
-    return compiled.group_pack_weight(*QUANTIZE[bits](weight), bits)
+def packed(cpp, weight, bits):
+    return cpp.group_pack_weight(*QUANTIZE[bits](weight), bits)
 
 
-def linear(compiled, x, weight, bits, isa="auto"):
-    return compiled.group_linear(x, packed(compiled, weight, bits), weight.shape[0], bits, isa)
+def linear(cpp, x, weight, bits, isa="auto"):
+    return cpp.group_linear(x, packed(cpp, weight, bits), weight.shape[0], bits, isa)
 
 
 def activation_groups(x):
@@ -56,69 +56,69 @@ def documented_order(x, weight, bits):
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("rows", [1, 2, 3, 11, 12, 13, 25])  # passes of up to 12 rows (AVX2: 2), then what is left
 @pytest.mark.parametrize("channels, K", [(16, 64), (13, 576), (40, 1536), (6, 32)])  # 13, 40, 6: a last block under 16
-def test_every_isa_follows_the_documented_arithmetic_bit_for_bit(compiled, bits, rows, channels, K, vector_isas):
+def test_every_isa_follows_the_documented_arithmetic_bit_for_bit(cpp, bits, rows, channels, K, vector_isas):
     torch.manual_seed(rows * 100 + channels + bits)
     x, weight = torch.randn(rows, K), torch.randn(channels, K) / 10 + 0.05
     expected = documented_order(x, weight, bits)
     for isa in vector_isas:
-        assert torch.equal(linear(compiled, x, weight, bits, isa), expected), isa
+        assert torch.equal(linear(cpp, x, weight, bits, isa), expected), isa
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_close_to_the_dequantized_matmul(compiled, bits):
+def test_close_to_the_dequantized_matmul(cpp, bits):
     """Two int8 levels make the activations 15-bit: the products are the de-quantized weight's to ~1e-4."""
     torch.manual_seed(3)
     x, weight = torch.randn(5, 576), torch.randn(64, 576) / 10
     exact = x.double() @ dequantize_groups(*QUANTIZE[bits](weight)).double().T
-    error = (linear(compiled, x, weight, bits).double() - exact).norm() / exact.norm()
+    error = (linear(cpp, x, weight, bits).double() - exact).norm() / exact.norm()
     assert error < 2e-4
 
 
-def test_extreme_levels_and_activations_stay_exact(compiled, vector_isas):
+def test_extreme_levels_and_activations_stay_exact(cpp, vector_isas):
     """8-bit levels of 255 against activations at int8's end in every position: the widest integer sums
     (AVX2 and AVX-512BW add them as nibbles in int16 pairs, which must not saturate)."""
     levels = torch.full((16, 64), 255, dtype=torch.uint8)
     levels[::2] = 0
     scales = torch.full((16, 2), 0.5, dtype=torch.float16)
     minimums = torch.zeros(16, 2, dtype=torch.float16)
-    weight = compiled.group_pack_weight(levels, scales, minimums, 8)
+    weight = cpp.group_pack_weight(levels, scales, minimums, 8)
     x = torch.ones(2, 64)
     x[1] = -1
     for isa in vector_isas:
-        out = compiled.group_linear(x, weight, 16, 8, isa)
+        out = cpp.group_linear(x, weight, 16, 8, isa)
         expected = torch.tensor([[0.0, 255 * 0.5 * 64]] * 8).reshape(16)
         assert torch.equal(out[0], expected) and torch.equal(out[1], -expected), isa
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_each_row_is_bit_identical_alone_and_in_any_batch(compiled, vector_isas, bits):
+def test_each_row_is_bit_identical_alone_and_in_any_batch(cpp, vector_isas, bits):
     torch.manual_seed(0)
     x, weight = torch.randn(27, 256), torch.randn(37, 256)
     for isa in vector_isas:
-        whole = linear(compiled, x, weight, bits, isa)
+        whole = linear(cpp, x, weight, bits, isa)
         for rows in range(1, 15):
-            assert torch.equal(linear(compiled, x[:rows].contiguous(), weight, bits, isa), whole[:rows]), (isa, rows)
-        assert torch.equal(torch.cat([linear(compiled, row[None].contiguous(), weight, bits, isa) for row in x]), whole), isa
-        assert torch.equal(linear(compiled, x[3:18].contiguous(), weight, bits, isa), whole[3:18]), isa
+            assert torch.equal(linear(cpp, x[:rows].contiguous(), weight, bits, isa), whole[:rows]), (isa, rows)
+        assert torch.equal(torch.cat([linear(cpp, row[None].contiguous(), weight, bits, isa) for row in x]), whole), isa
+        assert torch.equal(linear(cpp, x[3:18].contiguous(), weight, bits, isa), whole[3:18]), isa
 
 
-def test_prefetch_distance_changes_no_bits(compiled, restore_prefetch):
+def test_prefetch_distance_changes_no_bits(cpp, restore_prefetch):
     torch.manual_seed(2)
     x, weight = torch.randn(3, 576), torch.randn(24, 576)
-    compiled.int8_set_prefetch_bytes(0)
-    plain = linear(compiled, x, weight, 4)
+    cpp.set_weight_prefetch_bytes(0)
+    plain = linear(cpp, x, weight, 4)
     for bytes_ahead in (64, 4096, 1 << 20):  # the last far past the weight's end
-        compiled.int8_set_prefetch_bytes(bytes_ahead)
-        assert torch.equal(linear(compiled, x, weight, 4), plain)
+        cpp.set_weight_prefetch_bytes(bytes_ahead)
+        assert torch.equal(linear(cpp, x, weight, 4), plain)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_packing_keeps_every_level_scale_and_minimum(compiled, bits):
+def test_packing_keeps_every_level_scale_and_minimum(cpp, bits):
     """Blocks of 16 channels (the last padded with zero channels); a group's steps of 4 weights a
     channel, 64 bytes a step (4-bit: step p low nibbles, p + 4 high), then 16 scales, then 16 minimums."""
     torch.manual_seed(6)
     levels, scales, minimums = QUANTIZE[bits](torch.randn(20, 64))
-    blocks = compiled.group_pack_weight(levels, scales, minimums, bits)
+    blocks = cpp.group_pack_weight(levels, scales, minimums, bits)
     level_bytes = 16 * 32 * bits // 8
     assert blocks.shape == (2, 2 * (level_bytes + 64))
     groups = blocks.reshape(2, 2, level_bytes + 64)  # block, group, bytes
@@ -134,28 +134,28 @@ def test_packing_keeps_every_level_scale_and_minimum(compiled, bits):
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_dequantized_rows_are_the_weight(compiled, bits):
+def test_dequantized_rows_are_the_weight(cpp, bits):
     """The embedding lookup over a packed table gives scale * level + minimum, rounded once."""
     torch.manual_seed(7)
     weight = torch.randn(37, 96)
-    table = packed(compiled, weight, bits)
+    table = packed(cpp, weight, bits)
     ids = torch.tensor([[36, 0], [17, 17]])
     expected = dequantize_groups(*QUANTIZE[bits](weight))[ids]
-    assert torch.equal(compiled.group_dequantize_rows(table, ids, 96, bits), expected)
+    assert torch.equal(cpp.group_dequantize_rows(table, ids, 96, bits), expected)
     with pytest.raises(RuntimeError, match="outside"):
-        compiled.group_dequantize_rows(table, torch.tensor([48]), 96, bits)
+        cpp.group_dequantize_rows(table, torch.tensor([48]), 96, bits)
 
 
-def test_rejects_what_it_cannot_compute(compiled):
+def test_rejects_what_it_cannot_compute(cpp):
     with pytest.raises(RuntimeError, match="AMX"):  # no AMX version: refused, whether or not this CPU has AMX
-        linear(compiled, torch.randn(1, 64), torch.randn(4, 64), 4, "amx")
+        linear(cpp, torch.randn(1, 64), torch.randn(4, 64), 4, "amx")
     levels, scales, minimums = quantize_groups(torch.randn(4, 64))
     with pytest.raises(RuntimeError, match="0..15"):
-        compiled.group_pack_weight(levels + 16, scales, minimums, 4)
+        cpp.group_pack_weight(levels + 16, scales, minimums, 4)
     with pytest.raises(RuntimeError, match="bits"):
-        compiled.group_pack_weight(levels, scales, minimums, 6)
-    weight = compiled.group_pack_weight(levels, scales, minimums, 4)
+        cpp.group_pack_weight(levels, scales, minimums, 6)
+    weight = cpp.group_pack_weight(levels, scales, minimums, 4)
     with pytest.raises(RuntimeError, match="K is not"):
-        compiled.group_linear(torch.randn(1, 32), weight, 4, 4)
+        cpp.group_linear(torch.randn(1, 32), weight, 4, 4)
     with pytest.raises(RuntimeError, match="out_features"):
-        compiled.group_linear(torch.randn(1, 64), weight, 17, 4)
+        cpp.group_linear(torch.randn(1, 64), weight, 17, 4)

@@ -7,7 +7,7 @@ import torch
 from inference.engine.layers.rotary import RotaryEmbedding, rotated
 
 
-def test_rotates_a_strided_view_in_place_bit_exactly(compiled):
+def test_rotates_a_strided_view_in_place_bit_exactly(cpp):
     torch.manual_seed(0)
     heads, kv_heads, dim = 9, 3, 64
     qkv = torch.randn(7, heads + 2 * kv_heads, dim)
@@ -17,6 +17,6 @@ def test_rotates_a_strided_view_in_place_bit_exactly(compiled):
     )
     qk = qkv[:, : heads + kv_heads]  # the view the attention layer rotates: not contiguous
     expected = rotated(qk, cos, sin)
-    compiled.rotary_inplace(qk, cos.contiguous(), sin.contiguous())
+    cpp.rotary_inplace(qk, cos.contiguous(), sin.contiguous())
     assert torch.equal(qkv[:, : heads + kv_heads], expected)
     assert torch.equal(qkv[:, heads + kv_heads :], untouched_v)

@@ -41,15 +41,15 @@ def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tok
     hf = make_model()
     engines = [engine_for(hf, smollm_tokenizer, quantization=quantization, max_num_batched_tokens=48) for _ in range(3)]
     whole, halves, modules = (engine.bundle.model for engine in engines)
-    assert whole.compiled_decode_layers is not None
-    assert all(layer.compiled_weights is not None for layer in whole.layers)
+    assert whole.cpp_decode_layers is not None
+    assert all(layer.cpp_weights is not None for layer in whole.layers)
     if projection in ("int8", "int4"):
         assert type(whole.layers[0].mlp.gate_up_proj).__name__ == {"int8": "Int8Linear", "int4": "GroupLinear"}[projection]
     else:
         assert whole.layers[0].mlp.gate_up_proj.backend == {"bf16": "onednn_bf16"}.get(projection, projection)
-    halves.compiled_decode_layers = modules.compiled_decode_layers = None
+    halves.cpp_decode_layers = modules.cpp_decode_layers = None
     for layer in modules.layers:
-        layer.compiled_weights = None
+        layer.cpp_weights = None
     reference = run_mixed_steps(engines[2])
     assert run_mixed_steps(engines[0]) == reference
     assert run_mixed_steps(engines[1]) == reference
@@ -60,5 +60,5 @@ def test_a_bf16_model_keeps_its_modules(smollm_tokenizer):
     hf = tiny_llama_hf()
     config = EngineConfig(dtype="bfloat16", device="cpu")
     bundle = build_bundle(hf.config, smollm_tokenizer, hf.state_dict(), name="tiny", config=config)
-    assert all(layer.compiled_weights is None for layer in bundle.model.layers)
-    assert bundle.model.compiled_decode_layers is None
+    assert all(layer.cpp_weights is None for layer in bundle.model.layers)
+    assert bundle.model.cpp_decode_layers is None

@@ -13,8 +13,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("weight"), py::arg("isa") = "auto");
   m.def("linear_isa", &linear_isa, "the instruction set int8_linear uses on this CPU (group_linear: vector_isa)");
   m.def("vector_isa", &vector_isa, "the best vector (not AMX) version on this CPU");
-  m.def("int8_set_prefetch_bytes", &int8_set_prefetch_bytes, "how far ahead int8_linear prefetches weights (0: not at all)");
-  m.def("int8_prefetch_bytes", &int8_prefetch_bytes, "how far ahead int8_linear prefetches weights now");
+  m.def("set_weight_prefetch_bytes", &set_weight_prefetch_bytes, "how far ahead int8_linear prefetches weights (0: not at all)");
+  m.def("weight_prefetch_bytes", &weight_prefetch_bytes, "how far ahead int8_linear prefetches weights now");
   m.def("group_linear", &group_linear, nogil(), "x @ W.T for 4- or 8-bit weights in groups of 32, int8 activation groups",
         py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("bits"), py::arg("isa") = "auto");
   m.def("group_pack_weight", &group_pack_weight, "4- or 8-bit levels, scales and minimums packed for group_linear");

@@ -14,8 +14,8 @@ torch::Tensor int8_linear(const torch::Tensor& x, const std::vector<torch::Tenso
 // vector versions the same shape (int8_dot.h), for "amx" blocks of 16 channels (int8_amx.h).
 torch::Tensor int8_pack_weight(const torch::Tensor& weight, const std::string& isa);
 // How far ahead int8_linear prefetches weights, process-wide (bytes, whole cache lines; 0: none).
-void int8_set_prefetch_bytes(int64_t bytes);
-int64_t int8_prefetch_bytes();
+void set_weight_prefetch_bytes(int64_t bytes);
+int64_t weight_prefetch_bytes();
 // Weights in groups of 32 (group_dot.h), 4-bit or 8-bit: `levels` uint8 [N, K] (0..15 or 0..255),
 // float16 scales and minimums [N, K / 32], W = scale * level + minimum; packed into group_linear's
 // blocks of 16 channels, uint8 [ceil(N / 16), K / 32 * group bytes].

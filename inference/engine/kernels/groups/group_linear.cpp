@@ -175,7 +175,7 @@ torch::Tensor group_linear(const torch::Tensor& x, const torch::Tensor& packed, 
   const int64_t M = x.size(0), K = x.size(1), N = out_features, G = K / kGroup;
   check_packed(packed, K, N, bits);
   const GroupDotFn dot = by_isa<GroupDotFn>(isa, group_dot_avx2, group_dot_avx512bw, group_dot_avx512_vnni);
-  const int64_t prefetch = int8_prefetch_bytes();
+  const int64_t prefetch = weight_prefetch_bytes();
 
   std::vector<int8_t> q(2 * M * K);
   std::vector<float> scale(M * G), scaled_sum(M * G);

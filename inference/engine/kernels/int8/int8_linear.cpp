@@ -30,12 +30,12 @@ std::atomic<int64_t> prefetch_bytes{0};
 
 }  // namespace
 
-void int8_set_prefetch_bytes(int64_t bytes) {
+void set_weight_prefetch_bytes(int64_t bytes) {
   TORCH_CHECK(bytes >= 0 && bytes % kCacheLine == 0, "prefetch distance: whole cache lines of ", kCacheLine, " bytes, >= 0");
   prefetch_bytes.store(bytes);
 }
 
-int64_t int8_prefetch_bytes() { return prefetch_bytes.load(); }
+int64_t weight_prefetch_bytes() { return prefetch_bytes.load(); }
 
 namespace {
 

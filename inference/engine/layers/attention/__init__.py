@@ -108,11 +108,11 @@ def _decode_attention(q, k_cache, v_cache, meta: AttentionMetadata, scale) -> to
     return _decode_attention_gathered(q, k_cache, v_cache, meta.decode_block_rows, meta.decode_padding, scale)
 
 
-def _decode_attention_in_place(compiled, q, k_cache, v_cache, meta: AttentionMetadata, scale) -> torch.Tensor:
+def _decode_attention_in_place(cpp, q, k_cache, v_cache, meta: AttentionMetadata, scale) -> torch.Tensor:
     """Scores and weighted values read K/V blocks where they lie (no gathered copy); softmax between."""
-    scores = compiled.paged_attention_scores(q.contiguous(), k_cache, meta.decode_tables, meta.decode_lengths, scale)
+    scores = cpp.paged_attention_scores(q.contiguous(), k_cache, meta.decode_tables, meta.decode_lengths, scale)
     probs = torch.softmax(scores, dim=-1)
-    return compiled.paged_attention_values(probs, v_cache, meta.decode_tables, meta.decode_lengths)
+    return cpp.paged_attention_values(probs, v_cache, meta.decode_tables, meta.decode_lengths)
 
 
 def _decode_attention_gathered(q, k_cache, v_cache, block_rows, padding, scale) -> torch.Tensor:

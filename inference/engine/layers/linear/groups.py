@@ -93,8 +93,8 @@ class GroupLinear(RowKernelLinear):
         """rows (contiguous float32 [M, K]) @ W.T, no bias."""
         return kernels().group_linear(rows, self.packed, self.out_features, self.bits)
 
-    def projection(self, compiled):
-        return compiled.Projection.group(self.packed, self.out_features, self.bits, self.bias)
+    def projection(self, cpp):
+        return cpp.Projection.group(self.packed, self.out_features, self.bits, self.bias)
 
     def embedding(self) -> GroupEmbedding:
         """The same packed rows as an embedding table (a tied lm_head's)."""

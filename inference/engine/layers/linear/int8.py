@@ -62,8 +62,8 @@ class Int8Linear(RowKernelLinear):
         """rows (contiguous float32 [M, K]) @ W.T, no bias."""
         return kernels().int8_linear(rows, *self.weight_levels())
 
-    def projection(self, compiled):
-        return compiled.Projection.int8(*self.weight_levels(), self.bias)
+    def projection(self, cpp):
+        return cpp.Projection.int8(*self.weight_levels(), self.bias)
 
 
 def quantize_int8(model: nn.Module, two_level: tuple[str, ...] = TWO_LEVEL) -> nn.Module:

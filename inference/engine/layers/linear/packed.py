@@ -111,12 +111,12 @@ class PackedLinear(nn.Module):
             out = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
         return out.view(*x.shape[:-1], self.out_features)
 
-    def projection(self, compiled):
+    def projection(self, cpp):
         if self.backend == "onednn_bf16":
-            return compiled.Projection.onednn_bf16(self.packed_weight, self.bias)
+            return cpp.Projection.onednn_bf16(self.packed_weight, self.bias)
         if self.backend == "mkl":
-            return compiled.Projection.mkl(self.packed_weight, self.weight, self.bias)
-        return compiled.Projection.onednn(self.packed_weight, self.bias)
+            return cpp.Projection.mkl(self.packed_weight, self.weight, self.bias)
+        return cpp.Projection.onednn(self.packed_weight, self.bias)
 
 
 def pack_linears(model: nn.Module, backend: str | None = None) -> nn.Module:

@@ -36,15 +36,15 @@ CACHE_FILE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / 
 def prefetch_for(layers: list) -> int:
     """The distance for these layers on this machine: cached from an earlier timing, else timed now and cached."""
     if not layers:
-        return kernels().int8_prefetch_bytes()
+        return kernels().weight_prefetch_bytes()
     shapes = sorted({(layer.out_features, layer.in_features, type(layer).__name__) for layer in layers})
     key = f"{cpu_model_name()}|{kernels().linear_isa()}|{shapes}"
     cached = _read_cache().get(key)
     if cached in CANDIDATE_BYTES:
-        kernels().int8_set_prefetch_bytes(cached)
+        kernels().set_weight_prefetch_bytes(cached)
         log.info("int8/group weight prefetch: %d bytes ahead (timed on this CPU before; %s)", cached, CACHE_FILE)
         return cached
-    medians = tune_int8_prefetch(layers)
+    medians = tune_weight_prefetch(layers)
     fastest = min(medians, key=medians.get)
     _write_cache(key, fastest)
     return fastest
@@ -68,10 +68,10 @@ def _write_cache(key: str, value: int) -> None:
         log.warning("could not cache the prefetch distance in %s: %s", CACHE_FILE, error)
 
 
-def tune_int8_prefetch(layers: list, candidates=CANDIDATE_BYTES, rounds: int = ROUNDS) -> dict[int, float]:
+def tune_weight_prefetch(layers: list, candidates=CANDIDATE_BYTES, rounds: int = ROUNDS) -> dict[int, float]:
     """Times one-row passes over `layers` (Int8Linear and GroupLinear modules) at each candidate
     distance, sets the kernels to the fastest and returns each candidate's median pass in seconds."""
-    compiled = kernels()
+    cpp = kernels()
     rows = {layer.in_features: torch.randn(1, layer.in_features) for layer in layers}
 
     def one_pass() -> float:
@@ -84,11 +84,11 @@ def tune_int8_prefetch(layers: list, candidates=CANDIDATE_BYTES, rounds: int = R
     passes: dict[int, list[float]] = {bytes_ahead: [] for bytes_ahead in candidates}
     for _ in range(rounds):
         for bytes_ahead in candidates:
-            compiled.int8_set_prefetch_bytes(bytes_ahead)
+            cpp.set_weight_prefetch_bytes(bytes_ahead)
             passes[bytes_ahead].append(one_pass())
     medians = {bytes_ahead: statistics.median(times) for bytes_ahead, times in passes.items()}
     fastest = min(medians, key=medians.get)
-    compiled.int8_set_prefetch_bytes(fastest)
+    cpp.set_weight_prefetch_bytes(fastest)
     log.info(
         "int8/group weight prefetch: %d bytes ahead (median pass ms: %s)",
         fastest,

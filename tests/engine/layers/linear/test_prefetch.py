@@ -11,7 +11,7 @@ from torch import nn
 from inference.engine.kernels import kernels
 from inference.engine.layers.linear import FormatChoice, prefetch, prepare_linears
 from inference.engine.layers.linear.int8 import Int8Linear, quantize_int8
-from inference.engine.layers.linear.prefetch import CANDIDATE_BYTES, tune_int8_prefetch
+from inference.engine.layers.linear.prefetch import CANDIDATE_BYTES, tune_weight_prefetch
 
 pytestmark = pytest.mark.skipif(kernels() is None, reason="the int8 kernel did not build here")
 
@@ -23,16 +23,16 @@ def int8_layers():
 
 
 def test_keeps_the_candidate_with_the_fastest_median_pass(restore_prefetch):
-    medians = tune_int8_prefetch(int8_layers(), candidates=(0, 64, 2048), rounds=3)
+    medians = tune_weight_prefetch(int8_layers(), candidates=(0, 64, 2048), rounds=3)
     assert set(medians) == {0, 64, 2048} and all(seconds > 0 for seconds in medians.values())
-    assert kernels().int8_prefetch_bytes() == min(medians, key=medians.get)
+    assert kernels().weight_prefetch_bytes() == min(medians, key=medians.get)
 
 
 def test_int8_quantization_at_load_tunes_the_distance(restore_prefetch):
     """prepare_linears (what the loader calls) leaves the kernel at a candidate it timed."""
-    kernels().int8_set_prefetch_bytes(192)  # no candidate: only tuning can change it to one
+    kernels().set_weight_prefetch_bytes(192)  # no candidate: only tuning can change it to one
     prepare_linears(nn.Sequential(nn.Linear(256, 512), nn.Linear(512, 64)), FormatChoice("int8", "test"), torch.device("cpu"))
-    assert kernels().int8_prefetch_bytes() in CANDIDATE_BYTES
+    assert kernels().weight_prefetch_bytes() in CANDIDATE_BYTES
 
 
 def test_the_distance_is_timed_once_per_machine_and_read_back_after(restore_prefetch, tmp_path, monkeypatch):
@@ -40,10 +40,10 @@ def test_the_distance_is_timed_once_per_machine_and_read_back_after(restore_pref
     layers = int8_layers()
     chosen = prefetch.prefetch_for(layers)
     assert chosen in CANDIDATE_BYTES and len(json.loads((tmp_path / "prefetch.json").read_text())) == 1
-    kernels().int8_set_prefetch_bytes(192)
+    kernels().set_weight_prefetch_bytes(192)
 
     def no_timing(*args, **kwargs):
         raise AssertionError("a cached distance was timed again")
 
-    monkeypatch.setattr(prefetch, "tune_int8_prefetch", no_timing)
-    assert prefetch.prefetch_for(layers) == chosen and kernels().int8_prefetch_bytes() == chosen
+    monkeypatch.setattr(prefetch, "tune_weight_prefetch", no_timing)
+    assert prefetch.prefetch_for(layers) == chosen and kernels().weight_prefetch_bytes() == chosen

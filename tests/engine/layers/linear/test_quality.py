@@ -70,7 +70,7 @@ def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
     """The argmax at every position of one prefill through the engine's own model and cache."""
     n = len(token_ids)
     meta = AttentionMetadata(
-        write_rows=engine.runner.head_slot_offsets.add(torch.arange(n)).reshape(-1),
+        write_rows=engine.model_runner.head_slot_offsets.add(torch.arange(n)).reshape(-1),
         num_decodes=0,
         decode_block_rows=None,
         decode_padding=None,
@@ -78,7 +78,7 @@ def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
     )
     model = engine.bundle.model
     with torch.inference_mode():
-        hidden = model(torch.tensor(token_ids), torch.arange(n), engine.runner.kv_caches, meta)
+        hidden = model(torch.tensor(token_ids), torch.arange(n), engine.model_runner.kv_caches, meta)
         return model.compute_logits(hidden).argmax(dim=-1).tolist()
 
 
