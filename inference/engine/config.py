@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .env import env_bool, env_float, env_int, env_str
+
 QUANT_METHODS = ("auto", "none", "int4", "q8_0", "int8", "bf16")  # layers/linear/__init__.py
 
 
@@ -68,24 +70,20 @@ class EngineConfig:
 
     @classmethod
     def from_env(cls, environ: dict | None = None) -> EngineConfig:
+        """Every MINIVLLM_* engine knob, read by the site's one parser (env.py); unset or empty: the default."""
         env = os.environ if environ is None else environ
-
-        def get(name, cast, default):
-            raw = env.get(name)
-            return default if raw in (None, "") else cast(raw)
-
         return cls(
-            model=get("MINIVLLM_MODEL", str, None),
-            dtype=get("MINIVLLM_DTYPE", str, "auto"),
-            device=get("MINIVLLM_DEVICE", str, "auto"),
-            block_size=get("MINIVLLM_BLOCK_SIZE", int, 16),
-            kv_cache_mb=get("MINIVLLM_KV_CACHE_MB", int, None),
-            gpu_memory_fraction=get("MINIVLLM_GPU_MEMORY_FRACTION", float, 0.5),
-            max_num_seqs=get("MINIVLLM_MAX_NUM_SEQS", int, None),
-            max_num_batched_tokens=get("MINIVLLM_MAX_NUM_BATCHED_TOKENS", int, 512),
-            max_model_len=get("MINIVLLM_MAX_MODEL_LEN", int, None),
-            quantization=get("MINIVLLM_QUANT", str, "auto"),
-            num_kv_blocks=get("MINIVLLM_NUM_KV_BLOCKS", int, None),
-            kv_cache_dtype=get("MINIVLLM_KV_CACHE_DTYPE", str, "auto"),
-            enable_prefix_caching=get("MINIVLLM_PREFIX_CACHING", lambda v: v.lower() not in ("0", "false", "no"), True),
+            model=env_str("MINIVLLM_MODEL", None, env),
+            dtype=env_str("MINIVLLM_DTYPE", "auto", env),
+            device=env_str("MINIVLLM_DEVICE", "auto", env),
+            block_size=env_int("MINIVLLM_BLOCK_SIZE", 16, env),
+            kv_cache_mb=env_int("MINIVLLM_KV_CACHE_MB", None, env),
+            gpu_memory_fraction=env_float("MINIVLLM_GPU_MEMORY_FRACTION", 0.5, env),
+            max_num_seqs=env_int("MINIVLLM_MAX_NUM_SEQS", None, env),
+            max_num_batched_tokens=env_int("MINIVLLM_MAX_NUM_BATCHED_TOKENS", 512, env),
+            max_model_len=env_int("MINIVLLM_MAX_MODEL_LEN", None, env),
+            quantization=env_str("MINIVLLM_QUANT", "auto", env),
+            num_kv_blocks=env_int("MINIVLLM_NUM_KV_BLOCKS", None, env),
+            kv_cache_dtype=env_str("MINIVLLM_KV_CACHE_DTYPE", "auto", env),
+            enable_prefix_caching=env_bool("MINIVLLM_PREFIX_CACHING", True, env),
         )

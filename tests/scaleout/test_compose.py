@@ -96,7 +96,7 @@ SCALE_OUT_VARIABLES = {
 
 
 def engine_knobs() -> set[str]:
-    return set(re.findall(r'get\(\s*"([A-Z0-9_]+)"', (REPO / "inference/engine/config.py").read_text()))
+    return set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', (REPO / "inference/engine/config.py").read_text()))
 
 
 def test_env_example_and_readme_document_the_deployment_variables(compose):

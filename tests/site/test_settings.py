@@ -33,7 +33,7 @@ def test_redis_url_switches_the_channel_layer(monkeypatch):
 def test_engine_mode_is_local_or_remote(monkeypatch):
     import pytest
 
-    from minivllm_site.env import env_choice
+    from inference.engine.env import env_choice
 
     assert site_settings.MINIVLLM_ENGINE == "local"
     monkeypatch.setenv("MINIVLLM_ENGINE", "Remote")
