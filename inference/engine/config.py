@@ -12,6 +12,7 @@ from .env import env_bool, env_float, env_int, env_str
 QUANT_METHODS = ("auto", "none", "int4", "q8_0", "int8", "bf16")  # layers/linear/__init__.py
 
 
+CPU_ISAS = ("auto", "avx2", "avx512bw", "avx512_vnni", "amx")  # kernels/common/cpu_isa.cpp, the best last
 KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 DEFAULT_SLOTS_CPU = 32
@@ -33,6 +34,7 @@ class EngineConfig:
     quantization: str = "auto"  # auto | none | int4 | q8_0 | int8 | bf16 (layers/linear/__init__.py)
     num_kv_blocks: int | None = None  # exact pool size, overriding the memory-based plan (tests, tuning)
     kv_cache_dtype: str = "auto"  # auto (kv_dtype_for) | float32 | float16 | bfloat16
+    cpu_isa: str = "auto"  # caps the kernels' instruction set: auto | avx2 | avx512bw | avx512_vnni | amx (the loader applies it)
 
     def __post_init__(self):
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -41,6 +43,8 @@ class EngineConfig:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.quantization not in QUANT_METHODS:
             raise ValueError(f"quantization must be one of {', '.join(QUANT_METHODS)}, got {self.quantization!r}")
+        if self.cpu_isa not in CPU_ISAS:
+            raise ValueError(f"cpu_isa must be one of {', '.join(CPU_ISAS)}, got {self.cpu_isa!r}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}")
         for name in ("block_size", "kv_cache_mb", "max_num_seqs", "max_num_batched_tokens"):
@@ -85,5 +89,6 @@ class EngineConfig:
             quantization=env_str("MINIVLLM_QUANT", "auto", env),
             num_kv_blocks=env_int("MINIVLLM_NUM_KV_BLOCKS", None, env),
             kv_cache_dtype=env_str("MINIVLLM_KV_CACHE_DTYPE", "auto", env),
+            cpu_isa=env_str("MINIVLLM_CPU_ISA", "auto", env),
             enable_prefix_caching=env_bool("MINIVLLM_PREFIX_CACHING", True, env),
         )

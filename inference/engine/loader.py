@@ -18,6 +18,7 @@ from . import gguf_weights
 from .config import EngineConfig
 from .device import dtype_name, resolve_device, resolve_dtype
 from .gguf_checkpoint import GGUFCheckpoint
+from .kernels import kernels
 from .layers.linear import choose_format, prepare_linears
 from .models import model_class_for
 from .models.cpu_step import compile_layers
@@ -104,7 +105,15 @@ def resolve_source(model: str | None) -> ModelSource:
     return ModelSource(path=model, is_hub_id=True)
 
 
+def cap_kernels(config: EngineConfig) -> None:
+    """The one route of MINIVLLM_CPU_ISA into the C++: EngineConfig.cpu_isa, set before any weight is packed."""
+    cpp = kernels()
+    if cpp is not None:
+        cpp.set_isa_cap(config.cpu_isa)
+
+
 def load_model(config: EngineConfig) -> ModelBundle:
+    cap_kernels(config)
     source = resolve_source(config.model)
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
@@ -148,6 +157,7 @@ def build_bundle(
     """Our model filled from an HF state dict (tests pass the reference model's own weights here).
     `checkpoint`: how the weights were stored (a GGUF's type or a dtype's name), which `auto` keeps;
     by default the state's dtype."""
+    cap_kernels(config)
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     max_model_len = _context_length(hf_config, config.max_model_len)

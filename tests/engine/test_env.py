@@ -22,3 +22,10 @@ def test_unset_or_blank_means_the_default():
         assert env_bool("X", True, environ) is True
     assert EngineConfig.from_env({"MINIVLLM_MAX_NUM_SEQS": " "}).max_num_seqs is None
     assert env_list("X", [], {"X": " a, b ,,c "}) == ["a", "b", "c"]
+
+
+def test_the_isa_cap_arrives_through_the_config_and_is_checked_there():
+    assert EngineConfig.from_env({"MINIVLLM_CPU_ISA": "avx2"}).cpu_isa == "avx2"
+    assert EngineConfig.from_env({}).cpu_isa == "auto"
+    with pytest.raises(ValueError, match="cpu_isa"):
+        EngineConfig(cpu_isa="sse2")

@@ -170,7 +170,7 @@ def test_cuda_keeps_the_torch_paths():
 
 
 CAPPED_RUN = """
-import json, logging, pathlib, sys, torch
+import dataclasses, json, logging, pathlib, sys, torch
 from inference.engine import gguf_checkpoint
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
@@ -180,7 +180,7 @@ records = []
 logging.getLogger("minivllm.engine").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r.getMessage())})())
 logging.getLogger("minivllm.engine").setLevel(logging.INFO)
 gguf_checkpoint.CACHE_ROOT = pathlib.Path(sys.argv[2])
-engine = LLMEngine(EngineConfig(model=sys.argv[1], device="cpu", max_num_seqs=2))
+engine = LLMEngine(dataclasses.replace(EngineConfig.from_env(), model=sys.argv[1], device="cpu", max_num_seqs=2))
 engine.add_request("a", [1, 2, 3, 4, 5], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
 tokens = []
 while engine.has_work():
@@ -190,8 +190,9 @@ print(json.dumps({"isa": kernels().vector_isa(), "tokens": tokens, "weights": ne
 
 
 def test_every_cpu_capability_gets_the_checkpoint_format_and_the_same_tokens(gguf_file, vector_isas):
-    """Capped with MINIVLLM_CPU_ISA (read once per process, so one process each): the same choice,
-    the kernel version named, and the same greedy tokens from every version."""
+    """Capped with MINIVLLM_CPU_ISA, which reaches the kernels through EngineConfig.from_env (a
+    process each, as a deployment sets it): the same choice, the kernel version named, and the same
+    greedy tokens from every version."""
     path = gguf_file()
     gguf_checkpoint.GGUFCheckpoint.open(path)  # parsed here once, read from the cache by each process
     runs = {}

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -156,22 +152,18 @@ def test_weights_go_only_to_the_version_they_were_packed_for(cpp, amx):
         cpp.int8_linear(x, [cpp.int8_pack_weight(weight, "avx2")], [torch.ones(4)], "amx")
 
 
-def test_minivllm_cpu_isa_caps_the_choice(cpp):
-    """What the benchmarks compare versions with: a process told avx2 packs for and runs avx2 alone."""
-    code = (
-        "import torch; from inference.engine.kernels import kernels; k = kernels()\n"
-        "w = k.int8_pack_weight(torch.zeros(4, 64, dtype=torch.int8))\n"
-        "print(k.linear_isa(), k.vector_isa(), w.dim())"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "MINIVLLM_CPU_ISA": "avx2"},
-        capture_output=True,
-        text=True,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["avx2", "avx2", "2"]
+def test_the_isa_cap_caps_the_choice(cpp):
+    """What EngineConfig.cpu_isa (MINIVLLM_CPU_ISA) sets: capped to avx2, the kernels pack for and run avx2 alone."""
+    best = cpp.linear_isa()
+    try:
+        cpp.set_isa_cap("avx2")
+        w = cpp.int8_pack_weight(torch.zeros(4, 64, dtype=torch.int8))
+        assert (cpp.linear_isa(), cpp.vector_isa(), w.dim()) == ("avx2", "avx2", 2)
+        with pytest.raises(RuntimeError, match="ISA cap"):
+            cpp.set_isa_cap("sse2")
+    finally:
+        cpp.set_isa_cap("auto")
+    assert cpp.linear_isa() == best
 
 
 def test_rejects_what_it_cannot_compute(cpp):

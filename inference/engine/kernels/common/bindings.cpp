@@ -11,6 +11,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("weights"), py::arg("scales"), py::arg("isa") = "auto");
   m.def("int8_pack_weight", &int8_pack_weight, "an int8 [N, K] weight laid out for int8_linear with that isa",
         py::arg("weight"), py::arg("isa") = "auto");
+  m.def("set_isa_cap", &set_isa_cap, "cap the kernels' instruction set: auto, avx2, avx512bw, avx512_vnni or amx", py::arg("isa"));
   m.def("linear_isa", &linear_isa, "the instruction set int8_linear uses on this CPU (group_linear: vector_isa)");
   m.def("vector_isa", &vector_isa, "the best vector (not AMX) version on this CPU");
   m.def("set_weight_prefetch_bytes", &set_weight_prefetch_bytes, "how far ahead int8_linear prefetches weights (0: not at all)");

@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 
 #include <torch/extension.h>
 
@@ -33,13 +33,14 @@ bool os_grants_tile_state() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
-// MINIVLLM_CPU_ISA caps the choice (to compare versions on one machine); unset or "auto": no cap.
-int cap() {
-  const char* requested = std::getenv("MINIVLLM_CPU_ISA");
-  if (requested == nullptr || *requested == '\0' || std::string(requested) == "auto") return kAmx;
-  const int capped = reach(requested);
-  TORCH_CHECK(capped >= 0, "MINIVLLM_CPU_ISA must be auto, avx2, avx512bw, avx512_vnni or amx, not ", requested);
-  return capped;
+// The cap EngineConfig.cpu_isa sets (set_isa_cap; MINIVLLM_CPU_ISA reaches it only through the
+// config): the best version at most, to compare versions on one machine. kAmx: no cap.
+std::atomic<int> g_cap{kAmx};
+
+// The best this CPU runs, capped: AMX is asked of Linux only when the cap allows it.
+int best_under(int capped) {
+  const int top = capped >= kAmx && cpu_has_amx() ? kAmx : cpu_has_avx512_vnni() ? kAvx512Vnni : cpu_has_avx512bw() ? kAvx512bw : 0;
+  return std::min(top, capped);
 }
 
 }  // namespace
@@ -53,14 +54,13 @@ bool cpu_has_amx() {
   return usable;
 }
 
-std::string linear_isa() {
-  static const std::string best = [] {
-    const int capped = cap();  // first, so a process capped below AMX never asks Linux for the tile state
-    const int top = capped >= kAmx && cpu_has_amx() ? kAmx : cpu_has_avx512_vnni() ? kAvx512Vnni : cpu_has_avx512bw() ? kAvx512bw : 0;
-    return std::string(kByReach[std::min(top, capped)]);
-  }();
-  return best;
+void set_isa_cap(const std::string& isa) {
+  const int capped = isa == "auto" ? kAmx : reach(isa);
+  TORCH_CHECK(capped >= 0, "the ISA cap must be auto, avx2, avx512bw, avx512_vnni or amx, not ", isa);
+  g_cap = capped;
 }
+
+std::string linear_isa() { return kByReach[best_under(g_cap)]; }
 
 std::string vector_isa() {
   const std::string best = linear_isa();

@@ -12,7 +12,10 @@ bool cpu_has_avx512_vnni();
 bool cpu_has_avx512bw();
 bool cpu_has_amx();  // AMX-INT8 tiles, AVX-512 for around them, and Linux's leave to use the tile state
 
-std::string linear_isa();  // the best this CPU runs, at most MINIVLLM_CPU_ISA where that is set
+// Caps every later choice below (EngineConfig.cpu_isa; "auto": none). Set before weights are packed:
+// int8 weights packed for AMX stay in AMX's layout.
+void set_isa_cap(const std::string& isa);
+std::string linear_isa();  // the best this CPU runs, at most the cap
 std::string vector_isa();  // the best vector version: the 4-bit kernel's, and int8's for weights in the vector layout
 
 // "auto": the best; a name (tests run each version): itself, once this CPU is known to run it.
