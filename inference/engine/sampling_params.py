@@ -42,10 +42,6 @@ class SamplingParams:
             self.stop = [self.stop]
         self.validate()
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
     @classmethod
     def field_names(cls) -> set[str]:
         return {f.name for f in fields(cls)}

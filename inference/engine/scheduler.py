@@ -47,15 +47,6 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def find(self, request_id: str) -> Sequence | None:
-        for seq in self.running:
-            if seq.request_id == request_id:
-                return seq
-        for seq in self.waiting:
-            if seq.request_id == request_id:
-                return seq
-        return None
-
     def finish(self, seq: Sequence, reason: str) -> None:
         """Frees the slot and blocks at once, so the very next step can admit someone else."""
         if seq.status is SequenceStatus.RUNNING:

@@ -33,11 +33,6 @@ def get_runner() -> EngineThread | None:
     return _runner
 
 
-def is_ready() -> bool:
-    runner = _runner
-    return runner is not None and bool(runner.ready)
-
-
 def start(config=None, *, max_queue: int | None = None) -> EngineThread:
     """Starts the engine thread once per process; later calls return the same runner."""
     global _runner
