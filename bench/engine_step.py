@@ -10,6 +10,7 @@ at the same concurrency), and is what docs/performance.md's step-by-step figures
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -28,9 +29,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--input-len", default="8-40")
     p.add_argument("--output-len", type=int, default=64)
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--quant", default="auto")
-    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--dtype", default=None, help="default: MINIVLLM_DTYPE, else auto")
+    p.add_argument("--quant", default=None, help="default: MINIVLLM_QUANT, else auto")
+    p.add_argument("--kv-cache-dtype", default=None, help="default: MINIVLLM_KV_CACHE_DTYPE, else auto")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's own)")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after one warm-up round")
     p.add_argument("--profile", default=None, help="write a pyinstrument text profile of the timed rounds here")
@@ -57,11 +58,10 @@ def run_round(engine: LLMEngine, requests, output_len: int, tag: str) -> dict:
 def measure(args) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = EngineConfig(
-        dtype=args.dtype,
-        quantization=args.quant,
-        kv_cache_dtype=args.kv_cache_dtype,
-        max_num_seqs=args.concurrency,
+    flags = {"dtype": args.dtype, "quantization": args.quant, "kv_cache_dtype": args.kv_cache_dtype}
+    # the MINIVLLM_* environment (MINIVLLM_CPU_ISA included), then the flags given
+    config = dataclasses.replace(
+        EngineConfig.from_env(), max_num_seqs=args.concurrency, **{k: v for k, v in flags.items() if v is not None}
     )
     engine = LLMEngine(config)
     requests = make_requests(
@@ -85,7 +85,7 @@ def measure(args) -> dict:
     return {
         "concurrency": args.concurrency,
         "dtype": engine.dtype,
-        "quant": args.quant,
+        "quant": config.quantization,
         "threads": torch.get_num_threads(),
         "output_tok_s": tokens / duration,
         "decode_step_ms": describe_ms(decode),

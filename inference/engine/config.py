@@ -67,6 +67,10 @@ class EngineConfig:
         attention reads (the kernels widen them as they load; docs/performance.md section 38).
         Float32 weights keep a float32 cache, so that mode still reproduces HF's float32 logits."""
         if self.kv_cache_dtype != "auto":
+            if device_type == "cpu" and model_dtype == torch.float32 and self.kv_cache_dtype == "bfloat16":
+                raise ValueError(
+                    "kv_cache_dtype bfloat16 needs a bfloat16 model on CPU: the CPU kernels keep K/V in float32 or float16"
+                )
             return getattr(torch, self.kv_cache_dtype)
         if device_type == "cpu" and model_dtype == torch.float32 and weights_format != "none":
             return torch.float16

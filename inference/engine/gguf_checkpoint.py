@@ -56,7 +56,7 @@ class GGUFCheckpoint:
         if (cache / "index.json").is_file():
             try:
                 return cls(path, *_read_cached(cache), _read_index(cache))
-            except (OSError, ValueError, KeyError) as error:  # a damaged cache: parse again
+            except (OSError, ValueError, KeyError, ImportError) as error:  # a damaged cache: parse again
                 log.warning("GGUF cache %s unreadable (%s): reading the file again", cache, error)
         from transformers import AutoConfig, AutoTokenizer
 
@@ -65,7 +65,10 @@ class GGUFCheckpoint:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         tensors = _parse_index(path)
         if _write_cache(cache, hf_config, tokenizer, tensors):
-            hf_config, tokenizer = _read_cached(cache)  # the objects every later start gets
+            try:
+                hf_config, tokenizer = _read_cached(cache)  # the objects every later start gets
+            except (OSError, ValueError, KeyError, ImportError) as error:  # keep the ones in hand
+                log.warning("GGUF cache %s unreadable right after writing it (%s): using the parsed file", cache, error)
         return cls(path, hf_config, tokenizer, tensors)
 
     @property

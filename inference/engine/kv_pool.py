@@ -19,8 +19,8 @@ def bytes_per_block(kv_shape: tuple[int, int, int], block_size: int, dtype: torc
 
 
 # CPU: the KV pool takes this share of the memory available at start, at most KV_CAP_MB, and at
-# least one full-context request where memory allows. 1 GB of float32 K/V is 22.7k of SmolLM2's
-# tokens: one full 8,192-token context and 32 streams of ~450 (llama-server with -c 32768 keeps
+# least one full-context request where memory allows. 1 GB of float16 K/V is 46.6k of SmolLM2's
+# tokens: one full 8,192-token context and 32 streams of ~1,200 (llama-server with -c 32768 keeps
 # ~0.75 GB of float16 K/V).
 KV_MEMORY_FRACTION = 0.25
 KV_CAP_MB = 1024

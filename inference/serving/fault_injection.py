@@ -57,6 +57,8 @@ def inject_fault(request):
     runner = runtime.get_runner()
     if runner is None or not runner.ready:
         return JsonResponse({"error": "engine not ready"}, status=503)
+    if getattr(runner, "engine", None) is None:
+        return JsonResponse({"error": "fault injection needs the in-process engine (MINIVLLM_ENGINE=local)"}, status=400)
     if kind == "step":
         runner.engine.step_fault_hook = _raise_times(times, "injected step failure")
     elif kind == "loop":

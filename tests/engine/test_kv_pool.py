@@ -73,6 +73,9 @@ def test_the_cache_is_float16_under_smaller_weights_on_cpu_else_the_models_dtype
     assert EngineConfig.from_env({"MINIVLLM_KV_CACHE_DTYPE": "float32"}).kv_cache_dtype == "float32"
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         EngineConfig(kv_cache_dtype="fp8")
+    with pytest.raises(ValueError, match="float32 or float16"):  # what the CPU kernels store
+        EngineConfig(kv_cache_dtype="bfloat16").kv_dtype_for(torch.float32, "cpu", "int4")
+    assert EngineConfig(kv_cache_dtype="bfloat16").kv_dtype_for(torch.bfloat16, "cpu", "none") == torch.bfloat16
 
 
 def test_a_float16_pool_holds_twice_the_tokens_of_a_float32_one(tiny_llama_hf_model, smollm_tokenizer):

@@ -139,12 +139,12 @@ class RemoteEngine:
         ready = self.fleet.ready()
         if not ready or self.tokenizer is None:
             return None
-        capacities = [v.info.get("kv_capacity_tokens") or 0 for v in ready]
+        capacities = [v.info.get("kv_capacity_tokens") for v in ready if v.info.get("kv_capacity_tokens")]
         return ModelInfo(
             model_name=ready[0].info.get("model_name"),
             tokenizer=self.tokenizer,
             max_model_len=min(v.info.get("max_model_len") or 0 for v in ready) or None,
-            kv_capacity_tokens=min(capacities) or None,
+            kv_capacity_tokens=min(capacities) if capacities else None,
         )
 
     @property

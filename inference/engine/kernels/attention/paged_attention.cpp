@@ -1,5 +1,5 @@
 // Decode attention that reads K and V from the paged cache in place (float32 maths, AVX2; the
-// cache float32 or float16, as kv_cache.py allocates it).
+// cache float32 or float16, as kv_pool.py allocates it).
 //
 // The torch path gathers each sequence's blocks into a padded copy per layer before its two
 // matmuls; at 32 sequences of a few hundred tokens that copy costs as much as the maths. Here

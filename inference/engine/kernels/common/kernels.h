@@ -47,7 +47,7 @@ struct Projection {
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 
-// A Llama decoder layer's weights and shape, built once at load (models/compiled_layers.py).
+// A Llama decoder layer's weights and shape, built once at load (models/cpu_step.py).
 struct LlamaLayerWeights {
   torch::Tensor input_norm, post_attention_norm;
   double eps;

@@ -1,8 +1,8 @@
 """Attention over the paged KV cache.
 
 Every layer's cache is head-major, `[kv_heads, num_blocks, block_size, head_dim]` (see
-kv_pool.allocate_kv_pool), in float16 under a float32 model on CPU (config.kv_dtype_for): the
-maths stays in the model's dtype, the cache's values widened as they are read. The model runner turns each step's block tables into row indices
+kv_pool.allocate_kv_pool), in float16 on CPU where the weights are smaller than float32
+(config.kv_dtype_for): the maths stays in the model's dtype, the cache's values widened as read. The model runner turns each step's block tables into row indices
 once, shared by every layer: `write_rows` into the `[kv_heads * slots, head_dim]` view for the
 new tokens' K/V, and block rows into the `[kv_heads * num_blocks, block_size * head_dim]` view
 for reading a whole context back, a block at a time.
