@@ -18,11 +18,10 @@ import signal
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 from typing import Self
 
-from .server import free_port, resident_mb, settled_resident_mb, stop, wait_healthy
+from .server import free_port, launch, resident_mb, settled_resident_mb, stop, wait_healthy
 
 VERSION = "0.3.36"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm" / "llama.cpp"
@@ -161,11 +160,7 @@ class LlamaServer:
         return self._start()
 
     def _start(self) -> Self:
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        started = time.monotonic()
-        self._process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
-        if self.log_path:
-            log.close()
+        self._process, started = launch(self.argv, self.log_path)
         try:
             self.ready_s = wait_healthy(
                 self._process, self.base_url, started, self.startup_timeout, "llama-server", self.log_path

@@ -52,6 +52,17 @@ def resident_mb(process: subprocess.Popen) -> float:
     return psutil.Process(process.pid).memory_info().rss / 2**20
 
 
+def launch(argv: list[str], log_path: str | None, **popen) -> tuple[subprocess.Popen, float]:
+    """Starts a server with its output in `log_path` (or discarded); returns it and when it started."""
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    started = time.monotonic()
+    try:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, **popen), started
+    finally:
+        if log_path:
+            log.close()
+
+
 def settled_resident_mb(process: subprocess.Popen, at_least_mb: float = 0.0, timeout: float = 15.0) -> float:
     """Resident memory once loading has settled: at least `at_least_mb` (our KV pool is backed by a
     background thread after /health turns 200) and unchanged over two readings."""
@@ -105,11 +116,7 @@ class EngineServer:
         subprocess.run(
             [sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO_ROOT, env=env, check=True, capture_output=True
         )
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        started = time.monotonic()
-        self._process = subprocess.Popen(self.argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        if self.log_path:
-            log.close()
+        self._process, started = launch(self.argv, self.log_path, cwd=REPO_ROOT, env=env)
         try:
             self.ready_s = wait_healthy(self._process, self.base_url, started, self.startup_timeout, "the server", self.log_path)
             self.stats = httpx.get(f"{self.base_url}/stats", timeout=5).json()

@@ -15,6 +15,7 @@ from inference.engine.config import EngineConfig
 from inference.engine.loader import build_bundle, embedded_model_source
 
 TINY_COMMON = dict(vocab_size=49152, max_position_embeddings=512, bos_token_id=1, eos_token_id=2)
+TINY_LLAMA_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 
 
 @pytest.fixture(scope="session")
@@ -46,11 +47,7 @@ def tiny_llama_hf(**overrides):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **TINY_LLAMA_SHAPE,
         tie_word_embeddings=False,
         **{**TINY_COMMON, **overrides},
     )
@@ -61,11 +58,7 @@ def tiny_qwen2_hf():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **TINY_LLAMA_SHAPE,
         tie_word_embeddings=True,
         **TINY_COMMON,
     )
@@ -83,11 +76,7 @@ def tiny_qwen3_hf():
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     cfg = Qwen3Config(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **TINY_LLAMA_SHAPE,
         head_dim=32,
         tie_word_embeddings=True,
         **TINY_COMMON,

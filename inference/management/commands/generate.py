@@ -35,7 +35,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         config, params = self.config_and_params(opts)
-        return self.generate(config, params, opts)
+        return self.complete_prompt(config, params, opts)
 
     def config_and_params(self, opts: dict) -> tuple[EngineConfig, SamplingParams]:
         try:
@@ -51,7 +51,7 @@ class Command(BaseCommand):
         except (SamplingParamsError, ValueError) as exc:
             raise CommandError(str(exc)) from None
 
-    def generate(self, config: EngineConfig, params: SamplingParams, opts: dict) -> None:
+    def complete_prompt(self, config: EngineConfig, params: SamplingParams, opts: dict) -> None:
         from inference.engine.engine import LLMEngine
 
         began = time.perf_counter()

@@ -26,7 +26,7 @@ class Command(GenerateCommand):
         config, params = self.config_and_params(opts)
         if opts["prompt"] is None:
             return self.serve(config)
-        return self.generate(config, params, opts)
+        return self.complete_prompt(config, params, opts)
 
     def serve(self, config: EngineConfig) -> None:
         """The long-running worker: exits 0 after SIGTERM/SIGINT, 1 if the engine died."""
