@@ -43,7 +43,7 @@ def run_round(engine: LLMEngine, requests, output_len: int, tag: str) -> dict:
     """Adds every request at once and steps until all finish; times each step by kind."""
     params = SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True)
     for i, req in enumerate(requests):
-        engine.add_request(f"{tag}-{i}", req.prompt, params)
+        engine.add_request(f"{tag}-{i}", engine.tokenize(req.prompt), params)
     decode_s, prefill_s, tokens = [], [], 0
     start = time.perf_counter()
     while engine.has_work():

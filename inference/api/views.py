@@ -18,12 +18,11 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 
-from .. import services
 from ..engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
-from ..models import GenerationRequest
 from ..selectors import engine_health
-from ..serving import runtime
+from ..serving import runtime, submission
 from ..serving.jobs import GenerationJob, guard_stream
+from ..serving.submission import PromptLimitError, RequestRecord
 from . import auth, key_limits, sse
 from . import openai_format as oai
 from .chat_template import render as render_chat
@@ -78,65 +77,36 @@ def _resolve_model(requested: str | None, runner) -> str:
 
 
 async def _start_job(request, runner, inp: GenerationInput, *, prefix: str, prompt, prompt_text: str, model: str):
-    """Submits to the engine; a refusal maps to its status (and a `rejected` row when it was valid)."""
-    request_id = f"{prefix}-{uuid.uuid4().hex}"
-    client = request.META.get("REMOTE_ADDR") or ""
+    """Submits to the engine (serving/submission.py); a refusal maps to its status and error code."""
+    record = RequestRecord(
+        request_id=f"{prefix}-{uuid.uuid4().hex}",
+        endpoint=inp.endpoint,
+        model=model,
+        client_address=request.META.get("REMOTE_ADDR") or "",
+        stream=inp.stream,
+        prompt=prompt_text,
+        messages=inp.messages,
+        caller=getattr(request, "api_caller", None),
+    )
     prompt_param = "messages" if inp.messages is not None else "prompt"
-    caller = getattr(request, "api_caller", None)
-    _check_prompt_tokens(runner, prompt, prompt_param)
     try:
-        return GenerationJob.start(
-            caller=caller,
-            runner=runner,
-            request_id=request_id,
-            inp=inp,
-            prompt=prompt,
-            prompt_text=prompt_text,
-            model=model,
-            client_address=client,
-        )
+        return await submission.submit(runner, record, inp, prompt)
     except QueueFullError:
-        error = ApiError(
+        raise ApiError(
             429,
             "the server is at capacity (waiting queue is full); retry shortly",
             code="queue_full",
             headers={"Retry-After": "1"},
-        )
+        ) from None
     except EngineNotReadyError as exc:
         raise ApiError(503, f"the engine is not ready: {exc}", code="engine_not_ready", headers={"Retry-After": "5"}) from None
+    except PromptLimitError as exc:
+        raise bad_request(str(exc), param=prompt_param, code="prompt_too_long") from None
     except PromptTooLongError as exc:
-        error = bad_request(str(exc), param=prompt_param, code="context_length_exceeded")
+        raise bad_request(str(exc), param=prompt_param, code="context_length_exceeded") from None
     except SamplingParamsError as exc:
         param = prompt_param if exc.param == "prompt" else exc.param
         raise bad_request(exc.message, param=param) from None
-    await services.request_create(
-        request_id=request_id,
-        endpoint=inp.endpoint,
-        model=model,
-        client_address=client,
-        stream=inp.stream,
-        prompt=prompt_text,
-        messages=inp.messages,
-        sampling_params=inp.params_json(),
-        status=GenerationRequest.Status.REJECTED,
-        error=error.message,
-        **services.key_fields(caller),
-    )
-    raise error
-
-
-def _check_prompt_tokens(runner, prompt, param: str) -> None:
-    """MINIVLLM_MAX_PROMPT_TOKENS below the context length (the engine enforces the context itself)."""
-    limit = settings.MINIVLLM_MAX_PROMPT_TOKENS
-    if limit <= 0:
-        return
-    if isinstance(prompt, str):
-        tok = runtime.tokenizer(runner)
-        count = len(tok.encode(prompt, add_special_tokens=False)) if tok is not None else len(prompt)
-    else:
-        count = len(prompt)
-    if count > limit:
-        raise bad_request(f"the prompt has {count} tokens; at most {limit} are allowed", param=param, code="prompt_too_long")
 
 
 def _raise_if_failed(job: GenerationJob) -> None:

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from .block_manager import BlockManager
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
-from .errors import PromptTooLongError
 from .kv_pool import plan_num_blocks
 from .loader import ModelBundle, load_model
 from .model_runner import ModelRunner
 from .outputs import RequestOutput
+from .prompt import check_prompt_fits, prompt_token_ids, token_limit
 from .sampler import Sampler, SamplingContext, make_generator
-from .sampling_params import SamplingParams, SamplingParamsError
+from .sampling_params import SamplingParams
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
 
@@ -130,29 +130,25 @@ class LLMEngine:
     # -- requests -------------------------------------------------------------------------
 
     def tokenize(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            return list(self.tokenizer(prompt).input_ids)
-        return list(prompt)
+        """The ids `add_request` takes: text by the tokenizer's own policy (engine/prompt.py)."""
+        return prompt_token_ids(self.tokenizer, prompt)
+
+    @property
+    def token_limit(self) -> int:
+        return token_limit(self.max_model_len, self.block_manager.num_blocks * self.block_manager.block_size)
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         """Rejects what could never finish: an empty prompt, or one that cannot fit the context or the pool."""
-        if not prompt_token_ids:
-            raise SamplingParamsError("prompt", "prompt must not be empty")
-        vocab = self.bundle.model.vocab_size
-        if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= vocab:
-            raise SamplingParamsError("prompt", f"prompt token ids must be in [0, {vocab})")
-        needed = len(prompt_token_ids) + params.max_tokens
-        if needed > self.max_model_len:
-            raise PromptTooLongError(len(prompt_token_ids), params.max_tokens, self.max_model_len)
-        capacity = self.block_manager.num_blocks * self.block_manager.block_size
-        if needed > capacity:
-            raise PromptTooLongError(len(prompt_token_ids), params.max_tokens, capacity)
+        check_prompt_fits(prompt_token_ids, params.max_tokens, vocab_size=self.bundle.model.vocab_size, limit=self.token_limit)
 
-    def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None) -> None:
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None) -> None:
+        """Queues a prompt given as token ids (`tokenize` makes them from text)."""
         params = params or SamplingParams()
         if request_id in self.sequences:
             raise ValueError(f"request id {request_id!r} is already in use")
-        token_ids = self.tokenize(prompt)
+        if isinstance(prompt_token_ids, str):
+            raise TypeError("add_request takes token ids; engine.tokenize(text) makes them")
+        token_ids = list(prompt_token_ids)
         self.check_request(token_ids, params)
         seq = Sequence(request_id, token_ids, params)
         seq.generator = make_generator(params.seed, self.bundle.device)

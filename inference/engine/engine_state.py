@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from .prompt import token_limit
+
 
 class EngineState(StrEnum):
     """A StrEnum, so each state equals its value: /health, /stats and the workers' heartbeats
@@ -24,9 +26,16 @@ class EngineState(StrEnum):
 @dataclass(frozen=True)
 class ModelInfo:
     """The served model as the API needs it: its name, its tokenizer (a request is tokenized with
-    the engine's own), its context length and the KV pool's capacity in tokens."""
+    the engine's own), its context length, the KV pool's capacity in tokens and the vocabulary
+    size (the range of token ids a prompt may hold)."""
 
     model_name: str | None
     tokenizer: object
     max_model_len: int | None
     kv_capacity_tokens: int | None = None
+    vocab_size: int | None = None
+
+    @property
+    def token_limit(self) -> int | None:
+        """The most tokens one request may hold, prompt and completion together."""
+        return token_limit(self.max_model_len, self.kv_capacity_tokens)

@@ -100,7 +100,7 @@ class EngineThread:
         if engine is None:
             return None
         capacity = engine.block_manager.num_blocks * engine.block_manager.block_size
-        return ModelInfo(engine.model_name, engine.tokenizer, engine.max_model_len, capacity)
+        return ModelInfo(engine.model_name, engine.tokenizer, engine.max_model_len, capacity, engine.bundle.model.vocab_size)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -121,13 +121,14 @@ class EngineThread:
 
     # -- requests (any thread with a running event loop) ---------------------------------
 
-    def submit(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> RequestStream:
+    def submit(self, request_id: str, token_ids: list[int], params: SamplingParams) -> RequestStream:
+        """Queues a prompt of token ids that the caller has checked against model_info's limits
+        (serving/submission.py); the engine still refuses one that does not fit, as an error output."""
         if not self.ready or self._stop.is_set():
             raise EngineNotReadyError(self.not_ready_reason())
         if self.num_waiting() >= self.max_queue:
             raise QueueFullError(f"the waiting queue is full ({self.max_queue} requests)")
-        token_ids = self.engine.tokenize(prompt)
-        self.engine.check_request(token_ids, params)
+        token_ids = list(token_ids)
         stream = RequestStream(self, request_id, len(token_ids))
         with self._streams_lock:
             if request_id in self._streams:

@@ -40,9 +40,10 @@ class EngineClient(Protocol):
 
     def wait_ready(self, timeout: float | None = None) -> bool: ...
 
-    def submit(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> RequestStream:
-        """Queues a request (EngineNotReadyError, QueueFullError, PromptTooLongError, SamplingParamsError
-        when it cannot be); its outputs arrive on the returned async stream, the last one finished."""
+    def submit(self, request_id: str, token_ids: list[int], params: SamplingParams) -> RequestStream:
+        """Queues a prompt of token ids already checked against model_info (serving/submission.py);
+        EngineNotReadyError or QueueFullError when it cannot be. Its outputs arrive on the returned
+        async stream, the last one finished."""
 
     def abort(self, request_id: str) -> None: ...
 

@@ -10,17 +10,12 @@ writes stay in order.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 import weakref
 
-from django.conf import settings
-
 from .. import services
 from ..api.metrics import RequestMetrics
-from ..api.validation import GenerationInput
-from ..engine.errors import PromptTooLongError
 from ..engine.outputs import RequestOutput, TokenLogprob
 from ..engine.sampling_params import SamplingParams
 from ..models import GenerationRequest
@@ -36,22 +31,6 @@ STATUS_BY_FINISH_REASON = {
 }
 
 _live: set[GenerationJob] = set()
-
-
-def submit_to_engine(runner, request_id: str, prompt, params: SamplingParams, *, fill_context: bool):
-    """runner.submit; with `fill_context`, max_tokens becomes whatever the context has left."""
-    try:
-        return runner.submit(request_id, prompt, params), params
-    except PromptTooLongError as exc:
-        if not fill_context:
-            raise
-        room = exc.max_model_len - exc.prompt_tokens
-        needed = max(1, params.min_tokens)
-        if room < needed:
-            raise PromptTooLongError(exc.prompt_tokens, needed, exc.max_model_len) from None
-        cap = settings.MINIVLLM_MAX_OUTPUT_TOKENS
-        params = dataclasses.replace(params, max_tokens=min(room, cap) if cap > 0 else room)
-        return runner.submit(request_id, prompt, params), params
 
 
 class GenerationJob:
@@ -76,34 +55,11 @@ class GenerationJob:
     # ---- start ----------------------------------------------------------------------------
 
     @classmethod
-    def start(
-        cls,
-        *,
-        runner,
-        request_id: str,
-        inp: GenerationInput,
-        prompt,
-        prompt_text: str,
-        model: str,
-        client_address: str,
-        caller=None,
-    ) -> GenerationJob:
-        """Submits to the engine (its errors propagate: nothing is recorded or queued then)."""
-        stream, params = submit_to_engine(runner, request_id, prompt, inp.params, fill_context=inp.fill_context)
-        job = cls(runner=runner, request_id=request_id, stream=stream, params=params, model=model)
+    def accepted(cls, engine_client, record, stream, params: SamplingParams) -> GenerationJob:
+        """The job of a request the engine has taken (serving/submission.py); its row is queued for writing."""
+        job = cls(runner=engine_client, request_id=record.request_id, stream=stream, params=params, model=record.model)
         _live.add(job)
-        job._chain(
-            services.request_create,
-            request_id=request_id,
-            endpoint=inp.endpoint,
-            model=model,
-            client_address=client_address,
-            stream=inp.stream,
-            prompt=prompt_text,
-            messages=inp.messages,
-            sampling_params=dataclasses.asdict(params),
-            **services.key_fields(caller),
-        )
+        job._chain(services.request_create, **record.fields(params))
         return job
 
     # ---- iteration --------------------------------------------------------------------------

@@ -41,7 +41,7 @@ def test_eight_prompts_batched_match_hf_alone(real_hf_model, real_bundle, smollm
 
 def test_text_deltas_join_to_the_decoded_tokens(real_bundle):
     engine = LLMEngine(EngineConfig(dtype="float32", device="cpu", kv_cache_mb=32), bundle=real_bundle)
-    engine.add_request("r", "Write a haiku about the sea.", greedy(20))
+    engine.add_request("r", engine.tokenize("Write a haiku about the sea."), greedy(20))
     outputs = run_to_completion(engine)["r"]
     text = "".join(o.text for o in outputs)
     assert text == engine.tokenizer.decode(generated_ids(outputs), skip_special_tokens=True)
@@ -52,21 +52,21 @@ def test_text_deltas_join_to_the_decoded_tokens(real_bundle):
 
 def test_request_joining_mid_decode_starts_next_step_and_changes_nothing(tiny_hf, smollm_tokenizer):
     alone = engine_for(tiny_hf, smollm_tokenizer)
-    alone.add_request("a", "alpha beta gamma", greedy(20))
-    alone.add_request("b", "one two three four", greedy(20))
+    alone.add_request("a", alone.tokenize("alpha beta gamma"), greedy(20))
+    alone.add_request("b", alone.tokenize("one two three four"), greedy(20))
     expected = {k: generated_ids(v) for k, v in run_to_completion(alone).items()}
-    alone.add_request("c", "late arrival here", greedy(10))
+    alone.add_request("c", alone.tokenize("late arrival here"), greedy(10))
     expected["c"] = generated_ids(run_to_completion(alone)["c"])
 
     engine = engine_for(tiny_hf, smollm_tokenizer)
-    engine.add_request("a", "alpha beta gamma", greedy(20))
-    engine.add_request("b", "one two three four", greedy(20))
+    engine.add_request("a", engine.tokenize("alpha beta gamma"), greedy(20))
+    engine.add_request("b", engine.tokenize("one two three four"), greedy(20))
     results: dict[str, list] = {}
     for _ in range(5):  # a and b are decoding now
         for out in engine.step():
             results.setdefault(out.request_id, []).append(out)
     assert set(engine.last_trace.decodes) == {"a", "b"}
-    engine.add_request("c", "late arrival here", greedy(10))
+    engine.add_request("c", engine.tokenize("late arrival here"), greedy(10))
     for out in engine.step():
         results.setdefault(out.request_id, []).append(out)
     assert [r for r, _ in engine.last_trace.prefills] == ["c"]  # admitted in the very next step...
@@ -79,13 +79,13 @@ def test_request_joining_mid_decode_starts_next_step_and_changes_nothing(tiny_hf
 def test_slot_freed_by_eos_is_refilled_in_the_next_step(tiny_hf, smollm_tokenizer):
     engine = engine_for(tiny_hf, smollm_tokenizer, max_num_seqs=2)
     probe = engine_for(tiny_hf, smollm_tokenizer)
-    probe.add_request("p", "short lived", greedy(6))
+    probe.add_request("p", probe.tokenize("short lived"), greedy(6))
     eos_token = generated_ids(run_to_completion(probe)["p"])[3]
     engine.bundle.eos_token_ids = {eos_token}  # this prompt's 4th greedy token now ends it
 
-    engine.add_request("short", "short lived", SamplingParams(temperature=0.0, max_tokens=50))
-    engine.add_request("long", "a much longer running request", greedy(40))
-    engine.add_request("queued", "waiting for a slot", greedy(5))
+    engine.add_request("short", engine.tokenize("short lived"), SamplingParams(temperature=0.0, max_tokens=50))
+    engine.add_request("long", engine.tokenize("a much longer running request"), greedy(40))
+    engine.add_request("queued", engine.tokenize("waiting for a slot"), greedy(5))
     trace = []
     while engine.has_work():
         finished = {o.request_id: o.finish_reason for o in engine.step() if o.finished}
@@ -103,12 +103,12 @@ def test_preemption_with_tiny_pool_keeps_outputs_identical(tiny_hf, smollm_token
     prompts = {f"r{i}": f"request number {i} asks about topic {i * 7}" for i in range(4)}
     roomy = engine_for(tiny_hf, smollm_tokenizer, block_size=4)
     for rid, prompt in prompts.items():
-        roomy.add_request(rid, prompt, greedy(30))
+        roomy.add_request(rid, roomy.tokenize(prompt), greedy(30))
     expected = {k: generated_ids(v) for k, v in run_to_completion(roomy).items()}
 
     tight = engine_for(tiny_hf, smollm_tokenizer, block_size=4, num_kv_blocks=14)
     for rid, prompt in prompts.items():
-        tight.add_request(rid, prompt, greedy(30))
+        tight.add_request(rid, tight.tokenize(prompt), greedy(30))
     results = run_to_completion(tight)
     assert tight.scheduler.num_preemptions > 0
     assert {k: generated_ids(v) for k, v in results.items()} == expected
@@ -119,7 +119,7 @@ def test_abort_frees_every_block_for_running_and_waiting(tiny_hf, smollm_tokeniz
     engine = engine_for(tiny_hf, smollm_tokenizer, max_num_seqs=2, block_size=4)
     total = engine.block_manager.num_blocks
     for rid in ("run1", "run2", "wait1"):
-        engine.add_request(rid, "some prompt that spans several blocks of four tokens", greedy(50))
+        engine.add_request(rid, engine.tokenize("some prompt that spans several blocks of four tokens"), greedy(50))
     for _ in range(3):
         engine.step()
     assert {s.request_id for s in engine.scheduler.running} == {"run1", "run2"}
@@ -137,10 +137,10 @@ def test_abort_frees_every_block_for_running_and_waiting(tiny_hf, smollm_tokeniz
 def test_prefix_cache_hit_is_counted_and_output_identical(tiny_hf, smollm_tokenizer):
     engine = engine_for(tiny_hf, smollm_tokenizer, block_size=4)
     long_prompt = "You are a helpful assistant. Answer briefly and precisely. " * 4 + "Question: what is two plus two?"
-    engine.add_request("first", long_prompt, greedy(12))
+    engine.add_request("first", engine.tokenize(long_prompt), greedy(12))
     first = generated_ids(run_to_completion(engine)["first"])
     hits_before = engine.block_manager.prefix_hits
-    engine.add_request("second", long_prompt, greedy(12))
+    engine.add_request("second", engine.tokenize(long_prompt), greedy(12))
     seq = engine.sequences["second"]
     results = run_to_completion(engine)
     prompt_len = len(engine.tokenize(long_prompt))
@@ -153,24 +153,24 @@ def test_prefix_cache_hit_is_counted_and_output_identical(tiny_hf, smollm_tokeni
 def test_seeded_sampling_is_independent_of_batch_composition(tiny_hf, smollm_tokenizer):
     params = dict(temperature=0.9, top_p=0.95, top_k=50, max_tokens=16, seed=1234, ignore_eos=True)
     alone = engine_for(tiny_hf, smollm_tokenizer)
-    alone.add_request("x", "tell me a story", SamplingParams(**params))
+    alone.add_request("x", alone.tokenize("tell me a story"), SamplingParams(**params))
     expected = generated_ids(run_to_completion(alone)["x"])
 
     crowded = engine_for(tiny_hf, smollm_tokenizer)
-    crowded.add_request("other1", "noise", SamplingParams(temperature=1.0, max_tokens=20, ignore_eos=True))
-    crowded.add_request("other2", "more noise here", SamplingParams(temperature=0.7, max_tokens=5, seed=9))
-    crowded.add_request("x", "tell me a story", SamplingParams(**params))
+    crowded.add_request("other1", crowded.tokenize("noise"), SamplingParams(temperature=1.0, max_tokens=20, ignore_eos=True))
+    crowded.add_request("other2", crowded.tokenize("more noise here"), SamplingParams(temperature=0.7, max_tokens=5, seed=9))
+    crowded.add_request("x", crowded.tokenize("tell me a story"), SamplingParams(**params))
     assert generated_ids(run_to_completion(crowded)["x"]) == expected
 
 
 def test_stop_string_ends_the_request_without_leaking(tiny_hf, smollm_tokenizer):
     probe = engine_for(tiny_hf, smollm_tokenizer)
-    probe.add_request("p", "stop test prompt", greedy(12))
+    probe.add_request("p", probe.tokenize("stop test prompt"), greedy(12))
     full = "".join(o.text for o in run_to_completion(probe)["p"])
     stop = full[len(full) // 2 : len(full) // 2 + 3]
     assert stop.strip()
     engine = engine_for(tiny_hf, smollm_tokenizer)
-    engine.add_request("s", "stop test prompt", greedy(12, stop=[stop]))
+    engine.add_request("s", engine.tokenize("stop test prompt"), greedy(12, stop=[stop]))
     outputs = run_to_completion(engine)["s"]
     text = "".join(o.text for o in outputs)
     assert text == full[: full.index(stop)]
@@ -180,7 +180,7 @@ def test_stop_string_ends_the_request_without_leaking(tiny_hf, smollm_tokenizer)
 
 def test_logprobs_are_returned_with_token_text(tiny_hf, smollm_tokenizer):
     engine = engine_for(tiny_hf, smollm_tokenizer)
-    engine.add_request("l", "log probs please", greedy(3, logprobs=2))
+    engine.add_request("l", engine.tokenize("log probs please"), greedy(3, logprobs=2))
     outputs = run_to_completion(engine)["l"]
     for out in outputs:
         (lp,) = out.logprobs
@@ -194,7 +194,7 @@ def test_requests_that_cannot_fit_are_rejected_up_front(tiny_hf, smollm_tokenize
     with pytest.raises(PromptTooLongError, match="512"):
         engine.add_request("big", list(range(10, 500)), greedy(100))
     with pytest.raises(SamplingParamsError) as err:
-        engine.add_request("empty", "", greedy(5))
+        engine.add_request("empty", [], greedy(5))
     assert err.value.param == "prompt"
     with pytest.raises(SamplingParamsError):
         engine.add_request("oov", [10, 10**6], greedy(5))
@@ -203,7 +203,7 @@ def test_requests_that_cannot_fit_are_rejected_up_front(tiny_hf, smollm_tokenize
 
 def test_stats_snapshot_reports_slots_blocks_and_throughput(tiny_hf, smollm_tokenizer):
     engine = engine_for(tiny_hf, smollm_tokenizer, max_num_seqs=3)
-    engine.add_request("s1", "stats please", greedy(8))
+    engine.add_request("s1", engine.tokenize("stats please"), greedy(8))
     engine.step()
     engine.step()
     stats = engine.stats()

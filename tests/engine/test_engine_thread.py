@@ -32,7 +32,7 @@ async def collect(stream):
 
 
 async def test_streams_deliver_deltas_until_finished(runner):
-    streams = [runner.submit(f"r{i}", f"prompt {i}", greedy(8)) for i in range(2)]
+    streams = [runner.submit(f"r{i}", runner.engine.tokenize(f"prompt {i}"), greedy(8)) for i in range(2)]
     results = await asyncio.gather(*(collect(s) for s in streams))
     for outputs in results:
         assert outputs[-1].finished and outputs[-1].finish_reason == "length"
@@ -46,12 +46,12 @@ async def test_one_threadsafe_call_per_loop_per_step(runner, monkeypatch):
     original = loop.call_soon_threadsafe
     monkeypatch.setattr(loop, "call_soon_threadsafe", lambda *a, **k: (calls.append(1), original(*a, **k))[1])
     steps_before = runner.engine.num_steps
-    await asyncio.gather(*(collect(runner.submit(f"c{i}", "count calls", greedy(6))) for i in range(2)))
+    await asyncio.gather(*(collect(runner.submit(f"c{i}", runner.engine.tokenize("count calls"), greedy(6))) for i in range(2)))
     assert len(calls) <= runner.engine.num_steps - steps_before  # both requests' tokens shared each call
 
 
 async def test_abort_ends_the_stream_and_frees_the_blocks(runner):
-    stream = runner.submit("gone", "a client that leaves", greedy(200))
+    stream = runner.submit("gone", runner.engine.tokenize("a client that leaves"), greedy(200))
     first = await stream.__anext__()
     assert not first.finished
     stream.abort()
@@ -66,7 +66,7 @@ async def test_full_waiting_queue_refuses_new_requests(runner):
     accepted, refused = [], 0
     for i in range(6):
         try:
-            accepted.append(runner.submit(f"q{i}", "fill the queue", greedy(100)))
+            accepted.append(runner.submit(f"q{i}", runner.engine.tokenize("fill the queue"), greedy(100)))
         except QueueFullError:
             refused += 1
     assert refused >= 2  # two slots + a queue of two: the rest are refused before queueing
@@ -78,14 +78,14 @@ async def test_full_waiting_queue_refuses_new_requests(runner):
 async def test_shutdown_ends_in_flight_requests(tiny_hf, smollm_tokenizer):
     thread = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer)).start()
     assert thread.wait_ready(60)
-    stream = thread.submit("inflight", "never finishes on its own", greedy(400))
+    stream = thread.submit("inflight", thread.engine.tokenize("never finishes on its own"), greedy(400))
     await stream.__anext__()
     await asyncio.to_thread(thread.shutdown)
     rest = await collect(stream)
     assert rest[-1].finished and rest[-1].finish_reason == "abort"
     assert thread.state == "stopped"
     with pytest.raises(EngineNotReadyError, match="shutting down"):
-        thread.submit("late", "too late", greedy(1))
+        thread.submit("late", thread.engine.tokenize("too late"), greedy(1))
 
 
 async def test_not_ready_while_loading_and_dead_after_a_failed_load():
@@ -94,9 +94,9 @@ async def test_not_ready_while_loading_and_dead_after_a_failed_load():
 
     thread = EngineThread(engine_factory=failing_factory)
     with pytest.raises(EngineNotReadyError):
-        thread.submit("early", "x", SamplingParams())
+        thread.submit("early", [1], SamplingParams())
     thread.start()
     assert not thread.wait_ready(10)
     assert thread.state == "dead" and "weights are corrupt" in thread.error
     with pytest.raises(EngineNotReadyError, match="died"):
-        thread.submit("x", "x", SamplingParams())
+        thread.submit("x", [1], SamplingParams())

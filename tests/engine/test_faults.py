@@ -29,13 +29,13 @@ def raise_once(message: str):
 
 def test_failing_step_fails_only_its_requests(tiny_hf, smollm_tokenizer):
     engine = engine_for(tiny_hf, smollm_tokenizer)
-    engine.add_request("victim", "first request", greedy(5))
+    engine.add_request("victim", engine.tokenize("first request"), greedy(5))
     engine.step_fault_hook = raise_once("injected step failure")
     outputs = engine.step()
     assert [(o.request_id, o.finish_reason) for o in outputs] == [("victim", "error")]
     assert "injected step failure" in outputs[0].error
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
-    engine.add_request("survivor", "second request", greedy(5))
+    engine.add_request("survivor", engine.tokenize("second request"), greedy(5))
     result = run_to_completion(engine)["survivor"]
     assert result[-1].finish_reason == "length" and len(generated_ids(result)) == 5
 
@@ -44,14 +44,14 @@ async def test_dead_loop_ends_streams_with_error_and_restarts(tiny_hf, smollm_to
     runner = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer), max_restarts=1).start()
     assert runner.wait_ready(60)
     first_engine = runner.engine
-    stream = runner.submit("inflight", "a stream the crash interrupts", greedy(300))
+    stream = runner.submit("inflight", runner.engine.tokenize("a stream the crash interrupts"), greedy(300))
     await stream.__anext__()
     runner.loop_fault_hook = raise_once("injected loop failure")
     rest = [out async for out in stream]
     assert rest[-1].finish_reason == "error" and "injected loop failure" in rest[-1].error
     assert await asyncio.to_thread(runner.wait_ready, 30)
     assert runner.engine is not first_engine and runner.engine.bundle is first_engine.bundle
-    again = [out async for out in runner.submit("after", "served after the restart", greedy(4))]
+    again = [out async for out in runner.submit("after", runner.engine.tokenize("served after the restart"), greedy(4))]
     assert again[-1].finish_reason == "length"
 
     def always_fail():

@@ -8,21 +8,22 @@ from inference.api.stream_renderers import generate_events
 from inference.api.validation import GenerationInput
 from inference.engine.sampling_params import SamplingParams
 from inference.models import GenerationRequest
-from inference.serving.jobs import GenerationJob, guard_stream, live_jobs
+from inference.serving import submission
+from inference.serving.jobs import guard_stream, live_jobs
+from inference.serving.submission import RequestRecord
 from tests.serving.engine_fixtures import async_wait_until, is_idle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def start(runner, request_id, max_tokens=400):
+async def start(runner, request_id, max_tokens=400):
     inp = GenerationInput(endpoint="generate", params=SamplingParams(max_tokens=max_tokens, ignore_eos=True), prompt="Hello")
-    return GenerationJob.start(
-        runner=runner, request_id=request_id, inp=inp, prompt="Hello", prompt_text="Hello", model="tiny", client_address=""
-    )
+    record = RequestRecord(request_id, "generate", "tiny", "", True, "Hello", None)
+    return await submission.submit(runner, record, inp, "Hello")
 
 
 async def test_completed_job_records_everything(runner):
-    job = start(runner, "gen-done", max_tokens=5)
+    job = await start(runner, "gen-done", max_tokens=5)
     outputs = [out async for out in job]
     await job.close()
     assert outputs[-1].finished and job.finish_reason == "length" and job not in live_jobs()
@@ -32,7 +33,7 @@ async def test_completed_job_records_everything(runner):
 
 async def test_response_dropped_before_streaming_is_aborted(runner):
     """The safety net for a response the server dropped before iterating it."""
-    job = start(runner, "gen-dropped")
+    job = await start(runner, "gen-dropped")
     events = guard_stream(generate_events(job), job)
     del events
     gc.collect()
@@ -46,7 +47,7 @@ async def test_engine_shutdown_ends_job_with_abort(session_runner, tiny_llama_di
     from tests.serving.engine_fixtures import start_runner, tiny_engine_config
 
     runner = start_runner(tiny_engine_config(tiny_llama_dir), bundle=session_runner.engine.bundle)
-    job = start(runner, "gen-shutdown")
+    job = await start(runner, "gen-shutdown")
     first = await job.__anext__()
     assert not first.finished
     runner.shutdown()

@@ -73,7 +73,7 @@ class Command(BaseCommand):
         out.flush()
 
         try:
-            engine.add_request("generate-0", prompt, params)
+            engine.add_request("generate-0", engine.tokenize(prompt), params)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         started = time.perf_counter()

@@ -5,8 +5,8 @@ views, jobs, selectors and metrics do not know which one they talk to. Requests 
 request channel (one engine takes each); outputs come back on this process's own channel. The
 channel I/O runs on an event loop in a thread of its own (Daphne's loop is not running yet when
 the engine starts at import), and outputs reach each view's loop with call_soon_threadsafe.
-The tokenizer is loaded here too: chat templates and context-length checks are answered before
-a request leaves the process, so `submit` raises the same errors synchronously.
+The tokenizer is loaded here too: chat templates, tokenizing and the context-length check
+(serving/submission.py, against `model_info`) happen before a request leaves the process.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ...engine.config import EngineConfig
 from ...engine.engine_state import EngineState, ModelInfo
 from ...engine.engine_thread import RequestStream
-from ...engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
+from ...engine.errors import EngineNotReadyError, QueueFullError
 from ...engine.outputs import RequestOutput
 from ...engine.sampling_params import SamplingParams
 from . import protocol as wire
@@ -145,6 +145,7 @@ class RemoteEngine:
             tokenizer=self.tokenizer,
             max_model_len=min(v.info.get("max_model_len") or 0 for v in ready) or None,
             kv_capacity_tokens=min(capacities) if capacities else None,
+            vocab_size=ready[0].info.get("vocab_size"),
         )
 
     @property
@@ -165,13 +166,14 @@ class RemoteEngine:
 
     # ---- requests (any thread with a running event loop) ------------------------------------
 
-    def submit(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> RequestStream:
+    def submit(self, request_id: str, token_ids: list[int], params: SamplingParams) -> RequestStream:
+        """Sends a prompt of token ids, checked by the caller against model_info (the smallest
+        context and pool among the ready workers), to whichever worker takes it first."""
         if not self.ready:
             raise EngineNotReadyError(self.not_ready_reason())
         if self.num_waiting() >= self.max_queue:
             raise QueueFullError(f"the waiting queue is full ({self.max_queue} requests)")
-        token_ids = list(self.tokenizer(prompt).input_ids) if isinstance(prompt, str) else list(prompt)
-        self._check(token_ids, params)
+        token_ids = list(token_ids)
         stream = RequestStream(self, request_id, len(token_ids))
         with self._lock:
             if request_id in self._requests:
@@ -189,16 +191,6 @@ class RemoteEngine:
 
     def abort(self, request_id: str) -> None:
         self._call(self._abort, request_id)
-
-    def _check(self, token_ids: list[int], params: SamplingParams) -> None:
-        """LLMEngine.check_request's limits, against the smallest engine we see."""
-        if not token_ids:
-            raise SamplingParamsError("prompt", "prompt must not be empty")
-        needed = len(token_ids) + params.max_tokens
-        for limit in ("max_model_len", "kv_capacity_tokens"):
-            values = [v.info.get(limit) for v in self.fleet.ready() if v.info.get(limit)]
-            if values and needed > min(values):
-                raise PromptTooLongError(len(token_ids), params.max_tokens, min(values))
 
     # ---- the client's own loop ---------------------------------------------------------------
 

@@ -237,6 +237,7 @@ class EngineWorker:
                 "max_queue": runner.max_queue,
                 "model_name": engine.model_name if engine else None,
                 "max_model_len": engine.max_model_len if engine else None,
+                "vocab_size": engine.bundle.model.vocab_size if engine else None,
                 "kv_capacity_tokens": (stats.get("kv_blocks_total") or 0) * runner.config.block_size or None,
                 "error": runner.error,
             },

@@ -17,7 +17,7 @@ def run_mixed_steps(engine) -> dict:
     """Three prompts, long enough that chunked prefill shares steps with decodes; greedy with logprobs."""
     prompts = [torch.randint(3, 49152, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (5, 40, 70)]
     for i, prompt in enumerate(prompts):
-        engine.add_request(f"r{i}", prompt, greedy(12, logprobs=3))
+        engine.add_request(f"r{i}", engine.tokenize(prompt), greedy(12, logprobs=3))
     return {
         rid: [(lp.token_id, lp.logprob, lp.top) for out in outs for lp in out.logprobs]
         for rid, outs in run_to_completion(engine).items()

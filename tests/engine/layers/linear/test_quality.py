@@ -54,7 +54,7 @@ def engine_with(
 def teacher_forced_agreement(reference: LLMEngine, candidate: LLMEngine, tokens: int) -> tuple[int, int]:
     """Given the reference's own greedy continuations, how often the candidate picks the reference's next token."""
     for i, prompt in enumerate(PROMPTS):
-        reference.add_request(str(i), prompt, greedy(tokens))
+        reference.add_request(str(i), reference.tokenize(prompt), greedy(tokens))
     results = run_to_completion(reference)
     agree = total = 0
     for i, prompt in enumerate(PROMPTS):
@@ -116,9 +116,9 @@ def test_quantized_batching_does_not_change_greedy_tokens(real_hf_model, smollm_
     prompts = PROMPTS[:8]
     alone = []
     for i, prompt in enumerate(prompts):
-        engine.add_request(f"alone-{i}", prompt, greedy(12))
+        engine.add_request(f"alone-{i}", engine.tokenize(prompt), greedy(12))
         alone.append(generated_ids(run_to_completion(engine)[f"alone-{i}"]))
     for i, prompt in enumerate(prompts):
-        engine.add_request(f"batch-{i}", prompt, greedy(12))
+        engine.add_request(f"batch-{i}", engine.tokenize(prompt), greedy(12))
     together = run_to_completion(engine)
     assert [generated_ids(together[f"batch-{i}"]) for i in range(len(prompts))] == alone

@@ -1,0 +1,94 @@
+"""A request's way into the engine, in one pass: tokenized once, checked once, submitted, recorded.
+
+The prompt is tokenized with the engine's own rule (engine/prompt.py) against `model_info`, so
+the count checked here is the count the engine holds. Chat without max_tokens gets the rest of
+the context, computed from the same figures before submitting. The history row is written here
+for a request the engine accepts and for a valid one it refuses (no room, a full queue).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from django.conf import settings
+
+from .. import services
+from ..api.validation import GenerationInput
+from ..engine.engine_state import ModelInfo
+from ..engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError
+from ..engine.prompt import check_prompt_fits, prompt_token_ids
+from ..engine.sampling_params import SamplingParams
+from ..models import GenerationRequest
+from .jobs import GenerationJob
+
+
+class PromptLimitError(ValueError):
+    """The prompt is over MINIVLLM_MAX_PROMPT_TOKENS, the server's own cap below the context."""
+
+    def __init__(self, prompt_tokens: int, limit: int):
+        self.prompt_tokens, self.limit = prompt_tokens, limit
+        super().__init__(f"the prompt has {prompt_tokens} tokens; at most {limit} are allowed")
+
+
+# Refusals of a request that was valid: recorded as `rejected` rows.
+REFUSALS = (QueueFullError, PromptTooLongError, PromptLimitError)
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestRecord:
+    """The history row's fields known at submission."""
+
+    request_id: str
+    endpoint: str
+    model: str
+    client_address: str
+    stream: bool
+    prompt: str
+    messages: list | None
+    caller: object = None
+
+    def fields(self, params: SamplingParams) -> dict:
+        return dict(
+            request_id=self.request_id,
+            endpoint=self.endpoint,
+            model=self.model,
+            client_address=self.client_address,
+            stream=self.stream,
+            prompt=self.prompt,
+            messages=self.messages,
+            sampling_params=dataclasses.asdict(params),
+            **services.key_fields(self.caller),
+        )
+
+
+def plan(info: ModelInfo, prompt: str | list[int], inp: GenerationInput) -> tuple[list[int], SamplingParams]:
+    """The prompt's token ids and the parameters to submit, or the refusal (PromptLimitError,
+    PromptTooLongError, SamplingParamsError)."""
+    token_ids = prompt_token_ids(info.tokenizer, prompt)
+    cap = settings.MINIVLLM_MAX_PROMPT_TOKENS
+    if cap > 0 and len(token_ids) > cap:
+        raise PromptLimitError(len(token_ids), cap)
+    params, limit = inp.params, info.token_limit
+    if inp.fill_context and limit is not None:
+        room, needed = limit - len(token_ids), max(1, params.min_tokens)
+        if room < needed:
+            raise PromptTooLongError(len(token_ids), needed, limit)
+        output_cap = settings.MINIVLLM_MAX_OUTPUT_TOKENS
+        params = dataclasses.replace(params, max_tokens=min(room, output_cap) if output_cap > 0 else room)
+    check_prompt_fits(token_ids, params.max_tokens, vocab_size=info.vocab_size, limit=limit)
+    return token_ids, params
+
+
+async def submit(engine_client, record: RequestRecord, inp: GenerationInput, prompt: str | list[int]) -> GenerationJob:
+    """Plans and submits the request; its row is written whether the engine takes it or refuses it.
+    Refusals propagate (the API maps each to its status); invalid input is not recorded."""
+    info = engine_client.model_info
+    if info is None:
+        raise EngineNotReadyError(engine_client.not_ready_reason())
+    try:
+        token_ids, params = plan(info, prompt, inp)
+        stream = engine_client.submit(record.request_id, token_ids, params)
+    except REFUSALS as exc:
+        await services.request_create(**record.fields(inp.params), status=GenerationRequest.Status.REJECTED, error=str(exc))
+        raise
+    return GenerationJob.accepted(engine_client, record, stream, params)

@@ -1,0 +1,81 @@
+"""The one way into the engine: tokenized once, checked once, max_tokens settled, the row written."""
+
+import pytest
+
+from inference.api.validation import FILL_CONTEXT, GenerationInput
+from inference.engine.engine_state import ModelInfo
+from inference.engine.errors import PromptTooLongError
+from inference.engine.sampling_params import SamplingParams, SamplingParamsError
+from inference.models import GenerationRequest
+from inference.serving import submission
+from inference.serving.submission import PromptLimitError, RequestRecord
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def chat_input(**params) -> GenerationInput:
+    """Chat without max_tokens, as validation hands it over."""
+    return GenerationInput(
+        endpoint="chat.completions", params=SamplingParams(max_tokens=FILL_CONTEXT, **params), fill_context=True
+    )
+
+
+def info(tokenizer, max_model_len=64, kv_capacity_tokens=None) -> ModelInfo:
+    return ModelInfo("tiny", tokenizer, max_model_len, kv_capacity_tokens, vocab_size=len(tokenizer))
+
+
+def record(request_id: str) -> RequestRecord:
+    return RequestRecord(request_id, "completions", "tiny", "10.0.0.1", False, "Hello there", None)
+
+
+def test_the_rest_of_the_context_is_computed_not_found_by_trial(smollm_tokenizer, settings):
+    settings.MINIVLLM_MAX_OUTPUT_TOKENS = 0
+    ids = smollm_tokenizer("Hello there, how are you?").input_ids
+    token_ids, params = submission.plan(info(smollm_tokenizer, 64), "Hello there, how are you?", chat_input())
+    assert token_ids == ids and params.max_tokens == 64 - len(ids)
+    # a KV pool smaller than the context bounds it instead
+    _, params = submission.plan(info(smollm_tokenizer, 64, kv_capacity_tokens=40), ids, chat_input())
+    assert params.max_tokens == 40 - len(ids)
+    # the server's output cap still applies
+    settings.MINIVLLM_MAX_OUTPUT_TOKENS = 10
+    _, params = submission.plan(info(smollm_tokenizer, 64), ids, chat_input())
+    assert params.max_tokens == 10
+
+
+def test_no_room_left_names_the_numbers(smollm_tokenizer):
+    ids = list(range(100, 160))
+    with pytest.raises(PromptTooLongError) as err:
+        submission.plan(info(smollm_tokenizer, 64), ids, chat_input(min_tokens=8))
+    assert (err.value.prompt_tokens, err.value.max_tokens, err.value.max_model_len) == (60, 8, 64)
+    with pytest.raises(SamplingParamsError, match=r"\[0, "):
+        submission.plan(info(smollm_tokenizer), [1, len(smollm_tokenizer)], chat_input())
+
+
+def test_the_prompt_cap_counts_what_the_engine_holds(runner, settings):
+    """MINIVLLM_MAX_PROMPT_TOKENS is checked on the ids the engine receives, not a second count."""
+    text = "count these tokens exactly"
+    held = runner.engine.tokenize(text)
+    inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=2), prompt=text)
+    settings.MINIVLLM_MAX_PROMPT_TOKENS = len(held)
+    assert submission.plan(runner.model_info, text, inp)[0] == held
+    settings.MINIVLLM_MAX_PROMPT_TOKENS = len(held) - 1
+    with pytest.raises(PromptLimitError, match=f"has {len(held)} tokens; at most {len(held) - 1}"):
+        submission.plan(runner.model_info, text, inp)
+
+
+async def test_accepted_and_refused_rows_are_written_alike(runner):
+    inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=3), prompt="Hello there")
+    job = await submission.submit(runner, record("cmpl-taken"), inp, "Hello there")
+    outputs = [out async for out in job]
+    await job.close()
+    assert outputs[-1].prompt_tokens == len(runner.engine.tokenize("Hello there"))
+    too_long = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=runner.engine.max_model_len), prompt="x")
+    with pytest.raises(PromptTooLongError):
+        await submission.submit(runner, record("cmpl-refused"), too_long, "Hello there")
+    taken = await GenerationRequest.objects.aget(id="cmpl-taken")
+    refused = await GenerationRequest.objects.aget(id="cmpl-refused")
+    assert (taken.status, refused.status) == ("completed", "rejected")
+    assert "maximum context length" in refused.error
+    same = ("endpoint", "model", "client_address", "stream", "prompt", "messages")
+    assert [getattr(taken, f) for f in same] == [getattr(refused, f) for f in same]
+    assert refused.sampling_params["max_tokens"] == runner.engine.max_model_len
