@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from .engine.engine_state import EngineState
+from .engine.engine_stats import EngineStats
 from .models import GenerationRequest
 from .serving import runtime
 
@@ -46,51 +47,52 @@ def stats_snapshot(*, fresh: bool = False) -> dict:
 
 def _build_snapshot(runner) -> dict:
     engine = _engine_stats(runner)
-    running, waiting = engine.get("running"), engine.get("waiting")
-    blocks_used, blocks_total = engine.get("kv_blocks_used"), engine.get("kv_blocks_total")
-    device = engine.get("device")
+    running, waiting = engine.running, engine.waiting
+    blocks_used, blocks_total = engine.kv_blocks_used, engine.kv_blocks_total
     snapshot = {
         "engine_state": runner.state if runner is not None else "not_started",
         "model": runtime.model_name(runner) if runner is not None else None,
-        "device": device,
-        "dtype": engine.get("dtype"),
+        "device": engine.device,
+        "dtype": engine.dtype,
         # the seed's fields
         "active_requests": _sum(running, waiting),
         "queue_depth": waiting,
-        "tokens_per_second": _round(engine.get("tokens_per_second"), 2),
+        "tokens_per_second": _round(engine.tokens_per_second, 2),
         "batch_size": running,
-        **(_gpu_memory(device) if "gpu_memory_total_mb" not in engine else _reported_gpu_memory(engine)),
-        "total_tokens_generated": engine.get("total_tokens_generated"),
-        "uptime_seconds": _round(engine.get("uptime_seconds", time.time() - runtime.process_started_at()), 1),
+        **(_reported_gpu_memory(engine) if engine.gpu_memory_total_mb is not None else _gpu_memory(engine.device)),
+        "total_tokens_generated": engine.total_tokens_generated,
+        "uptime_seconds": _round(
+            engine.uptime_seconds if engine.uptime_seconds is not None else time.time() - runtime.process_started_at(), 1
+        ),
         # the engine's view
-        "num_slots": engine.get("num_slots"),
-        "slots": engine.get("slots", []),
+        "num_slots": engine.num_slots,
+        "slots": engine.slots,
         "max_queue": getattr(runner, "max_queue", settings.MINIVLLM_MAX_QUEUE),
         "kv_blocks_used": blocks_used,
         "kv_blocks_total": blocks_total,
         "kv_cache_usage_pct": _pct(blocks_used, blocks_total),
-        "kv_pool_mb": _round(engine.get("kv_pool_mb"), 1),
-        "weights_mb": _round(engine.get("weights_mb"), 1),
-        "prefix_cache_queries": engine.get("prefix_cache_queries"),
-        "prefix_cache_hits": engine.get("prefix_cache_hits"),
-        "prefix_cache_hit_rate": _round(engine.get("prefix_cache_hit_rate"), 4),
-        "num_preemptions": engine.get("num_preemptions"),
-        "total_prompt_tokens": engine.get("total_prompt_tokens"),
-        "steps": engine.get("steps"),
+        "kv_pool_mb": _round(engine.kv_pool_mb, 1),
+        "weights_mb": _round(engine.weights_mb, 1),
+        "prefix_cache_queries": engine.prefix_cache_queries,
+        "prefix_cache_hits": engine.prefix_cache_hits,
+        "prefix_cache_hit_rate": _round(engine.prefix_cache_hit_rate, 4),
+        "num_preemptions": engine.num_preemptions,
+        "total_prompt_tokens": engine.total_prompt_tokens,
+        "steps": engine.steps,
         **_host_memory(),
         **_engines(runner),
     }
     return snapshot
 
 
-def _engine_stats(runner) -> dict:
+def _engine_stats(runner) -> EngineStats:
     if runner is None or runner.state != EngineState.READY:
-        return {}
+        return EngineStats()
     try:
-        return dict(runner.stats())
+        return runner.stats()
     except Exception:  # a dying engine must not take /stats down with it
         log.exception("engine stats failed")
-        return {}
+        return EngineStats()
 
 
 def _engines(runner) -> dict:
@@ -99,9 +101,9 @@ def _engines(runner) -> dict:
     return {"engines": engines()} if callable(engines) else {}
 
 
-def _reported_gpu_memory(engine: dict) -> dict:
+def _reported_gpu_memory(engine: EngineStats) -> dict:
     """Remote engines measure their own GPU memory (the web process may have no GPU)."""
-    used, total = engine.get("gpu_memory_used_mb"), engine.get("gpu_memory_total_mb")
+    used, total = engine.gpu_memory_used_mb, engine.gpu_memory_total_mb
     return {"gpu_memory_used_mb": used, "gpu_memory_total_mb": total, "gpu_memory_pct": _pct(used, total)}
 
 
@@ -159,8 +161,8 @@ def engine_health() -> tuple[bool, dict]:
         reason = runner.error or ("the engine was stopped" if state == EngineState.STOPPED else "the engine loop is not running")
         return False, {"status": "unavailable", "state": state, "reason": reason, **_engines(runner)}
     stats = _engine_stats(runner)
-    has_work = (stats.get("running") or 0) + (stats.get("waiting") or 0) > 0
-    last_step_at = stats.get("last_step_at")
+    has_work = (stats.running or 0) + (stats.waiting or 0) > 0
+    last_step_at = stats.last_step_at
     if has_work and last_step_at is not None:
         idle = time.monotonic() - last_step_at
         if idle > settings.MINIVLLM_HEALTH_STALL_SECONDS:
@@ -173,9 +175,9 @@ def engine_health() -> tuple[bool, dict]:
         "status": "ok",
         "state": state,
         "model": runtime.model_name(runner),
-        "device": stats.get("device"),
-        "dtype": stats.get("dtype"),
-        "running": stats.get("running"),
-        "waiting": stats.get("waiting"),
+        "device": stats.device,
+        "dtype": stats.dtype,
+        "running": stats.running,
+        "waiting": stats.waiting,
         **_engines(runner),
     }

@@ -97,8 +97,17 @@ def tiny_gpt2_hf():
 
 
 @pytest.fixture(scope="session")
-def tiny_llama_dir(tmp_path_factory, smollm_tokenizer):
-    return _save_tiny(tmp_path_factory, smollm_tokenizer, "tiny-llama", tiny_llama_hf())
+def tiny_hf():
+    """The tiny model: a random Llama in HF's classes, built once per session (tests only read it).
+    Engine tests build engines over it (tests/engine/helpers.engine_for); live servers load its
+    saved copy (tiny_llama_dir)."""
+    return tiny_llama_hf()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory, smollm_tokenizer, tiny_hf):
+    """The tiny model saved as an HF folder, for engines loaded by path."""
+    return _save_tiny(tmp_path_factory, smollm_tokenizer, "tiny-llama", tiny_hf)
 
 
 @pytest.fixture(scope="session")

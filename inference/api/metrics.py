@@ -141,7 +141,7 @@ class EngineCollector(Collector):
         model = runtime.model_name(runner) or ""
         for kind, table in ((GaugeMetricFamily, self.GAUGES), (CounterMetricFamily, self.COUNTERS)):
             for name, key, doc in table:
-                value = stats.get(key)
+                value = getattr(stats, key)
                 if value is None:
                     continue
                 family = kind(PREFIX + name, doc, labels=["model_name"])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .block_manager import BlockManager
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
+from .engine_stats import EngineStats
 from .kv_pool import plan_num_blocks
 from .loader import ModelBundle, load_model
 from .model_runner import ModelRunner
@@ -280,32 +281,32 @@ class LLMEngine:
         span = max(now - self._recent_tokens[0][0], 1.0)
         return sum(n for _, n in self._recent_tokens) / span
 
-    def stats(self) -> dict:
+    def stats(self) -> EngineStats:
         blocks = self.block_manager
         slots = [
             {"request_id": seq.request_id, "tokens": seq.num_output_tokens} if seq else {"request_id": None, "tokens": 0}
             for seq in self.scheduler.slots
         ]
-        return {
-            "model": self.model_name,
-            "device": self.device,
-            "dtype": self.dtype,
-            "num_slots": self.num_slots,
-            "running": len(self.scheduler.running),
-            "waiting": len(self.scheduler.waiting),
-            "slots": slots,
-            "kv_blocks_used": blocks.num_used_blocks,
-            "kv_blocks_total": blocks.num_blocks,
-            "kv_pool_mb": self.model_runner.kv_pool_bytes / 2**20,
-            "weights_mb": self.weights_mb,
-            "kv_cache_usage": blocks.num_used_blocks / blocks.num_blocks,
-            "prefix_cache_queries": blocks.prefix_queries,
-            "prefix_cache_hits": blocks.prefix_hits,
-            "prefix_cache_hit_rate": blocks.prefix_hits / blocks.prefix_queries if blocks.prefix_queries else 0.0,
-            "num_preemptions": self.scheduler.num_preemptions,
-            "tokens_per_second": self.tokens_per_second(),
-            "total_tokens_generated": self.total_generated_tokens,
-            "total_prompt_tokens": self.total_prompt_tokens,
-            "uptime_seconds": time.monotonic() - self.started_at,
-            "steps": self.num_steps,
-        }
+        return EngineStats(
+            model=self.model_name,
+            device=self.device,
+            dtype=self.dtype,
+            num_slots=self.num_slots,
+            running=len(self.scheduler.running),
+            waiting=len(self.scheduler.waiting),
+            slots=slots,
+            kv_blocks_used=blocks.num_used_blocks,
+            kv_blocks_total=blocks.num_blocks,
+            kv_pool_mb=self.model_runner.kv_pool_bytes / 2**20,
+            weights_mb=self.weights_mb,
+            kv_cache_usage=blocks.num_used_blocks / blocks.num_blocks,
+            prefix_cache_queries=blocks.prefix_queries,
+            prefix_cache_hits=blocks.prefix_hits,
+            prefix_cache_hit_rate=blocks.prefix_hits / blocks.prefix_queries if blocks.prefix_queries else 0.0,
+            num_preemptions=self.scheduler.num_preemptions,
+            tokens_per_second=self.tokens_per_second(),
+            total_tokens_generated=self.total_generated_tokens,
+            total_prompt_tokens=self.total_prompt_tokens,
+            uptime_seconds=time.monotonic() - self.started_at,
+            steps=self.num_steps,
+        )

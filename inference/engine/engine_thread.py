@@ -19,6 +19,7 @@ from collections.abc import Callable
 from .config import EngineConfig
 from .engine import LLMEngine
 from .engine_state import EngineState, ModelInfo
+from .engine_stats import EngineStats
 from .errors import EngineNotReadyError, QueueFullError
 from .outputs import RequestOutput
 from .sampling_params import SamplingParams
@@ -78,7 +79,7 @@ class EngineThread:
         self._stop = threading.Event()
         self._streams: dict[str, RequestStream] = {}
         self._streams_lock = threading.Lock()
-        self._snapshot: dict = {}
+        self._snapshot = EngineStats()
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -146,8 +147,9 @@ class EngineThread:
         engine = self.engine
         return (len(engine.scheduler.waiting) if engine else 0) + self._inbox.qsize()
 
-    def stats(self) -> dict:
-        return dict(self._snapshot)
+    def stats(self) -> EngineStats:
+        """The snapshot of the engine's last pass (empty while loading)."""
+        return self._snapshot
 
     def not_ready_reason(self) -> str:
         if self.state in (EngineState.NEW, EngineState.LOADING):
@@ -264,9 +266,7 @@ class EngineThread:
             self._end_stream(request_id, "error", error)
 
     def _refresh_snapshot(self) -> None:
-        snapshot = self.engine.stats()
-        snapshot["last_step_at"] = self.last_loop_at
-        self._snapshot = snapshot
+        self._snapshot = self.engine.stats().replace(last_step_at=self.last_loop_at)
 
 
 def _deliver(items) -> None:

@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from ..engine.config import EngineConfig
 from ..engine.engine_state import EngineState, ModelInfo
+from ..engine.engine_stats import EngineStats
 from ..engine.engine_thread import RequestStream
 from ..engine.sampling_params import SamplingParams
 
@@ -49,7 +50,8 @@ class EngineClient(Protocol):
 
     def num_waiting(self) -> int: ...
 
-    def stats(self) -> dict: ...
+    def stats(self) -> EngineStats:
+        """The latest snapshot (a fleet's: summed over its ready workers)."""
 
     def not_ready_reason(self) -> str: ...
 

@@ -24,7 +24,7 @@ async def test_full_queue_gets_429_with_retry_after(async_client, one_slot_runne
     runner = one_slot_runner
     long = {"prompt": "Go on", "max_new_tokens": 300, "ignore_eos": True}
     running = await async_client.post("/generate", long, content_type="application/json")
-    assert await async_wait_until(lambda: runner.stats().get("running") == 1)
+    assert await async_wait_until(lambda: runner.stats().running == 1)
     waiting = await async_client.post("/generate", {**long, "max_new_tokens": 2}, content_type="application/json")
     assert running.status_code == waiting.status_code == 200
     assert runner.num_waiting() == 1

@@ -8,7 +8,6 @@ from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.errors import PromptTooLongError
 from inference.engine.sampling_params import SamplingParams, SamplingParamsError
-from tests.conftest import tiny_llama_hf
 from tests.engine.helpers import engine_for, generated_ids, greedy, hf_greedy, run_to_completion
 
 PROMPTS = [
@@ -21,11 +20,6 @@ PROMPTS = [
     "The largest planet in our solar system",
     "Water boils at a temperature of",
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_hf():
-    return tiny_llama_hf()
 
 
 def test_eight_prompts_batched_match_hf_alone(real_hf_model, real_bundle, smollm_tokenizer):
@@ -147,7 +141,7 @@ def test_prefix_cache_hit_is_counted_and_output_identical(tiny_hf, smollm_tokeni
     assert engine.block_manager.prefix_hits - hits_before == (prompt_len - 1) // 4
     assert seq.num_cached_prompt_tokens == (prompt_len - 1) // 4 * 4
     assert generated_ids(results["second"]) == first
-    assert engine.stats()["prefix_cache_hit_rate"] > 0
+    assert engine.stats().prefix_cache_hit_rate > 0
 
 
 def test_seeded_sampling_is_independent_of_batch_composition(tiny_hf, smollm_tokenizer):
@@ -207,9 +201,9 @@ def test_stats_snapshot_reports_slots_blocks_and_throughput(tiny_hf, smollm_toke
     engine.step()
     engine.step()
     stats = engine.stats()
-    assert stats["num_slots"] == 3 and len(stats["slots"]) == 3
-    assert stats["slots"][0] == {"request_id": "s1", "tokens": 2}
-    assert stats["running"] == 1 and stats["waiting"] == 0
-    assert 0 < stats["kv_blocks_used"] < stats["kv_blocks_total"]
-    assert stats["total_tokens_generated"] == 2 and stats["tokens_per_second"] > 0
-    assert stats["model"] == "test-model" and stats["device"] == "cpu" and stats["dtype"] == "float32"
+    assert stats.num_slots == 3 and len(stats.slots) == 3
+    assert stats.slots[0] == {"request_id": "s1", "tokens": 2}
+    assert stats.running == 1 and stats.waiting == 0
+    assert 0 < stats.kv_blocks_used < stats.kv_blocks_total
+    assert stats.total_tokens_generated == 2 and stats.tokens_per_second > 0
+    assert stats.model == "test-model" and stats.device == "cpu" and stats.dtype == "float32"

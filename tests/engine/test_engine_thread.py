@@ -9,13 +9,7 @@ import pytest
 from inference.engine.engine_thread import EngineThread
 from inference.engine.errors import EngineNotReadyError, QueueFullError
 from inference.engine.sampling_params import SamplingParams
-from tests.conftest import tiny_llama_hf
 from tests.engine.helpers import engine_for, greedy
-
-
-@pytest.fixture(scope="module")
-def tiny_hf():
-    return tiny_llama_hf()
 
 
 @pytest.fixture
@@ -59,7 +53,7 @@ async def test_abort_ends_the_stream_and_frees_the_blocks(runner):
     assert rest[-1].finish_reason == "abort"
     await asyncio.sleep(0.2)
     stats = runner.stats()
-    assert stats["kv_blocks_used"] == 0 and all(s["request_id"] is None for s in stats["slots"])
+    assert stats.kv_blocks_used == 0 and all(s["request_id"] is None for s in stats.slots)
 
 
 async def test_full_waiting_queue_refuses_new_requests(runner):

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from inference.engine.engine_thread import EngineThread
-from tests.conftest import tiny_llama_hf
 from tests.engine.helpers import engine_for, generated_ids, greedy, run_to_completion
-
-
-@pytest.fixture(scope="module")
-def tiny_hf():
-    return tiny_llama_hf()
 
 
 def raise_once(message: str):

@@ -14,7 +14,6 @@ from inference.engine.config import EngineConfig
 from inference.engine.errors import PromptTooLongError
 from inference.engine.kv_pool import bytes_per_block, plan_num_blocks
 from inference.engine.sampling_params import SamplingParams
-from tests.conftest import tiny_llama_hf
 from tests.engine.helpers import engine_for
 
 
@@ -46,19 +45,14 @@ def test_the_planned_pool_is_a_share_of_memory_capped_and_never_below_one_full_c
     assert planned_tokens(monkeypatch, 24 * 1024, 8192, kv_cache_mb=8) * per_token <= 8 * MB  # an explicit size wins
 
 
-@pytest.fixture(scope="module")
-def tiny_llama_hf_model():
-    return tiny_llama_hf()
-
-
-def test_a_pool_smaller_than_the_context_lowers_max_model_len_and_says_so(tiny_llama_hf_model, smollm_tokenizer, caplog):
+def test_a_pool_smaller_than_the_context_lowers_max_model_len_and_says_so(tiny_hf, smollm_tokenizer, caplog):
     with caplog.at_level(logging.WARNING, logger="minivllm.engine"):
-        engine = engine_for(tiny_llama_hf_model, smollm_tokenizer, num_kv_blocks=8)  # 128 tokens of a 512-token context
+        engine = engine_for(tiny_hf, smollm_tokenizer, num_kv_blocks=8)  # 128 tokens of a 512-token context
     assert engine.max_model_len == 128 and "max_model_len lowered to 128" in caplog.text
     engine.check_request(list(range(1, 100)), SamplingParams(max_tokens=29))  # 128: fits
     with pytest.raises(PromptTooLongError, match="maximum context length is 128"):
         engine.check_request(list(range(1, 100)), SamplingParams(max_tokens=30))
-    assert engine_for(tiny_llama_hf_model, smollm_tokenizer).max_model_len == 512  # the planned pool holds the context
+    assert engine_for(tiny_hf, smollm_tokenizer).max_model_len == 512  # the planned pool holds the context
 
 
 def test_the_cache_is_float16_under_smaller_weights_on_cpu_else_the_models_dtype():
@@ -78,8 +72,8 @@ def test_the_cache_is_float16_under_smaller_weights_on_cpu_else_the_models_dtype
     assert EngineConfig(kv_cache_dtype="bfloat16").kv_dtype_for(torch.bfloat16, "cpu", "none") == torch.bfloat16
 
 
-def test_a_float16_pool_holds_twice_the_tokens_of_a_float32_one(tiny_llama_hf_model, smollm_tokenizer):
-    engine = engine_for(tiny_llama_hf_model, smollm_tokenizer, kv_cache_mb=4, quantization="int8")
+def test_a_float16_pool_holds_twice_the_tokens_of_a_float32_one(tiny_hf, smollm_tokenizer):
+    engine = engine_for(tiny_hf, smollm_tokenizer, kv_cache_mb=4, quantization="int8")
     assert engine.kv_dtype == torch.float16 and all(k.dtype == v.dtype == torch.float16 for k, v in engine.model_runner.kv_caches)
-    wide = engine_for(tiny_llama_hf_model, smollm_tokenizer, kv_cache_mb=4, quantization="int8", kv_cache_dtype="float32")
+    wide = engine_for(tiny_hf, smollm_tokenizer, kv_cache_mb=4, quantization="int8", kv_cache_dtype="float32")
     assert engine.block_manager.num_blocks == 2 * wide.block_manager.num_blocks

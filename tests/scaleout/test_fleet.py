@@ -37,12 +37,12 @@ def test_aggregate_sums_engines_and_lists_each():
     fleet.update(heartbeat("a", now=1000.0), now=10.0)
     fleet.update(heartbeat("b", now=7.0, running=0, waiting=2, tps=5.0), now=10.0)
     stats = fleet.aggregate()
-    assert stats["running"] == 1 and stats["waiting"] == 2 and stats["num_slots"] == 8
-    assert stats["tokens_per_second"] == 15.0 and stats["kv_cache_usage"] == 0.1
-    assert stats["prefix_cache_hit_rate"] == 0.25 and stats["device"] == "cpu"
-    assert [slot["engine_id"] for slot in stats["slots"]] == ["a", "b"]
-    assert [e["engine_id"] for e in stats["engines"]] == ["a", "b"] and stats["num_engines"] == 2
-    assert stats["last_step_at"] == 10.0  # engine clocks shifted onto ours
+    assert stats.running == 1 and stats.waiting == 2 and stats.num_slots == 8
+    assert stats.tokens_per_second == 15.0 and stats.kv_cache_usage == 0.1
+    assert stats.prefix_cache_hit_rate == 0.25 and stats.device == "cpu"
+    assert [slot["engine_id"] for slot in stats.slots] == ["a", "b"]
+    assert [e["engine_id"] for e in stats.engines] == ["a", "b"] and stats.num_engines == 2
+    assert stats.last_step_at == 10.0  # engine clocks shifted onto ours
 
 
 def test_silent_or_stopped_engines_are_dropped():
@@ -59,4 +59,4 @@ def test_loading_engines_are_listed_but_not_summed():
     fleet = EngineFleet(timeout=5)
     fleet.update({**heartbeat("a", now=0.0), "state": "loading", "stats": {}}, now=1.0)
     stats = fleet.aggregate()
-    assert "running" not in stats and stats["engines"][0]["state"] == "loading"
+    assert stats.running is None and stats.engines[0]["state"] == "loading"

@@ -64,7 +64,7 @@ async def async_wait_until(condition, timeout: float = 30.0, interval: float = 0
 
 def is_idle(runner: EngineThread) -> bool:
     stats = runner.stats()
-    return stats.get("running") == 0 and stats.get("waiting") == 0 and runner.num_waiting() == 0
+    return stats.running == 0 and stats.waiting == 0 and runner.num_waiting() == 0
 
 
 def sse_events(chunks: list[bytes]) -> list:

@@ -38,7 +38,7 @@ async def test_response_dropped_before_streaming_is_aborted(runner):
     del events
     gc.collect()
     assert await async_wait_until(lambda: job.done and job not in live_jobs())
-    assert await async_wait_until(lambda: is_idle(runner) and runner.stats()["kv_blocks_used"] == 0)
+    assert await async_wait_until(lambda: is_idle(runner) and runner.stats().kv_blocks_used == 0)
     row = await GenerationRequest.objects.aget(id="gen-dropped")
     assert row.status == "aborted" and row.error == "response dropped before streaming"
 

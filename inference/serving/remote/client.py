@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ...engine.config import EngineConfig
 from ...engine.engine_state import EngineState, ModelInfo
+from ...engine.engine_stats import EngineStats
 from ...engine.engine_thread import RequestStream
 from ...engine.errors import EngineNotReadyError, QueueFullError
 from ...engine.outputs import RequestOutput
@@ -153,7 +154,7 @@ class RemoteEngine:
         queues = [v.info.get("max_queue") or 0 for v in self.fleet.ready()]
         return sum(queues) or self.default_max_queue
 
-    def stats(self) -> dict:
+    def stats(self) -> EngineStats:
         return self.fleet.aggregate()
 
     def engines(self) -> list[dict]:
@@ -162,7 +163,7 @@ class RemoteEngine:
     def num_waiting(self) -> int:
         with self._lock:
             unaccepted = sum(1 for r in self._requests.values() if r.engine_id is None)
-        return sum(v.stats.get("waiting") or 0 for v in self.fleet.ready()) + unaccepted
+        return sum(v.stats.waiting or 0 for v in self.fleet.ready()) + unaccepted
 
     # ---- requests (any thread with a running event loop) ------------------------------------
 

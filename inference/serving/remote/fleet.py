@@ -12,23 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from ...engine.engine_state import EngineState
-
-SUMMED = (
-    "running",
-    "waiting",
-    "num_slots",
-    "kv_blocks_used",
-    "kv_blocks_total",
-    "prefix_cache_queries",
-    "prefix_cache_hits",
-    "num_preemptions",
-    "tokens_per_second",
-    "total_tokens_generated",
-    "total_prompt_tokens",
-    "steps",
-    "gpu_memory_used_mb",
-    "gpu_memory_total_mb",
-)
+from ...engine.engine_stats import EngineStats
 
 
 @dataclass
@@ -39,11 +23,11 @@ class EngineView:
     seen_at: float  # this process's monotonic clock
     clock_offset: float  # ours minus the engine's
     info: dict = field(default_factory=dict)
-    stats: dict = field(default_factory=dict)
+    stats: EngineStats = field(default_factory=EngineStats)
 
     @property
     def has_work(self) -> bool:
-        return (self.stats.get("running") or 0) + (self.stats.get("waiting") or 0) > 0
+        return (self.stats.running or 0) + (self.stats.waiting or 0) > 0
 
     def summary(self, now: float) -> dict:
         s = self.stats
@@ -52,18 +36,18 @@ class EngineView:
             "state": self.state,
             "host": self.info.get("host"),
             "pid": self.info.get("pid"),
-            "device": s.get("device"),
-            "dtype": s.get("dtype"),
+            "device": s.device,
+            "dtype": s.dtype,
             "requests_accepted": self.info.get("accepted", 0),
             "in_flight": self.info.get("in_flight", 0),
-            "running": s.get("running"),
-            "waiting": s.get("waiting"),
-            "num_slots": s.get("num_slots"),
-            "kv_blocks_used": s.get("kv_blocks_used"),
-            "kv_blocks_total": s.get("kv_blocks_total"),
-            "tokens_per_second": s.get("tokens_per_second"),
-            "total_tokens_generated": s.get("total_tokens_generated"),
-            "uptime_seconds": s.get("uptime_seconds"),
+            "running": s.running,
+            "waiting": s.waiting,
+            "num_slots": s.num_slots,
+            "kv_blocks_used": s.kv_blocks_used,
+            "kv_blocks_total": s.kv_blocks_total,
+            "tokens_per_second": s.tokens_per_second,
+            "total_tokens_generated": s.total_tokens_generated,
+            "uptime_seconds": s.uptime_seconds,
             "last_heartbeat_s": round(now - self.seen_at, 2),
             "error": self.info.get("error"),
         }
@@ -84,7 +68,7 @@ class EngineFleet:
             seen_at=now,
             clock_offset=now - message["now"],
             info=message.get("info") or {},
-            stats=message.get("stats") or {},
+            stats=EngineStats.from_dict(message.get("stats") or {}),
         )
         with self._lock:
             self._engines[view.engine_id] = view
@@ -117,29 +101,29 @@ class EngineFleet:
         now = time.monotonic()
         return [v.summary(now) for v in self.views()]
 
-    def aggregate(self) -> dict:
+    def aggregate(self) -> EngineStats:
         """One snapshot in the shape of EngineThread.stats(), summed over the ready engines."""
         ready = self.ready()
         if not ready:
-            return {"engines": self.summaries()}
-        totals = {key: _sum(v.stats.get(key) for v in ready) for key in SUMMED}
-        slots = [{**slot, "engine_id": v.engine_id} for v in ready for slot in v.stats.get("slots") or []]
+            return EngineStats(engines=self.summaries())
+        totals = {name: _sum(getattr(v.stats, name) for v in ready) for name in EngineStats.summed_fields()}
+        slots = [{**slot, "engine_id": v.engine_id} for v in ready for slot in v.stats.slots]
         busy = [v for v in ready if v.has_work] or ready
         # health: the stalest loop among the engines that have work, on our clock
-        steps = [v.stats["last_step_at"] + v.clock_offset for v in busy if v.stats.get("last_step_at") is not None]
-        return {
+        steps = [v.stats.last_step_at + v.clock_offset for v in busy if v.stats.last_step_at is not None]
+        return EngineStats(
             **totals,
-            "model": _joined(v.stats.get("model") for v in ready),
-            "device": _joined(v.stats.get("device") for v in ready),
-            "dtype": _joined(v.stats.get("dtype") for v in ready),
-            "slots": slots,
-            "kv_cache_usage": _ratio(totals["kv_blocks_used"], totals["kv_blocks_total"]),
-            "prefix_cache_hit_rate": _ratio(totals["prefix_cache_hits"], totals["prefix_cache_queries"]) or 0.0,
-            "uptime_seconds": max((v.stats.get("uptime_seconds") or 0.0) for v in ready),
-            "last_step_at": min(steps) if steps else None,
-            "num_engines": len(ready),
-            "engines": self.summaries(),
-        }
+            model=_joined(v.stats.model for v in ready),
+            device=_joined(v.stats.device for v in ready),
+            dtype=_joined(v.stats.dtype for v in ready),
+            slots=slots,
+            kv_cache_usage=_ratio(totals["kv_blocks_used"], totals["kv_blocks_total"]),
+            prefix_cache_hit_rate=_ratio(totals["prefix_cache_hits"], totals["prefix_cache_queries"]) or 0.0,
+            uptime_seconds=max((v.stats.uptime_seconds or 0.0) for v in ready),
+            last_step_at=min(steps) if steps else None,
+            num_engines=len(ready),
+            engines=self.summaries(),
+        )
 
 
 def _sum(values):

@@ -222,7 +222,7 @@ class EngineWorker:
         runner = self.runner
         state = EngineState.STOPPING if self.stopping and runner.state == EngineState.READY else runner.state
         engine = runner.engine if runner.state == EngineState.READY else None
-        stats = _plain({**runner.stats(), **_gpu_memory(engine.device)}) if engine is not None else {}
+        stats = _plain({**runner.stats().to_dict(), **_gpu_memory(engine.device)}) if engine is not None else {}
         return {
             "type": wire.STATS,
             "engine_id": self.engine_id,

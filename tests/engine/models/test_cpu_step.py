@@ -55,9 +55,9 @@ def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tok
     assert run_mixed_steps(engines[1]) == reference
 
 
-def test_a_bf16_model_keeps_its_modules(smollm_tokenizer):
+def test_a_bf16_model_keeps_its_modules(tiny_hf, smollm_tokenizer):
     """bf16 linears stay nn.Linear (no oneDNN packing, no int8): nothing the C++ halves can call."""
-    hf = tiny_llama_hf()
+    hf = tiny_hf
     config = EngineConfig(dtype="bfloat16", device="cpu")
     bundle = build_bundle(hf.config, smollm_tokenizer, hf.state_dict(), name="tiny", config=config)
     assert all(layer.cpp_weights is None for layer in bundle.model.layers)
