@@ -340,7 +340,7 @@ def parse_messages(value: Any) -> list[dict]:
         if not isinstance(message, dict):
             raise bad_request(f"messages[{index}] must be an object", param=f"messages[{index}]")
         role = message.get("role")
-        if role not in CHAT_ROLES:
+        if not isinstance(role, str) or role not in CHAT_ROLES:  # a list or object is not hashable
             raise bad_request(
                 f"messages[{index}].role must be one of {', '.join(sorted(CHAT_ROLES))}, got {role!r}",
                 param=f"messages[{index}].role",
@@ -363,9 +363,9 @@ def parse_chat(body: dict) -> GenerationInput:
         raise bad_request("messages is required", param="messages")
     messages = parse_messages(body["messages"])
     stream, include_usage = _stream_flags(body, default_stream=False)
-    # When defaulted, a placeholder above any context: the view fills the rest of the window.
+    # When defaulted, a placeholder above any context: submission.plan computes the rest of the window.
     max_tokens, max_name, defaulted = _max_tokens(body, ("max_completion_tokens", "max_tokens"), FILL_CONTEXT)
-    if not defaulted:  # defaulted: the rest of the context, capped when submitted (jobs.py)
+    if not defaulted:  # defaulted: the rest of the context, capped when submitted (serving/submission.py)
         max_tokens = _check_limits(body, max_tokens, max_name, defaulted=False)
     else:
         _check_limits(body, None, max_name, defaulted=True)

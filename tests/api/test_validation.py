@@ -52,3 +52,11 @@ def test_chat_logprobs_map_to_engine_top_n():
 def test_stream_options_include_usage():
     inp = parse_chat({"messages": [{"role": "user", "content": "x"}], "stream": True, "stream_options": {"include_usage": True}})
     assert inp.stream and inp.include_usage
+
+
+@pytest.mark.parametrize("role", [[], {}, 3, None])
+def test_a_role_that_is_not_a_string_is_a_400_naming_it(role):
+    """Found by the fuzz: a list as the role was looked up in a set (unhashable) and answered 500."""
+    with pytest.raises(ApiError) as info:
+        parse_chat({"messages": [{"role": role, "content": ""}]})
+    assert info.value.status == 400 and info.value.param == "messages[0].role"
