@@ -3,7 +3,7 @@
 from django.shortcuts import render
 
 from inference.api.auth import require_key_or_staff
-from inference.selectors import stats_snapshot
+from inference.serving.stats import stats_snapshot
 
 from .page_config import page_config
 

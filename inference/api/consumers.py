@@ -13,7 +13,7 @@ import logging
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from ..selectors import stats_snapshot
+from ..serving.stats import stats_snapshot
 from . import auth
 
 log = logging.getLogger("inference.api.consumers")

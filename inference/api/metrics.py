@@ -118,7 +118,7 @@ REQUEST_GENERATION_TOKENS = _histogram("request_generation_tokens", "Generated t
 
 
 class EngineCollector(Collector):
-    """Engine-wide numbers from `runner.stats()`, read at scrape time (the engine owns the counts)."""
+    """Engine-wide numbers from `engine_client.stats()`, read at scrape time (the engine owns the counts)."""
 
     GAUGES = (
         ("num_requests_running", "running", "Requests in a batch slot."),
@@ -134,11 +134,11 @@ class EngineCollector(Collector):
     )
 
     def collect(self):
-        runner = runtime.get_runner()
-        if runner is None or not runner.ready:
+        engine_client = runtime.get_engine_client()
+        if engine_client is None or not engine_client.ready:
             return
-        stats = runner.stats()
-        model = runtime.model_name(runner) or ""
+        stats = engine_client.stats()
+        model = runtime.model_name(engine_client) or ""
         for kind, table in ((GaugeMetricFamily, self.GAUGES), (CounterMetricFamily, self.COUNTERS)):
             for name, key, doc in table:
                 value = getattr(stats, key)

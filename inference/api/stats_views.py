@@ -6,8 +6,9 @@ from rest_framework import generics
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..selectors import recent_requests, stats_snapshot
+from ..selectors import recent_requests
 from ..serializers import GenerationRequestSerializer
+from ..serving.stats import stats_snapshot
 
 
 class StatsView(APIView):

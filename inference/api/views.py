@@ -19,9 +19,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 
 from ..engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
-from ..selectors import engine_health
 from ..serving import runtime, submission
 from ..serving.jobs import GenerationJob, guard_stream
+from ..serving.stats import engine_health
 from ..serving.submission import PromptLimitError, RequestRecord
 from . import auth, key_limits, sse
 from . import openai_format as oai
@@ -61,22 +61,22 @@ def api_endpoint(*methods: str, public: bool = False):
 # ---- shared steps ------------------------------------------------------------------------------
 
 
-def _ready_runner():
-    runner = runtime.get_runner()
-    if runner is None or not runner.ready:
-        reason = "the engine has not been started" if runner is None else runner.not_ready_reason()
+def _ready_engine_client():
+    engine_client = runtime.get_engine_client()
+    if engine_client is None or not engine_client.ready:
+        reason = "the engine has not been started" if engine_client is None else engine_client.not_ready_reason()
         raise ApiError(503, f"the engine is not ready: {reason}", code="engine_not_ready", headers={"Retry-After": "5"})
-    return runner
+    return engine_client
 
 
-def _resolve_model(requested: str | None, runner) -> str:
-    served = runtime.model_name(runner) or "unknown"
-    if requested is not None and requested not in runtime.accepted_model_names(runner):
+def _resolve_model(requested: str | None, engine_client) -> str:
+    served = runtime.model_name(engine_client) or "unknown"
+    if requested is not None and requested not in runtime.accepted_model_names(engine_client):
         raise ApiError(404, f"The model `{requested}` does not exist.", param="model", code="model_not_found")
     return served
 
 
-async def _start_job(request, runner, inp: GenerationInput, *, prefix: str, prompt, prompt_text: str, model: str):
+async def _start_job(request, engine_client, inp: GenerationInput, *, prefix: str, prompt, prompt_text: str, model: str):
     """Submits to the engine (serving/submission.py); a refusal maps to its status and error code."""
     record = RequestRecord(
         request_id=f"{prefix}-{uuid.uuid4().hex}",
@@ -90,7 +90,7 @@ async def _start_job(request, runner, inp: GenerationInput, *, prefix: str, prom
     )
     prompt_param = "messages" if inp.messages is not None else "prompt"
     try:
-        return await submission.submit(runner, record, inp, prompt)
+        return await submission.submit(engine_client, record, inp, prompt)
     except QueueFullError:
         raise ApiError(
             429,
@@ -121,11 +121,11 @@ def _raise_if_failed(job: GenerationJob) -> None:
 async def generate(request):
     """The seed's API: SSE events start / token / done (or error)."""
     inp = parse_generate(parse_json_body(request), default_max_tokens=settings.MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS)
-    runner = _ready_runner()
-    model = runtime.model_name(runner) or ""
+    engine_client = _ready_engine_client()
+    model = runtime.model_name(engine_client) or ""
     slot = key_limits.acquire(request.api_caller)
     try:
-        job = await _start_job(request, runner, inp, prefix="gen", prompt=inp.prompt, prompt_text=inp.prompt, model=model)
+        job = await _start_job(request, engine_client, inp, prefix="gen", prompt=inp.prompt, prompt_text=inp.prompt, model=model)
         return sse.response(slot.hold(guard_stream(generate_events(job), job)))
     finally:
         slot.release_unless_held()
@@ -149,15 +149,15 @@ _CHAT = _OpenAIKind("chatcmpl", "chat_chunks", oai.chat_logprobs, oai.chat_compl
 async def completions(request):
     inp = parse_completion(parse_json_body(request))
     prompt_text = inp.prompt if isinstance(inp.prompt, str) else ""
-    return await _openai_request(request, inp, _COMPLETION, lambda runner: (inp.prompt, prompt_text))
+    return await _openai_request(request, inp, _COMPLETION, lambda engine_client: (inp.prompt, prompt_text))
 
 
 @api_endpoint("POST")
 async def chat_completions(request):
     inp = parse_chat(parse_json_body(request))
 
-    def prompt(runner):
-        text = render_chat(runtime.tokenizer(runner), inp.messages)
+    def prompt(engine_client):
+        text = render_chat(runtime.tokenizer(engine_client), inp.messages)
         return text, text
 
     return await _openai_request(request, inp, _CHAT, prompt)
@@ -165,12 +165,14 @@ async def chat_completions(request):
 
 async def _openai_request(request, inp: GenerationInput, kind: _OpenAIKind, make_prompt):
     """The shared flow: readiness (503), model (404), per-key slot (429), then stream or wait."""
-    runner = _ready_runner()
-    model = _resolve_model(inp.model, runner)
-    prompt, prompt_text = make_prompt(runner)
+    engine_client = _ready_engine_client()
+    model = _resolve_model(inp.model, engine_client)
+    prompt, prompt_text = make_prompt(engine_client)
     slot = key_limits.acquire(request.api_caller)
     try:
-        job = await _start_job(request, runner, inp, prefix=kind.id_prefix, prompt=prompt, prompt_text=prompt_text, model=model)
+        job = await _start_job(
+            request, engine_client, inp, prefix=kind.id_prefix, prompt=prompt, prompt_text=prompt_text, model=model
+        )
         if inp.stream:
             stream = OpenAIStream(job, model=model, include_usage=inp.include_usage)
             chunks = getattr(stream, kind.chunks)()
@@ -196,13 +198,13 @@ async def _openai_request(request, inp: GenerationInput, kind: _OpenAIKind, make
 
 @api_endpoint("GET", "HEAD")
 async def models(request):
-    runner = _ready_runner()
+    engine_client = _ready_engine_client()
     entry = {
-        "id": runtime.model_name(runner),
+        "id": runtime.model_name(engine_client),
         "object": "model",
         "created": int(runtime.process_started_at()),
         "owned_by": "mini-vllm",
-        "max_model_len": runtime.max_model_len(runner),
+        "max_model_len": runtime.max_model_len(engine_client),
     }
     return JsonResponse({"object": "list", "data": [entry]})
 

@@ -33,8 +33,8 @@ RESTART_BUDGET_RESET_S = 600.0
 class RequestStream:
     """Async iterator over one request's outputs; ends after the finished one."""
 
-    def __init__(self, runner: EngineThread, request_id: str, prompt_tokens: int):
-        self.runner = runner
+    def __init__(self, engine_client: EngineThread, request_id: str, prompt_tokens: int):
+        self.engine_client = engine_client
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
         self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
@@ -53,7 +53,7 @@ class RequestStream:
 
     def abort(self) -> None:
         if not self.finished:
-            self.runner.abort(self.request_id)
+            self.engine_client.abort(self.request_id)
 
 
 class EngineThread:

@@ -3,7 +3,7 @@
 Two classes implement it: the in-process EngineThread (engine/engine_thread.py) and the
 scale-out RemoteEngine (serving/remote/client.py), which reaches `runengine` workers over the
 channel layer. Views, jobs, selectors and the lifecycle use only these members (through
-runtime.get_runner()), so either client serves them; a test holds both to this declaration.
+runtime.get_engine_client()), so either client serves them; a test holds both to this declaration.
 """
 
 from __future__ import annotations

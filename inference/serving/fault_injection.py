@@ -54,17 +54,17 @@ def inject_fault(request):
         delay = float(body.get("restart_delay_s", 0))
     except (ValueError, TypeError, AttributeError):
         return JsonResponse({"error": "body must be JSON {kind, times}"}, status=400)
-    runner = runtime.get_runner()
-    if runner is None or not runner.ready:
+    engine_client = runtime.get_engine_client()
+    if engine_client is None or not engine_client.ready:
         return JsonResponse({"error": "engine not ready"}, status=503)
-    if getattr(runner, "engine", None) is None:
+    if getattr(engine_client, "engine", None) is None:
         return JsonResponse({"error": "fault injection needs the in-process engine (MINIVLLM_ENGINE=local)"}, status=400)
     if kind == "step":
-        runner.engine.step_fault_hook = _raise_times(times, "injected step failure")
+        engine_client.engine.step_fault_hook = _raise_times(times, "injected step failure")
     elif kind == "loop":
         if delay > 0:
-            _slow_restart(runner.engine, delay)
-        runner.loop_fault_hook = _raise_times(times, "injected loop failure")
+            _slow_restart(engine_client.engine, delay)
+        engine_client.loop_fault_hook = _raise_times(times, "injected loop failure")
     else:
         return JsonResponse({"error": "kind must be 'step' or 'loop'"}, status=400)
     return JsonResponse({"injected": kind, "times": times})

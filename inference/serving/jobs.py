@@ -34,8 +34,8 @@ _live: set[GenerationJob] = set()
 
 
 class GenerationJob:
-    def __init__(self, *, runner, request_id: str, stream, params: SamplingParams, model: str = ""):
-        self.runner = runner
+    def __init__(self, *, engine_client, request_id: str, stream, params: SamplingParams, model: str = ""):
+        self.engine_client = engine_client
         self.request_id = request_id
         self.params = params
         self._stream = stream
@@ -57,7 +57,7 @@ class GenerationJob:
     @classmethod
     def accepted(cls, engine_client, record, stream, params: SamplingParams) -> GenerationJob:
         """The job of a request the engine has taken (serving/submission.py); its row is queued for writing."""
-        job = cls(runner=engine_client, request_id=record.request_id, stream=stream, params=params, model=record.model)
+        job = cls(engine_client=engine_client, request_id=record.request_id, stream=stream, params=params, model=record.model)
         _live.add(job)
         job._chain(services.request_create, **record.fields(params))
         return job
@@ -115,7 +115,7 @@ class GenerationJob:
     def abort(self, reason: str) -> None:
         if self.done:
             return
-        self.runner.abort(self.request_id)
+        self.engine_client.abort(self.request_id)
         self._finish(Status.ABORTED, "abort", reason)
         aclose = getattr(self._stream, "aclose", None)
         if aclose is not None:

@@ -1,6 +1,6 @@
 """The process's engine: one per serving process, reached only through here.
 
-Views, consumers, asgi.py and tests use `get_runner()` / `start()` / `install()` / `reset()` /
+Views, consumers, asgi.py and tests use `get_engine_client()` / `start()` / `install()` / `reset()` /
 `shutdown()`. The engine starts from asgi.py (Daphne has no lifespan), never from
 AppConfig.ready(), so `migrate`, `check` and tests do not load a model unless they ask.
 With MINIVLLM_ENGINE=remote the "engine" is a RemoteEngine: the same interface, served by
@@ -25,28 +25,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("inference.serving.runtime")
 
 _lock = threading.Lock()
-_runner: EngineThread | None = None
+_engine_client: EngineThread | None = None
 _started_at = time.time()
 
 
-def get_runner() -> EngineThread | None:
-    return _runner
+def get_engine_client() -> EngineThread | None:
+    return _engine_client
 
 
 def start(config=None, *, max_queue: int | None = None) -> EngineThread:
-    """Starts the engine thread once per process; later calls return the same runner."""
-    global _runner
+    """Starts the engine thread once per process; later calls return the same client."""
+    global _engine_client
     with _lock:
-        if _runner is not None:
-            return _runner
+        if _engine_client is not None:
+            return _engine_client
         from ..engine.config import EngineConfig
         from ..engine.engine_thread import EngineThread
 
         config = config or EngineConfig.from_env()
         max_queue = settings.MINIVLLM_MAX_QUEUE if max_queue is None else max_queue
         if settings.MINIVLLM_ENGINE == "remote":
-            _runner = _start_remote(config, max_queue)
-            return _runner
+            _engine_client = _start_remote(config, max_queue)
+            return _engine_client
         log.info(
             "starting engine: model=%s device=%s dtype=%s max_num_seqs=%s max_queue=%s",
             config.model or "embedded SmolLM2-135M-Instruct",
@@ -55,11 +55,11 @@ def start(config=None, *, max_queue: int | None = None) -> EngineThread:
             config.max_num_seqs or "auto",
             max_queue,
         )
-        runner = EngineThread(config, max_queue=max_queue)
-        runner.start()
-        _runner = runner
-    _watch_loading(runner)
-    return runner
+        engine_client = EngineThread(config, max_queue=max_queue)
+        engine_client.start()
+        _engine_client = engine_client
+    _watch_loading(engine_client)
+    return engine_client
 
 
 def _start_remote(config, max_queue: int):
@@ -76,44 +76,44 @@ def _start_remote(config, max_queue: int):
     ).start()
 
 
-def install(runner: EngineThread | None) -> EngineThread | None:
-    """Puts a runner in place (tests build one from a tiny model); returns the previous one."""
-    global _runner
+def install(engine_client: EngineThread | None) -> EngineThread | None:
+    """Puts an engine client in place (tests build one from a tiny model); returns the previous one."""
+    global _engine_client
     with _lock:
-        previous, _runner = _runner, runner
+        previous, _engine_client = _engine_client, engine_client
     return previous
 
 
 def reset() -> None:
-    """Forgets the runner without stopping it: after fork, the child has no engine thread."""
-    global _runner
-    _runner = None
+    """Forgets the engine client without stopping it: after fork, the child has no engine thread."""
+    global _engine_client
+    _engine_client = None
 
 
 def shutdown() -> None:
     """Stops the engine: every in-flight stream ends with finish_reason "abort". Idempotent."""
-    runner = _runner
-    if runner is None or runner.state in (EngineState.STOPPED, EngineState.DEAD):
+    engine_client = _engine_client
+    if engine_client is None or engine_client.state in (EngineState.STOPPED, EngineState.DEAD):
         return
     log.info("stopping engine")
-    runner.shutdown()
+    engine_client.shutdown()
 
 
 def process_started_at() -> float:
     return _started_at
 
 
-def _watch_loading(runner: EngineThread) -> None:
+def _watch_loading(engine_client: EngineThread) -> None:
     """Logs one line when the model has loaded (or failed to): the start-up progress line."""
 
     def watch():
         began = time.monotonic()
-        while runner.state == EngineState.LOADING:
+        while engine_client.state == EngineState.LOADING:
             time.sleep(0.1)
-        if runner.state == EngineState.READY:
+        if engine_client.state == EngineState.READY:
             log.info("engine ready in %.1fs", time.monotonic() - began)
         else:
-            log.error("engine did not start (%s): %s", runner.state, runner.error)
+            log.error("engine did not start (%s): %s", engine_client.state, engine_client.error)
 
     threading.Thread(target=watch, name="minivllm-engine-watch", daemon=True).start()
 
@@ -121,34 +121,38 @@ def _watch_loading(runner: EngineThread) -> None:
 # ---- what the API needs to know about the loaded model -----------------------------------------
 
 
-def _model_info(runner):
-    runner = runner or _runner
-    return runner.model_info if runner is not None else None
+def _model_info(engine_client):
+    engine_client = engine_client or _engine_client
+    return engine_client.model_info if engine_client is not None else None
 
 
-def model_name(runner=None) -> str | None:
+def model_name(engine_client=None) -> str | None:
     """The id the API reports and accepts."""
     if settings.MINIVLLM_SERVED_MODEL_NAME:
         return settings.MINIVLLM_SERVED_MODEL_NAME
-    info = _model_info(runner)
+    info = _model_info(engine_client)
     return info.model_name if info else None
 
 
-def accepted_model_names(runner=None) -> set[str]:
+def accepted_model_names(engine_client=None) -> set[str]:
     """The names a request's `model` may use: the served id, the engine's name, the configured path."""
-    runner = runner or _runner
-    info = _model_info(runner)
-    names = {model_name(runner), info.model_name if info else None, getattr(getattr(runner, "config", None), "model", None)}
+    engine_client = engine_client or _engine_client
+    info = _model_info(engine_client)
+    names = {
+        model_name(engine_client),
+        info.model_name if info else None,
+        getattr(getattr(engine_client, "config", None), "model", None),
+    }
     return {name for name in names if name}
 
 
-def tokenizer(runner=None):
-    info = _model_info(runner)
+def tokenizer(engine_client=None):
+    info = _model_info(engine_client)
     return info.tokenizer if info else None
 
 
-def max_model_len(runner=None) -> int | None:
-    info = _model_info(runner)
+def max_model_len(engine_client=None) -> int | None:
+    info = _model_info(engine_client)
     return info.max_model_len if info else None
 
 

@@ -4,37 +4,37 @@ import pytest
 
 from inference.models import GenerationRequest
 from inference.serving import runtime
-from tests.serving.engine_fixtures import async_wait_until, read_stream, start_runner, tiny_engine_config
+from tests.serving.engine_fixtures import async_wait_until, read_stream, start_engine_thread, tiny_engine_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def one_slot_runner(session_runner, tiny_llama_dir):
+def one_slot_engine_thread(session_engine_client, tiny_llama_dir):
     """One batch slot and room for one waiting request (the session's loaded weights reused)."""
     config = tiny_engine_config(tiny_llama_dir, max_num_seqs=1)
-    runner = start_runner(config, max_queue=1, bundle=session_runner.engine.bundle)
-    previous = runtime.install(runner)
-    yield runner
+    engine_client = start_engine_thread(config, max_queue=1, bundle=session_engine_client.engine.bundle)
+    previous = runtime.install(engine_client)
+    yield engine_client
     runtime.install(previous)
-    runner.shutdown()
+    engine_client.shutdown()
 
 
-async def test_full_queue_gets_429_with_retry_after(async_client, one_slot_runner):
-    runner = one_slot_runner
+async def test_full_queue_gets_429_with_retry_after(async_client, one_slot_engine_thread):
+    engine_client = one_slot_engine_thread
     long = {"prompt": "Go on", "max_new_tokens": 300, "ignore_eos": True}
     running = await async_client.post("/generate", long, content_type="application/json")
-    assert await async_wait_until(lambda: runner.stats().running == 1)
+    assert await async_wait_until(lambda: engine_client.stats().running == 1)
     waiting = await async_client.post("/generate", {**long, "max_new_tokens": 2}, content_type="application/json")
     assert running.status_code == waiting.status_code == 200
-    assert runner.num_waiting() == 1
+    assert engine_client.num_waiting() == 1
 
     refused = await async_client.post("/v1/completions", {"prompt": "x", "max_tokens": 2}, content_type="application/json")
     assert refused.status_code == 429
     assert int(refused["Retry-After"]) >= 1
     error = refused.json()["error"]
     assert error["type"] == "rate_limit_error" and error["code"] == "queue_full"
-    assert runner.num_waiting() == 1  # nothing was queued for it
+    assert engine_client.num_waiting() == 1  # nothing was queued for it
 
     rejected = await GenerationRequest.objects.aget(status="rejected")
     assert rejected.endpoint == "completions" and "queue" in rejected.error
@@ -44,12 +44,14 @@ async def test_full_queue_gets_429_with_retry_after(async_client, one_slot_runne
         assert (await read_stream(resp))[-1]["type"] == "done"
 
 
-async def test_zero_queue_refuses_everything(async_client, session_runner, tiny_llama_dir):
-    runner = start_runner(tiny_engine_config(tiny_llama_dir), max_queue=0, bundle=session_runner.engine.bundle)
-    previous = runtime.install(runner)
+async def test_zero_queue_refuses_everything(async_client, session_engine_client, tiny_llama_dir):
+    engine_client = start_engine_thread(
+        tiny_engine_config(tiny_llama_dir), max_queue=0, bundle=session_engine_client.engine.bundle
+    )
+    previous = runtime.install(engine_client)
     try:
         resp = await async_client.post("/generate", {"prompt": "x"}, content_type="application/json")
         assert resp.status_code == 429
     finally:
         runtime.install(previous)
-        runner.shutdown()
+        engine_client.shutdown()

@@ -48,8 +48,8 @@ async def _receive_events(comm, count: int) -> list:
         ),
     ],
 )
-async def test_disconnect_frees_slot_and_blocks_and_marks_row_aborted(runner, path, body):
-    assert is_idle(runner) and runner.stats().kv_blocks_used == 0
+async def test_disconnect_frees_slot_and_blocks_and_marks_row_aborted(engine_client, path, body):
+    assert is_idle(engine_client) and engine_client.stats().kv_blocks_used == 0
     comm = ApplicationCommunicator(application, http_scope(path))
     await comm.send_input({"type": "http.request", "body": json.dumps(body).encode(), "more_body": False})
     start = await comm.receive_output(timeout=30)
@@ -58,15 +58,15 @@ async def test_disconnect_frees_slot_and_blocks_and_marks_row_aborted(runner, pa
     request_id = events[0].get("request_id") or events[0]["id"]
 
     # mid-stream: the request holds a slot and KV blocks
-    stats = runner.stats()
+    stats = engine_client.stats()
     assert request_id in [s["request_id"] for s in stats.slots]
     assert stats.kv_blocks_used > 0
 
     await comm.send_input({"type": "http.disconnect"})
     await comm.wait(timeout=30)
 
-    assert await async_wait_until(lambda: runner.stats().kv_blocks_used == 0 and is_idle(runner))
-    assert all(slot["request_id"] is None for slot in runner.stats().slots)
+    assert await async_wait_until(lambda: engine_client.stats().kv_blocks_used == 0 and is_idle(engine_client))
+    assert all(slot["request_id"] is None for slot in engine_client.stats().slots)
 
     async def row_aborted():
         row = await GenerationRequest.objects.aget(id=request_id)

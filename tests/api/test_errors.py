@@ -85,7 +85,7 @@ def _id(case):
 
 
 @pytest.mark.parametrize("path,body,status,param", CASES, ids=[_id(c) for c in CASES])
-async def test_bad_input_gets_status_and_error_json(async_client, runner, path, body, status, param):
+async def test_bad_input_gets_status_and_error_json(async_client, engine_client, path, body, status, param):
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     resp = await async_client.post(path, raw, content_type="application/json")
     assert resp.status_code == status, resp.content
@@ -96,8 +96,8 @@ async def test_bad_input_gets_status_and_error_json(async_client, runner, path, 
     assert error["param"] == param
 
 
-async def test_context_length_error_names_both_numbers(async_client, runner):
-    limit = runner.engine.max_model_len
+async def test_context_length_error_names_both_numbers(async_client, engine_client):
+    limit = engine_client.engine.max_model_len
     resp = await async_client.post(COMPL, {"prompt": "hello", "max_tokens": limit}, content_type="application/json")
     assert resp.status_code == 400
     error = resp.json()["error"]
@@ -108,26 +108,26 @@ async def test_context_length_error_names_both_numbers(async_client, runner):
 
 
 @pytest.mark.parametrize("path", [GEN, COMPL, CHAT])
-async def test_wrong_method_is_405_with_allow(async_client, runner, path):
+async def test_wrong_method_is_405_with_allow(async_client, engine_client, path):
     resp = await async_client.get(path)
     assert resp.status_code == 405 and resp["Allow"] == "POST"
     assert resp.json()["error"]["type"] == "invalid_request_error"
 
 
 @pytest.mark.parametrize("path", ["/v1/models", "/health"])
-async def test_post_on_get_endpoint_is_405(async_client, runner, path):
+async def test_post_on_get_endpoint_is_405(async_client, engine_client, path):
     resp = await async_client.post(path, {}, content_type="application/json")
     assert resp.status_code == 405 and "GET" in resp["Allow"]
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"])
-async def test_non_json_content_type_is_415(async_client, runner, content_type):
+async def test_non_json_content_type_is_415(async_client, engine_client, content_type):
     resp = await async_client.post(GEN, b'{"prompt": "x"}', content_type=content_type)
     assert resp.status_code == 415
     assert resp.json()["error"]["code"] == "unsupported_media_type"
 
 
-async def test_unknown_api_path_is_json_404(async_client, runner):
+async def test_unknown_api_path_is_json_404(async_client, engine_client):
     resp = await async_client.get("/v1/engines")
     assert resp.status_code == 404 and "error" in resp.json()
 

@@ -8,7 +8,7 @@ from tests.serving.engine_fixtures import read_stream
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def test_event_sequence_start_tokens_done(async_client, runner):
+async def test_event_sequence_start_tokens_done(async_client, engine_client):
     resp = await async_client.post(
         "/generate",
         {"prompt": "Hello there", "max_new_tokens": 8, "temperature": 0, "top_p": 1.0, "ignore_eos": True},
@@ -41,7 +41,7 @@ async def test_event_sequence_start_tokens_done(async_client, runner):
     assert row.latency is not None and row.time_to_first_token is not None and row.queue_time is not None
 
 
-async def test_seeded_sampling_is_reproducible(async_client, runner):
+async def test_seeded_sampling_is_reproducible(async_client, engine_client):
     """The same seed gives the same text; other seeds give other texts (so seed and temperature are used)."""
     body = {"prompt": "Once upon a time", "max_new_tokens": 6, "temperature": 0.9, "top_k": 20, "ignore_eos": True}
     texts = []
@@ -52,7 +52,7 @@ async def test_seeded_sampling_is_reproducible(async_client, runner):
     assert len(set(texts[1:])) > 1, texts
 
 
-async def test_token_events_carry_logprobs_when_asked(async_client, runner):
+async def test_token_events_carry_logprobs_when_asked(async_client, engine_client):
     resp = await async_client.post(
         "/generate",
         {"prompt": "Hi", "max_new_tokens": 3, "temperature": 0, "logprobs": 2, "ignore_eos": True},

@@ -6,25 +6,25 @@ import pytest
 
 from inference.engine.engine_thread import EngineThread
 from inference.serving import runtime
-from tests.serving.engine_fixtures import start_runner, tiny_engine_config, wait_until
+from tests.serving.engine_fixtures import start_engine_thread, tiny_engine_config, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def gated_runner(session_runner, tiny_llama_dir):
+def gated_engine_thread(session_engine_client, tiny_llama_dir):
     """A real engine thread whose model load waits for the test to open the gate."""
     gate = threading.Event()
-    runner = start_runner(tiny_engine_config(tiny_llama_dir), bundle=session_runner.engine.bundle, gate=gate)
-    previous = runtime.install(runner)
-    yield runner, gate
+    engine_client = start_engine_thread(tiny_engine_config(tiny_llama_dir), bundle=session_engine_client.engine.bundle, gate=gate)
+    previous = runtime.install(engine_client)
+    yield engine_client, gate
     gate.set()
     runtime.install(previous)
-    runner.shutdown()
+    engine_client.shutdown()
 
 
-async def test_503_while_loading_then_200_then_503_when_stopped(async_client, gated_runner):
-    runner, gate = gated_runner
+async def test_503_while_loading_then_200_then_503_when_stopped(async_client, gated_engine_thread):
+    engine_client, gate = gated_engine_thread
     resp = await async_client.get("/health")
     assert resp.status_code == 503
     assert resp.json() == {"status": "unavailable", "state": "loading", "reason": "the model is loading"}
@@ -34,13 +34,13 @@ async def test_503_while_loading_then_200_then_503_when_stopped(async_client, ga
     assert (await async_client.get("/v1/models")).status_code == 503
 
     gate.set()
-    assert wait_until(lambda: runner.ready)
+    assert wait_until(lambda: engine_client.ready)
     resp = await async_client.get("/health")
     assert resp.status_code == 200
     body = resp.json()
-    assert body["status"] == "ok" and body["model"] == runner.engine.model_name and body["device"] == "cpu"
+    assert body["status"] == "ok" and body["model"] == engine_client.engine.model_name and body["device"] == "cpu"
 
-    runner.shutdown()
+    engine_client.shutdown()
     resp = await async_client.get("/health")
     assert resp.status_code == 503 and resp.json()["state"] == "stopped"
 
@@ -52,9 +52,9 @@ async def test_503_when_no_engine_was_started(async_client, no_engine):
 
 
 async def test_503_when_the_model_failed_to_load(async_client, tmp_path):
-    runner = EngineThread(tiny_engine_config(str(tmp_path / "missing"))).start()
-    wait_until(lambda: runner.state != "loading")
-    previous = runtime.install(runner)
+    engine_client = EngineThread(tiny_engine_config(str(tmp_path / "missing"))).start()
+    wait_until(lambda: engine_client.state != "loading")
+    previous = runtime.install(engine_client)
     try:
         resp = await async_client.get("/health")
         assert resp.status_code == 503

@@ -67,8 +67,8 @@ def test_metrics_rejects_post(client, no_engine):
     assert client.post("/metrics").status_code == 405
 
 
-async def test_counters_and_histograms_move_after_real_requests(async_client, runner):
-    model = runtime.model_name(runner)
+async def test_counters_and_histograms_move_after_real_requests(async_client, engine_client):
+    model = runtime.model_name(engine_client)
     before = await scrape(async_client)
 
     usages = []
@@ -83,7 +83,7 @@ async def test_counters_and_histograms_move_after_real_requests(async_client, ru
     resp = await post(async_client, "/generate", {"prompt": "Hello there", "max_new_tokens": 6, "ignore_eos": True})
     usages.append((await read_stream(resp))[-1]["usage"])
 
-    assert await async_wait_until(lambda: is_idle(runner))  # the engine snapshot has the last step
+    assert await async_wait_until(lambda: is_idle(engine_client))  # the engine snapshot has the last step
     after = await scrape(async_client)
 
     def delta(name, **labels):
@@ -134,8 +134,8 @@ def _http_scope(path: str) -> dict:
     }
 
 
-async def test_disconnect_counts_as_abort(async_client, runner):
-    model = runtime.model_name(runner)
+async def test_disconnect_counts_as_abort(async_client, engine_client):
+    model = runtime.model_name(engine_client)
     before = await scrape(async_client)
 
     comm = ApplicationCommunicator(application, _http_scope("/generate"))
@@ -147,7 +147,7 @@ async def test_disconnect_counts_as_abort(async_client, runner):
         chunks.append((await comm.receive_output(timeout=30))["body"])
     await comm.send_input({"type": "http.disconnect"})
     await comm.wait(timeout=30)
-    assert await async_wait_until(lambda: is_idle(runner))
+    assert await async_wait_until(lambda: is_idle(engine_client))
 
     after = await scrape(async_client)
     assert (

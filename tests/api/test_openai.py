@@ -12,26 +12,26 @@ async def post(client, path, body):
     return await client.post(path, body, content_type="application/json")
 
 
-async def test_models_lists_the_served_model(async_client, runner):
+async def test_models_lists_the_served_model(async_client, engine_client):
     resp = await async_client.get("/v1/models")
     assert resp.status_code == 200
     body = resp.json()
     assert body["object"] == "list"
     [model] = body["data"]
-    assert model["object"] == "model" and model["id"] == runner.engine.model_name
-    assert model["max_model_len"] == runner.engine.max_model_len
+    assert model["object"] == "model" and model["id"] == engine_client.engine.model_name
+    assert model["max_model_len"] == engine_client.engine.max_model_len
 
 
-async def test_completion_whole(async_client, runner):
+async def test_completion_whole(async_client, engine_client):
     resp = await post(
         async_client,
         "/v1/completions",
-        {"model": runner.engine.model_name, "prompt": "The sky is", "max_tokens": 5, "temperature": 0, "ignore_eos": True},
+        {"model": engine_client.engine.model_name, "prompt": "The sky is", "max_tokens": 5, "temperature": 0, "ignore_eos": True},
     )
     assert resp.status_code == 200
     body = resp.json()
     assert body["id"].startswith("cmpl-") and body["object"] == "text_completion"
-    assert body["model"] == runner.engine.model_name and isinstance(body["created"], int)
+    assert body["model"] == engine_client.engine.model_name and isinstance(body["created"], int)
     [choice] = body["choices"]
     assert choice["index"] == 0 and isinstance(choice["text"], str)
     assert choice["finish_reason"] == "length" and choice["logprobs"] is None
@@ -41,7 +41,7 @@ async def test_completion_whole(async_client, runner):
     assert row.status == "completed" and row.output_text == choice["text"] and not row.stream
 
 
-async def test_completion_stream_with_usage(async_client, runner):
+async def test_completion_stream_with_usage(async_client, engine_client):
     resp = await post(
         async_client,
         "/v1/completions",
@@ -65,14 +65,14 @@ async def test_completion_stream_with_usage(async_client, runner):
     assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 4
 
 
-async def test_completion_stream_without_usage_ends_with_done(async_client, runner):
+async def test_completion_stream_without_usage_ends_with_done(async_client, engine_client):
     resp = await post(async_client, "/v1/completions", {"prompt": "A", "max_tokens": 2, "ignore_eos": True, "stream": True})
     events = await read_stream(resp)
     assert events[-1] == "[DONE]"
     assert all(e["choices"] for e in events[:-1])
 
 
-async def test_completion_logprobs_shape(async_client, runner):
+async def test_completion_logprobs_shape(async_client, engine_client):
     resp = await post(
         async_client, "/v1/completions", {"prompt": "A", "max_tokens": 3, "temperature": 0, "logprobs": 2, "ignore_eos": True}
     )
@@ -81,12 +81,12 @@ async def test_completion_logprobs_shape(async_client, runner):
     assert all(len(top) <= 2 for top in logprobs["top_logprobs"])
 
 
-async def test_chat_whole_uses_the_chat_template(async_client, runner):
+async def test_chat_whole_uses_the_chat_template(async_client, engine_client):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
     resp = await post(
         async_client,
         "/v1/chat/completions",
-        {"model": runner.engine.model_name, "messages": messages, "max_tokens": 5, "ignore_eos": True},
+        {"model": engine_client.engine.model_name, "messages": messages, "max_tokens": 5, "ignore_eos": True},
     )
     assert resp.status_code == 200
     body = resp.json()
@@ -95,11 +95,11 @@ async def test_chat_whole_uses_the_chat_template(async_client, runner):
     assert choice["message"]["role"] == "assistant" and isinstance(choice["message"]["content"], str)
     assert choice["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 5
     row = await GenerationRequest.objects.aget(id=body["id"])
-    expected = runner.engine.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    expected = engine_client.engine.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert row.prompt == expected and row.messages == messages and row.endpoint == "chat.completions"
 
 
-async def test_chat_stream_shape(async_client, runner):
+async def test_chat_stream_shape(async_client, engine_client):
     resp = await post(
         async_client,
         "/v1/chat/completions",
@@ -121,7 +121,7 @@ async def test_chat_stream_shape(async_client, runner):
     assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 4
 
 
-async def test_chat_without_max_tokens_fills_the_context(async_client, runner):
+async def test_chat_without_max_tokens_fills_the_context(async_client, engine_client):
     resp = await post(
         async_client,
         "/v1/chat/completions",
@@ -130,10 +130,10 @@ async def test_chat_without_max_tokens_fills_the_context(async_client, runner):
     assert resp.status_code == 200
     body = resp.json()
     row = await GenerationRequest.objects.aget(id=body["id"])
-    assert row.sampling_params["max_tokens"] == runner.engine.max_model_len - body["usage"]["prompt_tokens"]
+    assert row.sampling_params["max_tokens"] == engine_client.engine.max_model_len - body["usage"]["prompt_tokens"]
 
 
-async def test_chat_logprobs_shape(async_client, runner):
+async def test_chat_logprobs_shape(async_client, engine_client):
     resp = await post(
         async_client,
         "/v1/chat/completions",

@@ -35,16 +35,16 @@ OUR_FIELDS = {
 }
 
 
-def test_stats_fields_on_cpu(client, runner):
+def test_stats_fields_on_cpu(client, engine_client):
     resp = client.get("/stats")
     assert resp.status_code == 200
     stats = resp.json()
     assert SEED_FIELDS | OUR_FIELDS <= set(stats)
-    assert stats["model"] == runner.engine.model_name and stats["device"] == "cpu" and stats["dtype"] == "float32"
+    assert stats["model"] == engine_client.engine.model_name and stats["device"] == "cpu" and stats["dtype"] == "float32"
     # CPU: no GPU numbers are invented; memory comes from psutil
     assert stats["gpu_memory_used_mb"] is None and stats["gpu_memory_total_mb"] is None and stats["gpu_memory_pct"] is None
     assert stats["process_rss_mb"] > 0 and 0 < stats["system_memory_used_mb"] <= stats["system_memory_total_mb"]
-    assert stats["num_slots"] == len(stats["slots"]) == runner.config.max_num_seqs
+    assert stats["num_slots"] == len(stats["slots"]) == engine_client.config.max_num_seqs
     assert all(set(slot) == {"request_id", "tokens"} for slot in stats["slots"])
     assert stats["kv_blocks_total"] > 0 and 0 <= stats["kv_cache_usage_pct"] <= 100
     assert stats["active_requests"] == stats["queue_depth"] + stats["batch_size"]
@@ -57,7 +57,7 @@ def test_stats_without_engine_has_nulls_not_zeros(client, no_engine):
     assert stats["process_rss_mb"] > 0
 
 
-async def test_ws_pushes_stats_every_interval(runner, settings):
+async def test_ws_pushes_stats_every_interval(engine_client, settings):
     settings.MINIVLLM_STATS_INTERVAL = 0.05
     communicator = WebsocketCommunicator(
         application, "/ws/stats", headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")]
@@ -67,5 +67,5 @@ async def test_ws_pushes_stats_every_interval(runner, settings):
     first = await communicator.receive_json_from(timeout=10)
     second = await communicator.receive_json_from(timeout=10)
     assert SEED_FIELDS | OUR_FIELDS <= set(first) and set(first) == set(second)
-    assert first["model"] == runner.engine.model_name
+    assert first["model"] == engine_client.engine.model_name
     await communicator.disconnect()

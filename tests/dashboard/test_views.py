@@ -35,12 +35,12 @@ def test_page_renders_without_an_engine(client, no_engine):
     assert embedded_json(html, "dashboard-config")["urls"]["health"] == "/health"
 
 
-def test_page_with_an_engine_shows_model_and_slots(client, runner):
+def test_page_with_an_engine_shows_model_and_slots(client, engine_client):
     html = client.get("/").content.decode()
     stats = embedded_json(html, "initial-stats")
-    assert stats["model"] == runner.engine.model_name and stats["device"] == "cpu"
-    assert f'<dd id="model-name">{runner.engine.model_name}</dd>' in html
-    assert len(re.findall(r'<li class="slot', html)) == stats["num_slots"] == runner.config.max_num_seqs
+    assert stats["model"] == engine_client.engine.model_name and stats["device"] == "cpu"
+    assert f'<dd id="model-name">{engine_client.engine.model_name}</dd>' in html
+    assert len(re.findall(r'<li class="slot', html)) == stats["num_slots"] == engine_client.config.max_num_seqs
 
 
 def test_config_points_at_live_routes(client, no_engine):

@@ -13,7 +13,7 @@ from tests.engine.helpers import engine_for, greedy
 
 
 @pytest.fixture
-def runner(tiny_hf, smollm_tokenizer):
+def engine_thread(tiny_hf, smollm_tokenizer):
     thread = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer, max_num_seqs=2), max_queue=2)
     thread.start()
     assert thread.wait_ready(60)
@@ -25,8 +25,8 @@ async def collect(stream):
     return [out async for out in stream]
 
 
-async def test_streams_deliver_deltas_until_finished(runner):
-    streams = [runner.submit(f"r{i}", runner.engine.tokenize(f"prompt {i}"), greedy(8)) for i in range(2)]
+async def test_streams_deliver_deltas_until_finished(engine_thread):
+    streams = [engine_thread.submit(f"r{i}", engine_thread.engine.tokenize(f"prompt {i}"), greedy(8)) for i in range(2)]
     results = await asyncio.gather(*(collect(s) for s in streams))
     for outputs in results:
         assert outputs[-1].finished and outputs[-1].finish_reason == "length"
@@ -34,33 +34,35 @@ async def test_streams_deliver_deltas_until_finished(runner):
         assert all(not o.finished for o in outputs[:-1])
 
 
-async def test_one_threadsafe_call_per_loop_per_step(runner, monkeypatch):
+async def test_one_threadsafe_call_per_loop_per_step(engine_thread, monkeypatch):
     loop = asyncio.get_running_loop()
     calls = []
     original = loop.call_soon_threadsafe
     monkeypatch.setattr(loop, "call_soon_threadsafe", lambda *a, **k: (calls.append(1), original(*a, **k))[1])
-    steps_before = runner.engine.num_steps
-    await asyncio.gather(*(collect(runner.submit(f"c{i}", runner.engine.tokenize("count calls"), greedy(6))) for i in range(2)))
-    assert len(calls) <= runner.engine.num_steps - steps_before  # both requests' tokens shared each call
+    steps_before = engine_thread.engine.num_steps
+    await asyncio.gather(
+        *(collect(engine_thread.submit(f"c{i}", engine_thread.engine.tokenize("count calls"), greedy(6))) for i in range(2))
+    )
+    assert len(calls) <= engine_thread.engine.num_steps - steps_before  # both requests' tokens shared each call
 
 
-async def test_abort_ends_the_stream_and_frees_the_blocks(runner):
-    stream = runner.submit("gone", runner.engine.tokenize("a client that leaves"), greedy(200))
+async def test_abort_ends_the_stream_and_frees_the_blocks(engine_thread):
+    stream = engine_thread.submit("gone", engine_thread.engine.tokenize("a client that leaves"), greedy(200))
     first = await stream.__anext__()
     assert not first.finished
     stream.abort()
     rest = await collect(stream)
     assert rest[-1].finish_reason == "abort"
     await asyncio.sleep(0.2)
-    stats = runner.stats()
+    stats = engine_thread.stats()
     assert stats.kv_blocks_used == 0 and all(s["request_id"] is None for s in stats.slots)
 
 
-async def test_full_waiting_queue_refuses_new_requests(runner):
+async def test_full_waiting_queue_refuses_new_requests(engine_thread):
     accepted, refused = [], 0
     for i in range(6):
         try:
-            accepted.append(runner.submit(f"q{i}", runner.engine.tokenize("fill the queue"), greedy(100)))
+            accepted.append(engine_thread.submit(f"q{i}", engine_thread.engine.tokenize("fill the queue"), greedy(100)))
         except QueueFullError:
             refused += 1
     assert refused >= 2  # two slots + a queue of two: the rest are refused before queueing

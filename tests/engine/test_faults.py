@@ -33,25 +33,27 @@ def test_failing_step_fails_only_its_requests(tiny_hf, smollm_tokenizer):
 
 
 async def test_dead_loop_ends_streams_with_error_and_restarts(tiny_hf, smollm_tokenizer):
-    runner = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer), max_restarts=1).start()
-    assert runner.wait_ready(60)
-    first_engine = runner.engine
-    stream = runner.submit("inflight", runner.engine.tokenize("a stream the crash interrupts"), greedy(300))
+    engine_thread = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer), max_restarts=1).start()
+    assert engine_thread.wait_ready(60)
+    first_engine = engine_thread.engine
+    stream = engine_thread.submit("inflight", engine_thread.engine.tokenize("a stream the crash interrupts"), greedy(300))
     await stream.__anext__()
-    runner.loop_fault_hook = raise_once("injected loop failure")
+    engine_thread.loop_fault_hook = raise_once("injected loop failure")
     rest = [out async for out in stream]
     assert rest[-1].finish_reason == "error" and "injected loop failure" in rest[-1].error
-    assert await asyncio.to_thread(runner.wait_ready, 30)
-    assert runner.engine is not first_engine and runner.engine.bundle is first_engine.bundle
-    again = [out async for out in runner.submit("after", runner.engine.tokenize("served after the restart"), greedy(4))]
+    assert await asyncio.to_thread(engine_thread.wait_ready, 30)
+    assert engine_thread.engine is not first_engine and engine_thread.engine.bundle is first_engine.bundle
+    again = [
+        out async for out in engine_thread.submit("after", engine_thread.engine.tokenize("served after the restart"), greedy(4))
+    ]
     assert again[-1].finish_reason == "length"
 
     def always_fail():
         raise RuntimeError("broken for good")
 
-    runner.loop_fault_hook = always_fail
+    engine_thread.loop_fault_hook = always_fail
     for _ in range(600):  # the one allowed restart is spent: dies, restarts, dies for good
-        if runner.state == "dead":
+        if engine_thread.state == "dead":
             break
         await asyncio.sleep(0.05)
-    assert runner.state == "dead" and not runner.ready and "broken for good" in runner.not_ready_reason()
+    assert engine_thread.state == "dead" and not engine_thread.ready and "broken for good" in engine_thread.not_ready_reason()

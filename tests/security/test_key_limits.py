@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from inference.api import key_limits
-from tests.serving.engine_fixtures import read_stream, runner, session_runner, tiny_config  # noqa: F401  (fixtures)
+from tests.serving.engine_fixtures import engine_client, read_stream, session_engine_client, tiny_config  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 KEY = "Bearer key-one"
@@ -18,7 +18,7 @@ def one_key(settings):
     settings.MINIVLLM_MAX_CONCURRENT_PER_KEY = 1
 
 
-async def test_stream_holds_the_slot_until_it_ends(async_client, runner, one_key):
+async def test_stream_holds_the_slot_until_it_ends(async_client, engine_client, one_key):
     body = {"prompt": "Hello", "max_new_tokens": 3, "ignore_eos": True}
     first = await async_client.post("/generate", body, content_type="application/json", headers={"Authorization": KEY})
     assert first.status_code == 200 and key_limits.in_flight("env:1") == 1
@@ -33,7 +33,7 @@ async def test_stream_holds_the_slot_until_it_ends(async_client, runner, one_key
     assert third.status_code == 200 and key_limits.in_flight("env:1") == 0
 
 
-async def test_refused_request_releases_its_slot(async_client, runner, one_key):
+async def test_refused_request_releases_its_slot(async_client, engine_client, one_key):
     resp = await async_client.post(
         "/v1/completions", {"prompt": "Hi", "max_tokens": 100000}, content_type="application/json", headers={"Authorization": KEY}
     )

@@ -1,1 +1,1 @@
-from tests.serving.engine_fixtures import no_engine, runner, session_runner, tiny_config  # noqa: F401  (fixtures)
+from tests.serving.engine_fixtures import engine_client, no_engine, session_engine_client, tiny_config  # noqa: F401  (fixtures)

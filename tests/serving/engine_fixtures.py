@@ -26,7 +26,9 @@ def tiny_engine_config(model_dir: str, **overrides) -> EngineConfig:
     return EngineConfig(**options)
 
 
-def start_runner(config: EngineConfig, *, max_queue: int = 16, bundle=None, gate: threading.Event | None = None) -> EngineThread:
+def start_engine_thread(
+    config: EngineConfig, *, max_queue: int = 16, bundle=None, gate: threading.Event | None = None
+) -> EngineThread:
     """An EngineThread, optionally reusing a loaded bundle and held in "loading" until `gate` is set."""
 
     def factory():
@@ -34,10 +36,10 @@ def start_runner(config: EngineConfig, *, max_queue: int = 16, bundle=None, gate
             gate.wait()
         return LLMEngine(config, bundle=bundle)
 
-    runner = EngineThread(config, engine_factory=factory, max_queue=max_queue).start()
+    engine_client = EngineThread(config, engine_factory=factory, max_queue=max_queue).start()
     if gate is None:
-        assert runner.wait_ready(READY_TIMEOUT_S), runner.error
-    return runner
+        assert engine_client.wait_ready(READY_TIMEOUT_S), engine_client.error
+    return engine_client
 
 
 def wait_until(condition, timeout: float = 30.0, interval: float = 0.02) -> bool:
@@ -62,9 +64,9 @@ async def async_wait_until(condition, timeout: float = 30.0, interval: float = 0
     return False
 
 
-def is_idle(runner: EngineThread) -> bool:
-    stats = runner.stats()
-    return stats.running == 0 and stats.waiting == 0 and runner.num_waiting() == 0
+def is_idle(engine_client: EngineThread) -> bool:
+    stats = engine_client.stats()
+    return stats.running == 0 and stats.waiting == 0 and engine_client.num_waiting() == 0
 
 
 def sse_events(chunks: list[bytes]) -> list:
@@ -91,21 +93,21 @@ def tiny_config(tiny_llama_dir) -> EngineConfig:
 
 
 @pytest.fixture(scope="session")
-def session_runner(tiny_config):
-    runner = start_runner(tiny_config)
-    yield runner
-    runner.shutdown()
+def session_engine_client(tiny_config):
+    engine_client = start_engine_thread(tiny_config)
+    yield engine_client
+    engine_client.shutdown()
 
 
 @pytest.fixture
-def runner(session_runner):
+def engine_client(session_engine_client):
     """The session's engine, installed as the process engine for one test; afterwards the engine
     is idle and every request the test made has closed (no leaked jobs)."""
     from inference.serving import jobs, runtime
 
-    previous = runtime.install(session_runner)
-    yield session_runner
-    idle = wait_until(lambda: is_idle(session_runner))
+    previous = runtime.install(session_engine_client)
+    yield session_engine_client
+    idle = wait_until(lambda: is_idle(session_engine_client))
     leaked = jobs.live_jobs()
     jobs._live.clear()
     runtime.install(previous)

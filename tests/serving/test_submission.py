@@ -51,31 +51,33 @@ def test_no_room_left_names_the_numbers(smollm_tokenizer):
         submission.plan(info(smollm_tokenizer), [1, len(smollm_tokenizer)], chat_input())
 
 
-def test_the_prompt_cap_counts_what_the_engine_holds(runner, settings):
+def test_the_prompt_cap_counts_what_the_engine_holds(engine_client, settings):
     """MINIVLLM_MAX_PROMPT_TOKENS is checked on the ids the engine receives, not a second count."""
     text = "count these tokens exactly"
-    held = runner.engine.tokenize(text)
+    held = engine_client.engine.tokenize(text)
     inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=2), prompt=text)
     settings.MINIVLLM_MAX_PROMPT_TOKENS = len(held)
-    assert submission.plan(runner.model_info, text, inp)[0] == held
+    assert submission.plan(engine_client.model_info, text, inp)[0] == held
     settings.MINIVLLM_MAX_PROMPT_TOKENS = len(held) - 1
     with pytest.raises(PromptLimitError, match=f"has {len(held)} tokens; at most {len(held) - 1}"):
-        submission.plan(runner.model_info, text, inp)
+        submission.plan(engine_client.model_info, text, inp)
 
 
-async def test_accepted_and_refused_rows_are_written_alike(runner):
+async def test_accepted_and_refused_rows_are_written_alike(engine_client):
     inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=3), prompt="Hello there")
-    job = await submission.submit(runner, record("cmpl-taken"), inp, "Hello there")
+    job = await submission.submit(engine_client, record("cmpl-taken"), inp, "Hello there")
     outputs = [out async for out in job]
     await job.close()
-    assert outputs[-1].prompt_tokens == len(runner.engine.tokenize("Hello there"))
-    too_long = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=runner.engine.max_model_len), prompt="x")
+    assert outputs[-1].prompt_tokens == len(engine_client.engine.tokenize("Hello there"))
+    too_long = GenerationInput(
+        endpoint="completions", params=SamplingParams(max_tokens=engine_client.engine.max_model_len), prompt="x"
+    )
     with pytest.raises(PromptTooLongError):
-        await submission.submit(runner, record("cmpl-refused"), too_long, "Hello there")
+        await submission.submit(engine_client, record("cmpl-refused"), too_long, "Hello there")
     taken = await GenerationRequest.objects.aget(id="cmpl-taken")
     refused = await GenerationRequest.objects.aget(id="cmpl-refused")
     assert (taken.status, refused.status) == ("completed", "rejected")
     assert "maximum context length" in refused.error
     same = ("endpoint", "model", "client_address", "stream", "prompt", "messages")
     assert [getattr(taken, f) for f in same] == [getattr(refused, f) for f in same]
-    assert refused.sampling_params["max_tokens"] == runner.engine.max_model_len
+    assert refused.sampling_params["max_tokens"] == engine_client.engine.max_model_len

@@ -14,7 +14,7 @@ def test_protocols_routed():
 def test_autostart_is_off_under_pytest(settings, no_engine):
     assert settings.MINIVLLM_AUTOSTART is False
     lifecycle.autostart()
-    assert runtime.get_runner() is None
+    assert runtime.get_engine_client() is None
 
 
 async def test_lifespan_startup_and_shutdown(no_engine):

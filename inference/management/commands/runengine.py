@@ -38,9 +38,9 @@ class Command(GenerateCommand):
         layer = get_channel_layer()
         if isinstance(layer, InMemoryChannelLayer):
             self.stderr.write("warning: no REDIS_URL: the in-memory channel layer reaches no web process")
-        runner = EngineThread(config, max_queue=settings.MINIVLLM_MAX_QUEUE).start()
+        engine_thread = EngineThread(config, max_queue=settings.MINIVLLM_MAX_QUEUE).start()
         worker = EngineWorker(
-            runner,
+            engine_thread,
             layer=layer,
             engine_id=settings.MINIVLLM_ENGINE_ID or None,
             heartbeat_file=settings.MINIVLLM_ENGINE_HEARTBEAT_FILE or None,
@@ -56,4 +56,4 @@ class Command(GenerateCommand):
         self.stdout.write(f"engine {worker.engine_id}: loading {config.model or 'embedded SmolLM2-135M-Instruct'}")
         code = asyncio.run(main())
         if code:
-            raise CommandError(f"engine {worker.engine_id} stopped: {runner.error}", returncode=code)
+            raise CommandError(f"engine {worker.engine_id} stopped: {engine_thread.error}", returncode=code)

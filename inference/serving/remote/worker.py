@@ -52,8 +52,8 @@ class Outbox:
 
 
 class EngineWorker:
-    def __init__(self, runner: EngineThread, *, layer, engine_id: str | None = None, heartbeat_file: str | None = None):
-        self.runner = runner
+    def __init__(self, engine_thread: EngineThread, *, layer, engine_id: str | None = None, heartbeat_file: str | None = None):
+        self.engine_thread = engine_thread
         self.layer = layer
         self.engine_id = engine_id or f"{socket.gethostname()}-{os.getpid()}"
         self.heartbeat_file = Path(heartbeat_file) if heartbeat_file else None
@@ -73,10 +73,10 @@ class EngineWorker:
         self.channel = await self.layer.new_channel()
         publisher = asyncio.create_task(self._publish_forever())
         try:
-            while self.runner.state in (EngineState.NEW, EngineState.LOADING) and not stop.is_set():
+            while self.engine_thread.state in (EngineState.NEW, EngineState.LOADING) and not stop.is_set():
                 await asyncio.sleep(0.05)
-            if not self.runner.ready:
-                log.error("engine %s did not start: %s", self.engine_id, self.runner.error)
+            if not self.engine_thread.ready:
+                log.error("engine %s did not start: %s", self.engine_id, self.engine_thread.error)
                 return 0 if stop.is_set() else 1
             log.info("engine %s ready: taking requests from %s", self.engine_id, wire.REQUEST_CHANNEL)
             tasks = [
@@ -90,7 +90,7 @@ class EngineWorker:
             await self._stop_engine()
             for task in tasks[1:] + waiters:
                 task.cancel()
-            return 1 if self.runner.state == EngineState.DEAD else 0
+            return 1 if self.engine_thread.state == EngineState.DEAD else 0
         finally:
             publisher.cancel()
             await self._publish()  # the last heartbeat says "stopped": web processes drop us at once
@@ -98,20 +98,20 @@ class EngineWorker:
     async def _stop_engine(self) -> None:
         self.stopping = True
         log.info("engine %s stopping: %d request(s) in flight", self.engine_id, len(self._owners))
-        await asyncio.get_running_loop().run_in_executor(None, self.runner.shutdown)
+        await asyncio.get_running_loop().run_in_executor(None, self.engine_thread.shutdown)
         if self._forwarders:
             await asyncio.wait(list(self._forwarders), timeout=10)
         await self._flush()
 
     async def _wait_dead(self) -> None:
-        while self.runner.ready:
+        while self.engine_thread.ready:
             await asyncio.sleep(0.2)
 
     # ---- requests in -----------------------------------------------------------------------------
 
     async def _pull_forever(self) -> None:
         while True:
-            engine = self.runner.engine
+            engine = self.engine_thread.engine
             if engine is not None and len(self._owners) >= engine.num_slots:
                 self._slot_freed.clear()
                 try:
@@ -128,7 +128,7 @@ class EngineWorker:
             return  # a redelivered message: we already run it
         try:
             params = wire.params_from_wire(message["params"])
-            stream = self.runner.submit(request_id, message["prompt"], params)
+            stream = self.engine_thread.submit(request_id, message["prompt"], params)
         except Exception as exc:
             await self._send(
                 reply,
@@ -155,7 +155,7 @@ class EngineWorker:
             message = await wire.receive(self.layer, self.channel)
             if message.get("type") == wire.ABORT and message["request_id"] in self._owners:
                 self._client_aborts.add(message["request_id"])
-                self.runner.abort(message["request_id"])
+                self.engine_thread.abort(message["request_id"])
 
     # ---- outputs out -----------------------------------------------------------------------------
 
@@ -193,7 +193,7 @@ class EngineWorker:
         for request_id, owner in list(self._owners.items()):
             if owner == reply:
                 self._client_aborts.add(request_id)
-                self.runner.abort(request_id)
+                self.engine_thread.abort(request_id)
 
     async def _send(self, channel: str, message: dict) -> bool:
         try:
@@ -215,14 +215,14 @@ class EngineWorker:
             await self.layer.group_send(wire.STATS_GROUP, self.heartbeat())
         except Exception as exc:
             log.warning("engine %s could not publish its stats: %s", self.engine_id, exc)
-        if self.heartbeat_file is not None and self.runner.ready and not self.stopping:
+        if self.heartbeat_file is not None and self.engine_thread.ready and not self.stopping:
             self.heartbeat_file.touch()
 
     def heartbeat(self) -> dict:
-        runner = self.runner
-        state = EngineState.STOPPING if self.stopping and runner.state == EngineState.READY else runner.state
-        engine = runner.engine if runner.state == EngineState.READY else None
-        stats = _plain({**runner.stats().to_dict(), **_gpu_memory(engine.device)}) if engine is not None else {}
+        engine_thread = self.engine_thread
+        state = EngineState.STOPPING if self.stopping and engine_thread.state == EngineState.READY else engine_thread.state
+        engine = engine_thread.engine if engine_thread.state == EngineState.READY else None
+        stats = _plain({**engine_thread.stats().to_dict(), **_gpu_memory(engine.device)}) if engine is not None else {}
         return {
             "type": wire.STATS,
             "engine_id": self.engine_id,
@@ -234,12 +234,12 @@ class EngineWorker:
                 "pid": os.getpid(),
                 "accepted": self.accepted,
                 "in_flight": len(self._owners),
-                "max_queue": runner.max_queue,
+                "max_queue": engine_thread.max_queue,
                 "model_name": engine.model_name if engine else None,
                 "max_model_len": engine.max_model_len if engine else None,
                 "vocab_size": engine.bundle.model.vocab_size if engine else None,
-                "kv_capacity_tokens": (stats.get("kv_blocks_total") or 0) * runner.config.block_size or None,
-                "error": runner.error,
+                "kv_capacity_tokens": (stats.get("kv_blocks_total") or 0) * engine_thread.config.block_size or None,
+                "error": engine_thread.error,
             },
             "stats": stats,
         }
@@ -247,7 +247,7 @@ class EngineWorker:
 
 def _gpu_memory(device: str) -> dict:
     """Measured here, where the GPU is; only the GPU keys (null on CPU), so fleets can sum them."""
-    from ...selectors import _gpu_memory as measure
+    from ..stats import _gpu_memory as measure
 
     measured = measure(device)
     return {key: measured[key] for key in ("gpu_memory_used_mb", "gpu_memory_total_mb")}

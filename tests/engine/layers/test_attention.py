@@ -73,16 +73,16 @@ def kv_dtype(request):
     return request.param
 
 
-def run_step(runner: ModelRunner, probe: AttentionProbe, decodes, prefills) -> None:
+def run_step(model_runner: ModelRunner, probe: AttentionProbe, decodes, prefills) -> None:
     """Runs one step and checks every row of it against the dense reference."""
     batch = ScheduledBatch(decodes=decodes, prefills=prefills)
     with torch.no_grad():
-        runner.run(batch)
+        model_runner.run(batch)
         out = probe.last_out
         row = 0
         for seq, n in [(s, 1) for s in decodes] + prefills:
             start = seq.num_computed_tokens
-            expected = probe.expected(seq.token_ids[: start + n], runner.kv_caches[0][0].dtype)[start:]
+            expected = probe.expected(seq.token_ids[: start + n], model_runner.kv_caches[0][0].dtype)[start:]
             torch.testing.assert_close(out[row : row + n], expected, rtol=1e-5, atol=1e-5)
             seq.num_computed_tokens += n
             row += n
@@ -90,31 +90,31 @@ def run_step(runner: ModelRunner, probe: AttentionProbe, decodes, prefills) -> N
 
 def test_decodes_and_chunked_prefills_in_one_step_match_dense_attention(kv_dtype):
     probe = AttentionProbe()
-    runner = ModelRunner(
+    model_runner = ModelRunner(
         probe, num_blocks=16, block_size=BLOCK, dtype=torch.float32, device=torch.device("cpu"), kv_dtype=kv_dtype
     )
-    assert runner.kv_caches[0][0].dtype == kv_dtype
+    assert model_runner.kv_caches[0][0].dtype == kv_dtype
     a = sequence("a", [1, 2, 3, 4, 5], [7, 2, 12])  # 5 tokens: one block and a bit
     b = sequence("b", [6, 7, 8, 9, 10, 11, 12, 13, 14], [11, 3, 0, 6])  # prefilled in two chunks
     c = sequence("c", [15, 16, 17, 18], [5, 14, 9])  # exactly one block, then grows into the next
-    run_step(runner, probe, [], [(a, 5), (b, 6)])
-    run_step(runner, probe, [], [(b, 3), (c, 4)])  # b's second chunk attends to its cached first
+    run_step(model_runner, probe, [], [(a, 5), (b, 6)])
+    run_step(model_runner, probe, [], [(b, 3), (c, 4)])  # b's second chunk attends to its cached first
     for token in (20, 21, 22, 23, 24):  # decodes of different lengths side by side, crossing blocks
         for seq in (a, b, c):
             seq.token_ids.append(token)
-        run_step(runner, probe, [a, b, c], [])
+        run_step(model_runner, probe, [a, b, c], [])
     d = sequence("d", [30, 31, 32], [1, 4])
     a.token_ids.append(25)
-    run_step(runner, probe, [a], [(d, 3)])  # a decode and a fresh prefill in one step
+    run_step(model_runner, probe, [a], [(d, 3)])  # a decode and a fresh prefill in one step
 
 
 def test_an_empty_step_attends_to_nothing():
     probe = AttentionProbe()
-    runner = ModelRunner(probe, num_blocks=4, block_size=BLOCK, dtype=torch.float32, device=torch.device("cpu"))
+    model_runner = ModelRunner(probe, num_blocks=4, block_size=BLOCK, dtype=torch.float32, device=torch.device("cpu"))
     empty = torch.empty(0, HEADS, DIM)
     meta = AttentionMetadata(
         write_rows=torch.empty(0, dtype=torch.long), num_decodes=0, decode_block_rows=None, decode_padding=None, prefills=[]
     )
-    k_cache, v_cache = runner.kv_caches[0]
+    k_cache, v_cache = model_runner.kv_caches[0]
     out = paged_attention(empty, empty[:, :KV_HEADS], empty[:, :KV_HEADS], k_cache, v_cache, meta, 1.0)
     assert out.shape == (0, HEADS, DIM)

@@ -1,0 +1,179 @@
+"""The stats JSON (one builder for GET /stats and WS /ws/stats) and the health verdict (/health).
+
+Numbers come from the engine client's EngineStats, torch.cuda and psutil; a number nobody
+measured is null, never invented.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import psutil
+from django.conf import settings
+
+from ..engine.engine_state import EngineState
+from ..engine.engine_stats import EngineStats
+from . import runtime
+
+log = logging.getLogger("inference.serving.stats")
+
+MB = 1024 * 1024
+_SNAPSHOT_TTL_S = 0.25  # many WS clients in the same tick share one snapshot
+_cache_lock = threading.Lock()
+_cache: tuple[float, object, dict] | None = None
+_process = psutil.Process()
+
+
+def stats_snapshot(*, fresh: bool = False) -> dict:
+    """The stats JSON; cached for a fraction of a second so simultaneous readers share it."""
+    global _cache
+    now, engine_client = time.monotonic(), runtime.get_engine_client()
+    with _cache_lock:
+        if not fresh and _cache is not None and now - _cache[0] < _SNAPSHOT_TTL_S and _cache[1] is engine_client:
+            return _cache[2]
+    snapshot = _build_snapshot(engine_client)
+    with _cache_lock:
+        _cache = (now, engine_client, snapshot)
+    return snapshot
+
+
+def _build_snapshot(engine_client) -> dict:
+    engine = _engine_stats(engine_client)
+    running, waiting = engine.running, engine.waiting
+    blocks_used, blocks_total = engine.kv_blocks_used, engine.kv_blocks_total
+    snapshot = {
+        "engine_state": engine_client.state if engine_client is not None else "not_started",
+        "model": runtime.model_name(engine_client) if engine_client is not None else None,
+        "device": engine.device,
+        "dtype": engine.dtype,
+        # the seed's fields
+        "active_requests": _sum(running, waiting),
+        "queue_depth": waiting,
+        "tokens_per_second": _round(engine.tokens_per_second, 2),
+        "batch_size": running,
+        **(_reported_gpu_memory(engine) if engine.gpu_memory_total_mb is not None else _gpu_memory(engine.device)),
+        "total_tokens_generated": engine.total_tokens_generated,
+        "uptime_seconds": _round(
+            engine.uptime_seconds if engine.uptime_seconds is not None else time.time() - runtime.process_started_at(), 1
+        ),
+        # the engine's view
+        "num_slots": engine.num_slots,
+        "slots": engine.slots,
+        "max_queue": getattr(engine_client, "max_queue", settings.MINIVLLM_MAX_QUEUE),
+        "kv_blocks_used": blocks_used,
+        "kv_blocks_total": blocks_total,
+        "kv_cache_usage_pct": _pct(blocks_used, blocks_total),
+        "kv_pool_mb": _round(engine.kv_pool_mb, 1),
+        "weights_mb": _round(engine.weights_mb, 1),
+        "prefix_cache_queries": engine.prefix_cache_queries,
+        "prefix_cache_hits": engine.prefix_cache_hits,
+        "prefix_cache_hit_rate": _round(engine.prefix_cache_hit_rate, 4),
+        "num_preemptions": engine.num_preemptions,
+        "total_prompt_tokens": engine.total_prompt_tokens,
+        "steps": engine.steps,
+        **_host_memory(),
+        **_engines(engine_client),
+    }
+    return snapshot
+
+
+def _engine_stats(engine_client) -> EngineStats:
+    if engine_client is None or engine_client.state != EngineState.READY:
+        return EngineStats()
+    try:
+        return engine_client.stats()
+    except Exception:  # a dying engine must not take /stats down with it
+        log.exception("engine stats failed")
+        return EngineStats()
+
+
+def _engines(engine_client) -> dict:
+    """Remote mode: each engine worker this process hears from (absent in local mode)."""
+    engines = getattr(engine_client, "engines", None)
+    return {"engines": engines()} if callable(engines) else {}
+
+
+def _reported_gpu_memory(engine: EngineStats) -> dict:
+    """Remote engines measure their own GPU memory (the web process may have no GPU)."""
+    used, total = engine.gpu_memory_used_mb, engine.gpu_memory_total_mb
+    return {"gpu_memory_used_mb": used, "gpu_memory_total_mb": total, "gpu_memory_pct": _pct(used, total)}
+
+
+def _gpu_memory(device: str | None) -> dict:
+    none = {"gpu_memory_used_mb": None, "gpu_memory_total_mb": None, "gpu_memory_pct": None}
+    if not device or not device.startswith("cuda"):
+        return none
+    try:
+        import torch
+
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+    except Exception:
+        return none
+    used = total - free
+    return {
+        "gpu_memory_used_mb": round(used / MB, 1),
+        "gpu_memory_total_mb": round(total / MB, 1),
+        "gpu_memory_pct": round(100.0 * used / total, 2) if total else None,
+    }
+
+
+def _host_memory() -> dict:
+    vm = psutil.virtual_memory()
+    return {
+        "process_rss_mb": round(_process.memory_info().rss / MB, 1),
+        "system_memory_used_mb": round((vm.total - vm.available) / MB, 1),
+        "system_memory_total_mb": round(vm.total / MB, 1),
+        "system_memory_pct": vm.percent,
+    }
+
+
+def _sum(*values):
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _pct(part, whole):
+    if part is None or not whole:
+        return None
+    return round(100.0 * part / whole, 2)
+
+
+def _round(value, digits):
+    return None if value is None else round(value, digits)
+
+
+def engine_health() -> tuple[bool, dict]:
+    """(healthy, body): healthy only while the model is loaded and the loop steps when it has work."""
+    engine_client = runtime.get_engine_client()
+    if engine_client is None:
+        return False, {"status": "unavailable", "state": "not_started", "reason": "the engine has not been started"}
+    state = engine_client.state
+    if state == EngineState.LOADING:
+        return False, {"status": "unavailable", "state": state, "reason": "the model is loading"}
+    if not engine_client.ready:
+        reason = engine_client.error or (
+            "the engine was stopped" if state == EngineState.STOPPED else "the engine loop is not running"
+        )
+        return False, {"status": "unavailable", "state": state, "reason": reason, **_engines(engine_client)}
+    stats = _engine_stats(engine_client)
+    has_work = (stats.running or 0) + (stats.waiting or 0) > 0
+    last_step_at = stats.last_step_at
+    if has_work and last_step_at is not None:
+        idle = time.monotonic() - last_step_at
+        if idle > settings.MINIVLLM_HEALTH_STALL_SECONDS:
+            return False, {
+                "status": "unavailable",
+                "state": "stalled",
+                "reason": f"the engine loop has work but has not stepped for {idle:.0f}s",
+            }
+    return True, {
+        "status": "ok",
+        "state": state,
+        "model": runtime.model_name(engine_client),
+        "device": stats.device,
+        "dtype": stats.dtype,
+        "running": stats.running,
+        "waiting": stats.waiting,
+        **_engines(engine_client),
+    }
