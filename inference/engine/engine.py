@@ -73,7 +73,13 @@ class LLMEngine:
         self.block_manager = BlockManager(num_blocks, self.config.block_size, self.config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, self.num_slots, self.config.max_num_batched_tokens)
         self.model_runner = ModelRunner(
-            model, num_blocks, self.config.block_size, self.bundle.dtype, self.bundle.device, self.kv_dtype
+            model,
+            num_blocks,
+            self.config.block_size,
+            self.bundle.dtype,
+            self.bundle.device,
+            self.kv_dtype,
+            cpu_step=self.bundle.cpu_step,
         )
         self.weights_mb = self.bundle.weight_bytes / 2**20  # counted once: the weights never change after load
         self.sampler = Sampler()

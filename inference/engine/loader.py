@@ -19,9 +19,10 @@ from .config import EngineConfig
 from .device import dtype_name, resolve_device, resolve_dtype
 from .gguf_checkpoint import GGUFCheckpoint
 from .kernels import kernels
+from .layers.cpu_kernels import bind_cpu_kernels
 from .layers.linear import choose_format, prepare_linears
 from .models import model_class_for
-from .models.cpu_step import compile_layers
+from .models.cpu_step import install_cpu_step
 from .models.no_init import WithoutWeightInit
 
 log = logging.getLogger("minivllm.engine")
@@ -62,6 +63,7 @@ class ModelBundle:
     max_model_len: int
     eos_token_ids: set[int] = field(default_factory=set)
     weights_format: str = "none"  # what layers/linear chose: none (the dtype's own weights), int4, q8_0, int8, bf16
+    cpu_step: object = None  # models/cpu_step.FusedCpuStep where the C++ layers compute this model
 
     @property
     def dtype_name(self) -> str:
@@ -174,8 +176,9 @@ def build_bundle(
 
 
 def _bundle(model, hf_config, tokenizer, name, device, dtype, max_model_len, choice, how: str) -> ModelBundle:
-    cpp = compile_layers(model)
-    log.info("weights: %s (%s)%s%s", choice.format, choice.reason, f", {how}" if how else "", "; C++ layers" if cpp else "")
+    bind_cpu_kernels(model, device, dtype)  # each layer picks its implementation once, here
+    cpu_step = install_cpu_step(model)
+    log.info("weights: %s (%s)%s%s", choice.format, choice.reason, f", {how}" if how else "", "; C++ layers" if cpu_step else "")
     return ModelBundle(
         model=model,
         tokenizer=tokenizer,
@@ -185,6 +188,7 @@ def _bundle(model, hf_config, tokenizer, name, device, dtype, max_model_len, cho
         max_model_len=max_model_len,
         eos_token_ids=_eos_token_ids(hf_config, tokenizer),
         weights_format=choice.format,
+        cpu_step=cpu_step,
     )
 
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import torch
 
 from .kv_pool import allocate_kv_pool
-from .layers.attention import AttentionMetadata, PrefillChunk, decode_in_place
+from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
 from .scheduler import ScheduledBatch
 from .sequence import Sequence
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, dtype, device, kv_dtype=None):
+    def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, dtype, device, kv_dtype=None, cpu_step=None):
         self.model = model
+        # The loader's fused C++ step (models/cpu_step.py) where it installed one; it computes the model's maths.
+        self.forward = cpu_step or model
         self.block_size = block_size
         self.device = device
         kv_dtype = kv_dtype or dtype
@@ -23,7 +25,7 @@ class ModelRunner:
         heads = torch.arange(kv_heads, device=device)
         self.head_slot_offsets = (heads * num_blocks * block_size)[:, None]
         self.head_block_offsets = (heads * num_blocks)[:, None, None]
-        self.decode_in_place = decode_in_place(device, dtype, model.kv_shape[2], kv_dtype)
+        self.decode_attention, self.decode_kernels = choose_decode_attention(device, dtype, model.kv_shape[2], kv_dtype)
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[Sequence]]:
@@ -47,18 +49,15 @@ class ModelRunner:
         meta = AttentionMetadata(
             write_rows=(self.head_slot_offsets + self._tensor(slots)).reshape(-1),
             num_decodes=len(batch.decodes),
-            decode_block_rows=None,
-            decode_padding=None,
+            decode=self._decode_context(batch.decodes) if batch.decodes else None,
             prefills=[],
         )
-        if batch.decodes:
-            self._add_decode_context(meta, batch.decodes)
         offset = len(batch.decodes)
         for seq, n in batch.prefills:
             meta.prefills.append(self._prefill_chunk(seq, offset, n))
             offset += n
 
-        hidden = self.model(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
+        hidden = self.forward(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
         logits = self.model.compute_logits(hidden[self._tensor(sampling_rows)]) if sampling_rows else None
         return logits, sampling_seqs
 
@@ -75,18 +74,17 @@ class ModelRunner:
         """[kv_heads * rows * blocks] rows of the cache's block view holding each table's blocks, head-major."""
         return (self.head_block_offsets + tables[None]).reshape(-1)
 
-    def _add_decode_context(self, meta: AttentionMetadata, seqs: list[Sequence]) -> None:
-        """Block tables and lengths for the kernels; block rows and a padding mask for the torch path."""
+    def _decode_context(self, seqs: list[Sequence]):
+        """The decodes' block tables and lengths, in the shape the chosen back end reads."""
         lengths = [seq.num_computed_tokens + 1 for seq in seqs]
-        longest = max(lengths)
-        meta.decode_tables = self._block_tables([seq.block_table for seq in seqs], longest)
-        meta.decode_lengths = self._tensor(lengths)
-        if self.decode_in_place:  # the kernels read the tables; the rest would be ~15 µs a step unread
-            return
-        meta.decode_block_rows = self._block_rows(meta.decode_tables)
-        padded = meta.decode_tables.shape[1] * self.block_size
-        padding = torch.arange(padded, device=self.device)[None, :] >= meta.decode_lengths[:, None]
-        meta.decode_padding = padding[None, :, None, :]
+        tables = self._block_tables([seq.block_table for seq in seqs], max(lengths))
+        return self.decode_attention.build(
+            self.decode_kernels,
+            tables,
+            self._tensor(lengths),
+            block_size=self.block_size,
+            head_block_offsets=self.head_block_offsets,
+        )
 
     def _prefill_chunk(self, seq: Sequence, start: int, n: int) -> PrefillChunk:
         cached = seq.num_computed_tokens

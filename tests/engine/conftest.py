@@ -3,6 +3,14 @@ import pytest
 from inference.engine.kernels import kernels
 
 
+@pytest.fixture(scope="session")
+def cpp():
+    """The built kernels; every machine we test on has g++ and AVX2, so not building is a failure."""
+    module = kernels()
+    assert module is not None, "the engine's AVX2 kernels did not build (see the warning logged)"
+    return module
+
+
 @pytest.fixture
 def restore_prefetch():
     """The int8 prefetch distance is process-wide: a test that moves it puts it back."""

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..kernels import kernels
+from .cpu_kernels import cpu_kernels_for
 
 
 class RMSNorm(nn.Module):
@@ -14,9 +14,13 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
+        self._cpp = None  # the kernels, once bind_kernels found they apply
+
+    def bind_kernels(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Chosen once at load: one pass in C++ instead of F.rms_norm's six ops on CPU float32."""
+        self._cpp = cpu_kernels_for(device, dtype, self.weight.shape[0])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        cpp = kernels() if x.device.type == "cpu" and x.dtype == torch.float32 and x.shape[-1] % 8 == 0 else None
-        if cpp is not None:  # one pass instead of F.rms_norm's six ops on CPU
-            return cpp.rms_norm(x.contiguous(), self.weight, self.eps)
+        if self._cpp is not None:
+            return self._cpp.rms_norm(x.contiguous(), self.weight, self.eps)
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from ..kernels import kernels
+from .cpu_kernels import cpu_kernels_for
 
 
 def rope_parameters(hf_config) -> dict:
@@ -54,23 +55,35 @@ class RotaryEmbedding(torch.nn.Module):
         angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
+        self._cpp = None  # the kernels, once bind_kernels found they apply
 
-    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def bind_kernels(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Chosen once at load: on CPU float32 our kernel rotates in one op instead of nine (any even head_dim)."""
+        self._cpp = cpu_kernels_for(device, dtype)
+
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeTables:
         """cos/sin rows for this step's positions: looked up once per step, shared by every layer."""
-        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+        cos, sin = self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+        if self._cpp is not None:
+            cos, sin = cos.contiguous(), sin.contiguous()
+        return RopeTables(cos, sin, self._cpp)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotates a [T, heads, head_dim] tensor by its tokens' positions (rotate-half layout).
+@dataclass(frozen=True)
+class RopeTables:
+    """One step's rotation: its cos/sin rows, and the implementation chosen at load."""
 
-    On CPU in float32 our kernel rotates `x` in place (one op instead of nine) and returns it;
-    elsewhere a new tensor is returned. Callers use the result either way.
-    """
-    cpp = kernels() if x.device.type == "cpu" and x.dtype == torch.float32 and x.stride(-1) == 1 else None
-    if cpp is not None:
-        cpp.rotary_inplace(x, cos.contiguous(), sin.contiguous())
-        return x
-    return rotated(x, cos, sin)
+    cos: torch.Tensor  # [T, 1, head_dim / 2]
+    sin: torch.Tensor
+    cpp: object = None
+
+    def rotate_(self, x: torch.Tensor) -> torch.Tensor:
+        """Rotates a [T, heads, head_dim] tensor (or a view of one) in place by its tokens'
+        positions, rotate-half layout; returns it. The kernel and the torch expression round alike."""
+        if self.cpp is not None:
+            self.cpp.rotary_inplace(x, self.cos, self.sin)
+            return x
+        return x.copy_(rotated(x, self.cos, self.sin))
 
 
 def rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -10,10 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..kernels import kernels
-from ..layers.attention import AttentionMetadata, attend, paged_attention
+from ..layers.attention import AttentionMetadata, paged_attention
 from ..layers.norm import RMSNorm
-from ..layers.rotary import RotaryEmbedding, apply_rotary, rope_parameters
+from ..layers.rotary import RopeTables, RotaryEmbedding, rope_parameters
 
 
 class LlamaAttention(nn.Module):
@@ -29,11 +28,11 @@ class LlamaAttention(nn.Module):
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=cfg.o_bias)
         self.scale = self.head_dim**-0.5
 
-    def forward(self, x, rope, kv_cache, meta: AttentionMetadata):
+    def forward(self, x, rope: RopeTables, kv_cache, meta: AttentionMetadata):
         tokens = x.shape[0]
         qkv = self.qkv_proj(x).view(tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
         # Q and K heads sit side by side: one rotary pass over both halves its ops per layer.
-        qk = apply_rotary(qkv[:, : self.num_heads + self.num_kv_heads], *rope)
+        qk = rope.rotate_(qkv[:, : self.num_heads + self.num_kv_heads])
         q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
         v = qkv[:, self.num_heads + self.num_kv_heads :]
         out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
@@ -61,21 +60,10 @@ class LlamaDecoderLayer(nn.Module):
         self.self_attn = self.attention_class(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = LlamaMLP(cfg)
-        self.cpp_weights = None  # set by cpu_step.compile_layers where the C++ halves apply
 
-    def forward(self, x, rope, kv_cache, meta):
-        if self.cpp_weights is not None:
-            return self._forward_cpp(x, rope, kv_cache, meta)
+    def forward(self, x, rope: RopeTables, kv_cache, meta):
         x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
-
-    def _forward_cpp(self, x, rope, kv_cache, meta):
-        """The same maths in two C++ calls around attention (kernels/layers/llama_layer.cpp)."""
-        cpp = kernels()
-        k_cache, v_cache = kv_cache
-        q, k, v = cpp.llama_attention_inputs(self.cpp_weights, x, *rope, k_cache, v_cache, meta.write_rows)
-        attended = attend(q, k, v, k_cache, v_cache, meta, self.self_attn.scale)
-        return cpp.llama_attention_output_and_mlp(self.cpp_weights, x, attended)
 
 
 class LlamaArgs:
@@ -105,7 +93,7 @@ class LlamaArgs:
 class LlamaForCausalLM(nn.Module):
     decoder_layer_class = LlamaDecoderLayer
     # Whether kernels/layers/llama_layer.cpp computes exactly these layers (models/cpu_step.py):
-    # a subclass whose layers do more (Qwen3's Q/K norms) sets False and keeps the module path.
+    # a subclass whose layers do more (Qwen3's Q/K norms) sets False and keeps the modules.
     FUSED_CPU_STEP = True
 
     def __init__(self, hf_config, max_positions: int):
@@ -120,7 +108,6 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        self.cpp_decode_layers = None  # every layer's C++ weights, set by cpu_step.compile_layers
 
     @property
     def kv_shape(self) -> tuple[int, int, int]:
@@ -130,19 +117,6 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
         rope = self.rotary.tables(positions, x.dtype)
-        if self.cpp_decode_layers is not None and not meta.prefills and meta.decode_tables is not None:
-            x = kernels().llama_decode_layers(
-                self.cpp_decode_layers,
-                x,
-                *rope,
-                [k for k, _ in kv_caches],
-                [v for _, v in kv_caches],
-                meta.write_rows,
-                meta.decode_tables,
-                meta.decode_lengths,
-                self.layers[0].self_attn.scale,
-            )
-            return self.norm(x)
         for layer, kv_cache in zip(self.layers, kv_caches):
             x = layer(x, rope, kv_cache, meta)
         return self.norm(x)

@@ -2,7 +2,7 @@
 
 Everything else (fused QKV and gate/up, the paged attention, the loaders, the linear formats) is
 Llama's. The fused C++ CPU step computes Llama's layers exactly, without the Q/K norms, so Qwen3
-keeps the module path (FUSED_CPU_STEP). GGUF files of Qwen3 take transformers' de-quantized
+keeps the modules (FUSED_CPU_STEP). GGUF files of Qwen3 take transformers' de-quantized
 weights (no `gguf_layout` for its norms yet).
 """
 
@@ -12,7 +12,7 @@ import torch
 
 from ..layers.attention import AttentionMetadata, paged_attention
 from ..layers.norm import RMSNorm
-from ..layers.rotary import apply_rotary
+from ..layers.rotary import RopeTables
 from .llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
 
 
@@ -22,12 +22,12 @@ class Qwen3Attention(LlamaAttention):
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x, rope, kv_cache, meta: AttentionMetadata):
+    def forward(self, x, rope: RopeTables, kv_cache, meta: AttentionMetadata):
         tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
         qkv = self.qkv_proj(x).view(tokens, heads + 2 * kv_heads, self.head_dim)
         q = self.q_norm(qkv[:, :heads])  # each head normalised over its own head_dim
         k = self.k_norm(qkv[:, heads : heads + kv_heads])
-        qk = apply_rotary(torch.cat([q, k], dim=1), *rope)
+        qk = rope.rotate_(torch.cat([q, k], dim=1))
         out = paged_attention(
             qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads :], kv_cache[0], kv_cache[1], meta, self.scale
         )

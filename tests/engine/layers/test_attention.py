@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from inference.engine.layers import attention
+from inference.engine.layers import cpu_kernels
 from inference.engine.layers.attention import AttentionMetadata, paged_attention
 from inference.engine.model_runner import ModelRunner
 from inference.engine.sampling_params import SamplingParams
@@ -56,9 +56,9 @@ class AttentionProbe(nn.Module):
 @pytest.fixture(autouse=True, params=["kernels", "torch"])
 def decode_path(request, monkeypatch):
     if request.param == "kernels":
-        assert attention.kernels() is not None, "the AVX2 kernels should build on the machines we test on"
+        assert cpu_kernels.kernels() is not None, "the AVX2 kernels should build on the machines we test on"
     else:
-        monkeypatch.setattr(attention, "kernels", lambda: None)
+        monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)
     return request.param
 
 
@@ -112,9 +112,7 @@ def test_an_empty_step_attends_to_nothing():
     probe = AttentionProbe()
     model_runner = ModelRunner(probe, num_blocks=4, block_size=BLOCK, dtype=torch.float32, device=torch.device("cpu"))
     empty = torch.empty(0, HEADS, DIM)
-    meta = AttentionMetadata(
-        write_rows=torch.empty(0, dtype=torch.long), num_decodes=0, decode_block_rows=None, decode_padding=None, prefills=[]
-    )
+    meta = AttentionMetadata(write_rows=torch.empty(0, dtype=torch.long), num_decodes=0, decode=None, prefills=[])
     k_cache, v_cache = model_runner.kv_caches[0]
     out = paged_attention(empty, empty[:, :KV_HEADS], empty[:, :KV_HEADS], k_cache, v_cache, meta, 1.0)
     assert out.shape == (0, HEADS, DIM)

@@ -40,16 +40,16 @@ def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tok
         monkeypatch.setattr(packed_linear, "packing_backend", lambda: projection)
     hf = make_model()
     engines = [engine_for(hf, smollm_tokenizer, quantization=quantization, max_num_batched_tokens=48) for _ in range(3)]
-    whole, halves, modules = (engine.bundle.model for engine in engines)
-    assert whole.cpp_decode_layers is not None
-    assert all(layer.cpp_weights is not None for layer in whole.layers)
+    whole = engines[0].bundle.model
+    assert all(engine.model_runner.forward is engine.bundle.cpu_step is not None for engine in engines)
     if projection in ("int8", "int4"):
         assert type(whole.layers[0].mlp.gate_up_proj).__name__ == {"int8": "Int8Linear", "int4": "GroupLinear"}[projection]
     else:
         assert whole.layers[0].mlp.gate_up_proj.backend == {"bf16": "onednn_bf16"}.get(projection, projection)
-    halves.cpp_decode_layers = modules.cpp_decode_layers = None
-    for layer in modules.layers:
-        layer.cpp_weights = None
+    kind = {"int4": "group", "bf16": "onednn_bf16"}.get(projection, projection)
+    assert whole.layers[0].mlp.gate_up_proj.projection(engines[0].bundle.cpu_step.cpp).kind == kind
+    engines[1].model_runner.forward.one_call_decode = False  # decodes through the layer halves too
+    engines[2].model_runner.forward = engines[2].bundle.model  # the modules throughout
     reference = run_mixed_steps(engines[2])
     assert run_mixed_steps(engines[0]) == reference
     assert run_mixed_steps(engines[1]) == reference
@@ -60,5 +60,4 @@ def test_a_bf16_model_keeps_its_modules(tiny_hf, smollm_tokenizer):
     hf = tiny_hf
     config = EngineConfig(dtype="bfloat16", device="cpu")
     bundle = build_bundle(hf.config, smollm_tokenizer, hf.state_dict(), name="tiny", config=config)
-    assert all(layer.cpp_weights is None for layer in bundle.model.layers)
-    assert bundle.model.cpp_decode_layers is None
+    assert bundle.cpu_step is None

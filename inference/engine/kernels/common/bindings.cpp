@@ -26,25 +26,56 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, nogil(), "RMSNorm over float32 rows, HF's order of operations");
   m.def("rotary_inplace", &rotary_inplace, nogil(), "rotate-half RoPE in place over [T, heads, D]");
 
+  // One constructor per kind, so a projection always says which weights it holds.
   py::class_<Projection>(m, "Projection")
-      .def_static("int8", [](std::vector<torch::Tensor> weights, std::vector<torch::Tensor> scales, std::optional<torch::Tensor> bias) {
-        return Projection{std::move(weights), std::move(scales), torch::Tensor(), torch::Tensor(), std::move(bias)};
-      })
-      .def_static("group", [](torch::Tensor packed, int64_t out_features, int64_t bits, std::optional<torch::Tensor> bias) {
-        Projection p{{}, {}, torch::Tensor(), torch::Tensor(), std::move(bias)};
-        p.group = std::move(packed);
-        p.group_out_features = out_features;
-        p.group_bits = bits;
-        return p;
-      })
-      .def_static("onednn", [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
-        return Projection{{}, {}, std::move(packed), torch::Tensor(), std::move(bias)};
-      })
-      .def_static("onednn_bf16", [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
-        return Projection{{}, {}, std::move(packed), torch::Tensor(), std::move(bias), true};
-      })
-      .def_static("mkl", [](torch::Tensor packed, torch::Tensor dense, std::optional<torch::Tensor> bias) {
-        return Projection{{}, {}, std::move(packed), std::move(dense), std::move(bias)};
+      .def_static("int8",
+                  [](std::vector<torch::Tensor> weights, std::vector<torch::Tensor> scales, std::optional<torch::Tensor> bias) {
+                    Projection p{Projection::Kind::Int8};
+                    p.int8_weights = std::move(weights);
+                    p.int8_scales = std::move(scales);
+                    p.bias = std::move(bias);
+                    return p;
+                  })
+      .def_static("group",
+                  [](torch::Tensor packed, int64_t out_features, int64_t bits, std::optional<torch::Tensor> bias) {
+                    Projection p{Projection::Kind::Group};
+                    p.group = std::move(packed);
+                    p.group_out_features = out_features;
+                    p.group_bits = bits;
+                    p.bias = std::move(bias);
+                    return p;
+                  })
+      .def_static("onednn",
+                  [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
+                    Projection p{Projection::Kind::OneDnn};
+                    p.packed = std::move(packed);
+                    p.bias = std::move(bias);
+                    return p;
+                  })
+      .def_static("onednn_bf16",
+                  [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
+                    Projection p{Projection::Kind::OneDnnBf16};
+                    p.packed = std::move(packed);
+                    p.bias = std::move(bias);
+                    return p;
+                  })
+      .def_static("mkl",
+                  [](torch::Tensor packed, torch::Tensor dense, std::optional<torch::Tensor> bias) {
+                    Projection p{Projection::Kind::Mkl};
+                    p.packed = std::move(packed);
+                    p.dense = std::move(dense);
+                    p.bias = std::move(bias);
+                    return p;
+                  })
+      .def_property_readonly("kind", [](const Projection& p) {
+        switch (p.kind) {
+          case Projection::Kind::Int8: return "int8";
+          case Projection::Kind::Group: return "group";
+          case Projection::Kind::OneDnn: return "onednn";
+          case Projection::Kind::OneDnnBf16: return "onednn_bf16";
+          case Projection::Kind::Mkl: return "mkl";
+        }
+        return "unknown";
       });
   py::class_<LlamaLayerWeights>(m, "LlamaLayerWeights")
       .def(py::init([](torch::Tensor input_norm, torch::Tensor post_attention_norm, double eps, Projection qkv, Projection o,

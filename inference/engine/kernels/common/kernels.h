@@ -34,16 +34,17 @@ torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Te
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 void rotary_inplace(torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
-// One projection as the loader left it: int8 levels with their scales, a packed group weight
-// (`group`: 4- or 8-bit), or a packed float32 weight (MKL's when `dense` holds the plain weight too, oneDNN's
-// otherwise; layers/linear/packed.py).
+// One projection as the loader left it (layers/linear/: each format builds its own kind): int8
+// levels with their scales, packed 4- or 8-bit groups, or a packed float32 weight for oneDNN, for
+// oneDNN in bf16 (rows go in as bf16, outputs come back float32), or for MKL (with the plain weight).
 struct Projection {
-  std::vector<torch::Tensor> int8_weights, int8_scales;
-  torch::Tensor packed, dense;
-  std::optional<torch::Tensor> bias;
-  bool bf16 = false;  // `packed` is a bf16 oneDNN weight: rows go in as bf16, outputs come back float32
-  torch::Tensor group;  // group_pack_weight's blocks: `group_bits` a level, `group_out_features` channels
+  enum class Kind { Int8, Group, OneDnn, OneDnnBf16, Mkl };
+  Kind kind;
+  std::vector<torch::Tensor> int8_weights, int8_scales;  // Int8
+  torch::Tensor group;                                   // Group: group_pack_weight's blocks
   int64_t group_out_features = 0, group_bits = 0;
+  torch::Tensor packed, dense;  // OneDnn / OneDnnBf16 / Mkl: the packed weight; Mkl: the plain one too
+  std::optional<torch::Tensor> bias;
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 

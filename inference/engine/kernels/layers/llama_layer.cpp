@@ -75,14 +75,22 @@ void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& k_c
 }  // namespace
 
 torch::Tensor Projection::operator()(const torch::Tensor& x) const {
-  if (dense.defined()) return mkl_linear(x, packed, dense, bias);
-  if (packed.defined() && bf16) {
-    torch::Tensor out = onednn_linear(x.to(torch::kBFloat16), packed, std::nullopt).to(torch::kFloat);
-    return bias ? out + *bias : out;
+  torch::Tensor out;
+  switch (kind) {
+    case Kind::Mkl:
+      return mkl_linear(x, packed, dense, bias);
+    case Kind::OneDnn:
+      return onednn_linear(x, packed, bias);
+    case Kind::OneDnnBf16:
+      out = onednn_linear(x.to(torch::kBFloat16), packed, std::nullopt).to(torch::kFloat);
+      break;
+    case Kind::Group:
+      out = group_linear(x.contiguous(), group, group_out_features, group_bits, "auto");
+      break;
+    case Kind::Int8:
+      out = int8_linear(x.contiguous(), int8_weights, int8_scales, "auto");
+      break;
   }
-  if (packed.defined()) return onednn_linear(x, packed, bias);
-  torch::Tensor out = group.defined() ? group_linear(x.contiguous(), group, group_out_features, group_bits, "auto")
-                                      : int8_linear(x.contiguous(), int8_weights, int8_scales, "auto");
   return bias ? out + *bias : out;
 }
 

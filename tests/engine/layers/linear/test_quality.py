@@ -72,8 +72,7 @@ def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
     meta = AttentionMetadata(
         write_rows=engine.model_runner.head_slot_offsets.add(torch.arange(n)).reshape(-1),
         num_decodes=0,
-        decode_block_rows=None,
-        decode_padding=None,
+        decode=None,
         prefills=[PrefillChunk(start=0, end=n, context_len=n, block_rows=None, causal_mask=None)],
     )
     model = engine.bundle.model
