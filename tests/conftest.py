@@ -14,6 +14,18 @@ import torch
 from inference.engine.config import EngineConfig
 from inference.engine.loader import build_bundle, embedded_model_source
 
+# Fixtures every package may use: the in-process engine (tiny model) and the live servers.
+pytest_plugins = ["tests.serving.engine_fixtures", "tests.daphne_server"]
+REAL_MODEL_FIXTURES = {"real_hf_model", "real_bundle"}
+
+
+def pytest_collection_modifyitems(items):
+    """`real_model` on every test that asks for the real SmolLM2 (live modules that serve it say so themselves)."""
+    for item in items:
+        if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real_model)
+
+
 TINY_COMMON = dict(vocab_size=49152, max_position_embeddings=512, bos_token_id=1, eos_token_id=2)
 TINY_LLAMA_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 

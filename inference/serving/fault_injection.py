@@ -3,15 +3,15 @@
 Routed only when MINIVLLM_FAULT_INJECTION=1 (the reliability tests start Daphne with it); the
 hooks are the engine's own (`LLMEngine.step_fault_hook`, `EngineThread.loop_fault_hook`).
 Body: {"kind": "step"} fails the next model step (only its requests), {"kind": "loop"} kills the
-engine loop once (it restarts); "times" repeats the fault (default 1); "restart_delay_s" holds
-the loop in "restarting" that long, so a client can see /health answer 503 meanwhile.
+engine loop once (it restarts); "times" repeats the fault (default 1); "hold_restart": true keeps
+the loop in "restarting" until {"kind": "release"} arrives, so a client can see /health answer
+503 for as long as it needs (it waits on that condition, not on a window of time).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -34,12 +34,16 @@ def _raise_times(times: int, message: str):
     return hook
 
 
-def _slow_restart(engine, delay: float) -> None:
-    """The next restart (engine.fresh_copy) first waits `delay` seconds."""
+_released = threading.Event()
+
+
+def _held_restart(engine) -> None:
+    """The next restart (engine.fresh_copy) first waits for {"kind": "release"}."""
     original = engine.fresh_copy
+    _released.clear()
 
     def fresh_copy():
-        time.sleep(delay)
+        _released.wait()
         return original()
 
     engine.fresh_copy = fresh_copy
@@ -50,10 +54,12 @@ def _slow_restart(engine, delay: float) -> None:
 def inject_fault(request):
     try:
         body = json.loads(request.body or b"{}")
-        kind, times = body.get("kind"), int(body.get("times", 1))
-        delay = float(body.get("restart_delay_s", 0))
+        kind, times, hold = body.get("kind"), int(body.get("times", 1)), bool(body.get("hold_restart", False))
     except (ValueError, TypeError, AttributeError):
-        return JsonResponse({"error": "body must be JSON {kind, times}"}, status=400)
+        return JsonResponse({"error": "body must be JSON {kind, times, hold_restart}"}, status=400)
+    if kind == "release":
+        _released.set()
+        return JsonResponse({"released": True})
     engine_client = runtime.get_engine_client()
     if engine_client is None or not engine_client.ready:
         return JsonResponse({"error": "engine not ready"}, status=503)
@@ -62,9 +68,9 @@ def inject_fault(request):
     if kind == "step":
         engine_client.engine.step_fault_hook = _raise_times(times, "injected step failure")
     elif kind == "loop":
-        if delay > 0:
-            _slow_restart(engine_client.engine, delay)
+        if hold:
+            _held_restart(engine_client.engine)
         engine_client.loop_fault_hook = _raise_times(times, "injected loop failure")
     else:
-        return JsonResponse({"error": "kind must be 'step' or 'loop'"}, status=400)
+        return JsonResponse({"error": "kind must be 'step', 'loop' or 'release'"}, status=400)
     return JsonResponse({"injected": kind, "times": times})

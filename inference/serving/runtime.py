@@ -141,7 +141,7 @@ def accepted_model_names(engine_client=None) -> set[str]:
     names = {
         model_name(engine_client),
         info.model_name if info else None,
-        getattr(getattr(engine_client, "config", None), "model", None),
+        engine_client.config.model if engine_client is not None else None,
     }
     return {name for name in names if name}
 

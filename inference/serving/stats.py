@@ -61,7 +61,7 @@ def _build_snapshot(engine_client) -> dict:
         # the engine's view
         "num_slots": engine.num_slots,
         "slots": engine.slots,
-        "max_queue": getattr(engine_client, "max_queue", settings.MINIVLLM_MAX_QUEUE),
+        "max_queue": engine_client.max_queue if engine_client is not None else settings.MINIVLLM_MAX_QUEUE,
         "kv_blocks_used": blocks_used,
         "kv_blocks_total": blocks_total,
         "kv_cache_usage_pct": _pct(blocks_used, blocks_total),

@@ -7,7 +7,8 @@ from asgiref.testing import ApplicationCommunicator
 
 from inference.models import GenerationRequest
 from minivllm_site.asgi import application
-from tests.serving.engine_fixtures import async_wait_until, is_idle, sse_events
+from tests.serving.engine_fixtures import async_wait_until, is_idle
+from tests.sse import events_of_chunks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,11 +32,11 @@ def http_scope(path: str) -> dict:
 
 async def _receive_events(comm, count: int) -> list:
     chunks = []
-    while len(sse_events(chunks)) < count:
+    while len(events_of_chunks(chunks)) < count:
         message = await comm.receive_output(timeout=30)
         assert message["type"] == "http.response.body"
         chunks.append(message["body"])
-    return sse_events(chunks)
+    return events_of_chunks(chunks)
 
 
 @pytest.mark.parametrize(

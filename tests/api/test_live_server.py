@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import signal
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from tests.live_server import LiveServer
+from tests.daphne_server import LiveServer
+from tests.sse import carries_text, events_of, read_until
 
 pytestmark = pytest.mark.live
 
 
-def tiny_server(model_dir: str, workdir: Path) -> LiveServer:
-    return LiveServer(
-        workdir,
+def tiny_settings(model_dir: str) -> dict:
+    return dict(
         MINIVLLM_MODEL=model_dir,
         MINIVLLM_DTYPE="float32",
         MINIVLLM_KV_CACHE_MB="8",
@@ -27,18 +25,18 @@ def tiny_server(model_dir: str, workdir: Path) -> LiveServer:
     )
 
 
-@pytest.fixture(scope="module")
-def server(tiny_llama_dir, tmp_path_factory):
-    live = tiny_server(tiny_llama_dir, tmp_path_factory.mktemp("live"))
-    # a row a crashed process left "running": start-up must repair it
-    live.manage(
+def leave_a_crashed_row(server: LiveServer) -> None:
+    """A row a crashed process left "running": start-up must repair it."""
+    server.manage(
         "shell",
         "-c",
         "from inference.models import GenerationRequest as G; G.objects.create(id='crashed-1', endpoint='generate', status='running')",
     )
-    live.start()
-    yield live
-    live.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama_dir, daphne_server):
+    return daphne_server(setup=leave_a_crashed_row, **tiny_settings(tiny_llama_dir))
 
 
 @pytest.fixture(scope="module")
@@ -98,22 +96,15 @@ def test_openai_client_sees_api_errors(client):
     assert info.value.body["param"] == "temperature"
 
 
-def test_sigterm_ends_in_flight_stream_and_records_it(tiny_llama_dir, tmp_path):
-    live = tiny_server(tiny_llama_dir, tmp_path).start()
+def test_sigterm_ends_in_flight_stream_and_records_it(tiny_llama_dir, daphne_server):
+    live = daphne_server.fresh(**tiny_settings(tiny_llama_dir))
     try:
         body = {"prompt": "A very long story", "max_new_tokens": 480, "ignore_eos": True}
-        events = []
         with httpx.stream("POST", f"{live.url}/generate", json=body, timeout=60) as resp:
             lines = resp.iter_lines()
-            for line in lines:
-                if line.startswith("data: "):
-                    events.append(json.loads(line[6:]))
-                    if events[-1]["type"] == "token":
-                        break
+            events = read_until(lines, carries_text)
             live.process.send_signal(signal.SIGTERM)
-            for line in lines:
-                if line.startswith("data: "):
-                    events.append(json.loads(line[6:]))
+            events += events_of(lines)
         assert events[-1]["type"] == "done" and events[-1]["finish_reason"] == "abort"
         assert live.process.wait(30) == 0
         row = live.row(events[0]["request_id"])

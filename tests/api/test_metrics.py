@@ -9,7 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inference.serving import runtime
 from minivllm_site.asgi import application
-from tests.serving.engine_fixtures import async_wait_until, is_idle, read_stream, sse_events
+from tests.serving.engine_fixtures import async_wait_until, is_idle
+from tests.sse import events_of_chunks, read_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -143,7 +144,7 @@ async def test_disconnect_counts_as_abort(async_client, engine_client):
     await comm.send_input({"type": "http.request", "body": json.dumps(body).encode(), "more_body": False})
     assert (await comm.receive_output(timeout=30))["status"] == 200
     chunks = []
-    while len(sse_events(chunks)) < 3:  # start and a couple of tokens
+    while len(events_of_chunks(chunks)) < 3:  # start and a couple of tokens
         chunks.append((await comm.receive_output(timeout=30))["body"])
     await comm.send_input({"type": "http.disconnect"})
     await comm.wait(timeout=30)

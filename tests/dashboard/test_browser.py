@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.live_server import REPO
+from tests.daphne_server import REPO
 from tests.serving.engine_fixtures import wait_until
 
-from .live import DashboardServer
+from .live import load
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.real_model]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -36,10 +36,9 @@ MID_LOAD = """Number(document.getElementById('tps-sparkline').dataset.nonzero) >
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    live = DashboardServer(tmp_path_factory.mktemp("dashboard")).start()
-    yield live
-    live.stop()
+def server(daphne_server):
+    """The default server (make run's settings), shared with the soak."""
+    return daphne_server()
 
 
 @pytest.fixture(scope="module")
@@ -113,13 +112,13 @@ def test_load_fills_slots_and_moves_sparkline(page, server, tmp_path):
     shot = REPO / "docs" / "dashboard.png" if os.environ.get("MINIVLLM_SCREENSHOT") == "1" else tmp_path / "dashboard.png"
     tokens_before = page.text_content("#total-tokens")
     with ThreadPoolExecutor(12) as pool:
-        load = server.load(pool, requests=12, max_tokens=60)
+        completions = load(server, pool, requests=12, max_tokens=60)
         page.wait_for_selector("#slots .slot.busy")
         page.wait_for_function("Number(document.getElementById('tps-sparkline').dataset.peak) > 0")
         # the screenshot: mid-load, once the sparkline has a few seconds of throughput in it
-        wait_until(lambda: all(f.done() for f in load) or page.evaluate(MID_LOAD), timeout=WAIT_MS / 1000, interval=0.1)
+        wait_until(lambda: all(f.done() for f in completions) or page.evaluate(MID_LOAD), timeout=WAIT_MS / 1000, interval=0.1)
         page.screenshot(path=str(shot))
-        assert [f.result() for f in load] == [200] * 12
+        assert [f.result() for f in completions] == [200] * 12
     assert shot.stat().st_size > 10_000
     assert page.text_content("#total-tokens") != tokens_before
     page.wait_for_function("document.querySelectorAll('#recent-requests tr[data-status=completed]').length >= 12")
@@ -153,8 +152,9 @@ def test_phone_layout_has_no_horizontal_scroll(browser, server):
 
 
 @pytest.fixture(scope="module")
-def engineless_server(tmp_path_factory):
-    live = DashboardServer(tmp_path_factory.mktemp("engineless"), engine=False).start()
+def engineless_server(daphne_server):
+    """The site without an engine (/health stays 503, as while a model loads); its own, since a test restarts it."""
+    live = daphne_server.fresh(MINIVLLM_AUTOSTART="0")
     yield live
     live.stop()
 

@@ -11,6 +11,8 @@ import pytest
 from inference.engine import gguf_checkpoint
 from inference.engine.loader import embedded_model_source
 
+pytestmark = pytest.mark.real_model  # the embedded GGUF, read and served
+
 TEXTS = [
     "The capital of France is",
     "  leading spaces, tabs\tand\nnew lines  ",

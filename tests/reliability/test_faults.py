@@ -4,23 +4,19 @@ ends the streams with an error event, and the engine restarts and serves again."
 
 from __future__ import annotations
 
-import json
-
 import httpx
 import pytest
 
-from tests.live_server import LiveServer
 from tests.serving.engine_fixtures import wait_until
+from tests.sse import carries_text, events_of, read_until
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.real_model]
 LONG = {"max_new_tokens": 400, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    live = LiveServer(tmp_path_factory.mktemp("faults"), MINIVLLM_FAULT_INJECTION="1").start()
-    yield live
-    live.stop()
+def server(daphne_server):
+    return daphne_server(MINIVLLM_FAULT_INJECTION="1")
 
 
 def open_streams(client: httpx.Client, server, count: int):
@@ -31,20 +27,14 @@ def open_streams(client: httpx.Client, server, count: int):
         resp = context.__enter__()
         assert resp.status_code == 200
         lines = resp.iter_lines()
-        events = []
-        for line in lines:
-            if line.startswith("data: "):
-                events.append(json.loads(line[6:]))
-                if events[-1]["type"] == "token":
-                    break
-        opened.append((context, lines, events))
+        opened.append((context, lines, read_until(lines, carries_text)))
     return opened
 
 
 def finish(opened) -> list[list[dict]]:
     results = []
     for context, lines, events in opened:
-        events.extend(json.loads(line[6:]) for line in lines if line.startswith("data: "))
+        events.extend(events_of(lines))
         context.__exit__(None, None, None)
         results.append(events)
     return results
@@ -54,7 +44,7 @@ def generate_ok(server) -> None:
     with httpx.stream(
         "POST", f"{server.url}/generate", json={"prompt": "Hello", "max_new_tokens": 4, "ignore_eos": True}, timeout=60
     ) as resp:
-        events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
+        events = events_of(resp.iter_lines())
     assert events[-1]["type"] == "done" and events[-1]["finish_reason"] == "length", events
     assert server.wait_row(events[0]["request_id"])["status"] == "completed"
 
@@ -80,10 +70,10 @@ def test_step_fault_fails_only_that_steps_requests(server):
 def test_loop_death_turns_health_503_then_restarts(server):
     with httpx.Client(timeout=120) as client:
         opened = open_streams(client, server, 2)
-        inject(server, kind="loop", restart_delay_s=3)
-        saw_503 = wait_until(lambda: httpx.get(f"{server.url}/health", timeout=10).status_code == 503, timeout=30, interval=0.05)
+        inject(server, kind="loop", hold_restart=True)  # restarting until released
+        assert wait_until(lambda: httpx.get(f"{server.url}/health", timeout=10).status_code == 503, timeout=60)
         results = finish(opened)
-    assert saw_503
+    inject(server, kind="release")
     for events in results:
         assert events[-1]["type"] == "error" and "injected loop failure" in events[-1]["message"], events[-3:]
         assert server.wait_row(events[0]["request_id"])["status"] == "failed"

@@ -3,16 +3,16 @@ every in-flight stream ends with a final event, every row is terminal, and the p
 
 from __future__ import annotations
 
-import json
 import signal
 
 import httpx
 import pytest
 
-from tests.live_server import TERMINAL, LiveServer
+from tests.daphne_server import TERMINAL
 from tests.serving.engine_fixtures import wait_until
+from tests.sse import carries_text, events_of, read_until
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.real_model]
 LONG = 600
 BODIES = [
     ("/generate", {"prompt": "A very long story", "max_new_tokens": LONG, "ignore_eos": True}),
@@ -26,20 +26,6 @@ BODIES = [
 ]
 
 
-def first_events(lines) -> list:
-    """Reads up to the first event that carries generated text (the request is then running)."""
-    events = []
-    for line in lines:
-        if line.startswith("data: "):
-            event = json.loads(line[6:])
-            events.append(event)
-            if event.get("type") == "token" or (
-                event.get("choices") and (event["choices"][0].get("text") or event["choices"][0].get("delta", {}).get("content"))
-            ):
-                return events
-    return events
-
-
 def refused_or_closed(url: str) -> bool:
     """A new request after SIGTERM: 503 while draining, or nothing listens any more."""
     try:
@@ -51,8 +37,8 @@ def refused_or_closed(url: str) -> bool:
     return True
 
 
-def test_sigterm_under_load(tmp_path):
-    server = LiveServer(tmp_path).start()
+def test_sigterm_under_load(daphne_server):
+    server = daphne_server.fresh()
     try:
         with httpx.Client(base_url=server.url, timeout=120) as client:
             opened = []
@@ -61,15 +47,13 @@ def test_sigterm_under_load(tmp_path):
                 resp = context.__enter__()
                 assert resp.status_code == 200
                 lines = resp.iter_lines()
-                opened.append((context, lines, first_events(lines)))
+                opened.append((context, lines, read_until(lines, carries_text)))
             server.process.send_signal(signal.SIGTERM)
             assert wait_until(lambda: not server.healthy(), timeout=30, interval=0.05)
             assert refused_or_closed(server.url)
             results = []
             for context, lines, events in opened:
-                events.extend(
-                    line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in lines if line.startswith("data: ")
-                )
+                events.extend(events_of(lines))
                 context.__exit__(None, None, None)
                 results.append(events)
         for (path, _), events in zip(BODIES, results):

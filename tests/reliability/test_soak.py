@@ -14,10 +14,11 @@ import time
 import httpx
 import pytest
 
-from tests.live_server import TERMINAL, LiveServer
+from tests.daphne_server import TERMINAL
 from tests.serving.engine_fixtures import wait_until
+from tests.sse import aevents_of, event_of
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.real_model]
 
 REQUESTS = 320
 CLIENTS = 16
@@ -77,9 +78,9 @@ async def run_one(client: httpx.AsyncClient, spec: dict, tally: Tally) -> None:
             return
         events = 0
         async for line in resp.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
+            event = event_of(line)
+            if event is None or event == "[DONE]":
                 continue
-            event = json.loads(line[6:])
             if events == 0:
                 tally.ids.append(event.get("request_id") or event.get("id"))
             events += 1
@@ -123,10 +124,9 @@ class PeakRss:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    live = LiveServer(tmp_path_factory.mktemp("soak")).start()
-    yield live
-    live.stop()
+def server(daphne_server):
+    """The default server (make run's settings), shared with the dashboard's tests."""
+    return daphne_server()
 
 
 def idle(server) -> bool:
@@ -137,6 +137,7 @@ def idle(server) -> bool:
 
 @pytest.mark.timeout(900)  # ~2 min alone; several times that while other suites share the 2 cores
 def test_soak(server):
+    rows_before = len(server.rows())  # the shared server may have served other tests first
     warm = plan(random.Random(1))[:24]
     asyncio.run(soak(server.url, [spec for spec in warm if spec["kind"] == "valid"]))
     assert wait_until(lambda: idle(server), timeout=60)
@@ -152,7 +153,7 @@ def test_soak(server):
     assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
     assert wait_until(lambda: not server.rows("status NOT IN ('completed','aborted','failed','rejected')"), timeout=60)
     rows = server.rows()
-    warm_rows = len(rows) - tally.accepted
+    warm_rows = len(rows) - rows_before - tally.accepted
     assert warm_rows == sum(1 for spec in warm if spec["kind"] == "valid")  # one row per accepted request
     by_id = {row["id"]: row for row in rows}
     assert len(tally.ids) == len(set(tally.ids)) and all(by_id[i]["status"] in TERMINAL for i in tally.ids)
@@ -184,7 +185,7 @@ def test_the_default_server_decodes_32_concurrent_streams_with_none_waiting_for_
     async def stream(client: httpx.AsyncClient) -> int:
         async with client.stream("POST", f"{server.url}/v1/completions", json=body) as response:
             assert response.status_code == 200
-            events = [json.loads(line[6:]) async for line in response.aiter_lines() if line.startswith("data: {")]
+            events = [e for e in await aevents_of(response.aiter_lines()) if e != "[DONE]"]
             return next(e["usage"]["completion_tokens"] for e in events if e.get("usage"))
 
     async def watch(client: httpx.AsyncClient, done: asyncio.Event) -> None:

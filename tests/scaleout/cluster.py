@@ -59,7 +59,9 @@ class Cluster:
             "MINIVLLM_KV_CACHE_MB": "16",
             "MINIVLLM_MAX_OUTPUT_TOKENS": "8000",  # the tests' long streams outlast any reaction time
             "MINIVLLM_MAX_NUM_SEQS": "4",
-            "MINIVLLM_ENGINE_TIMEOUT": "2",
+            # a killed engine is noticed after this silence; long enough that a busy two-core machine
+            # running four servers never misses it for a live one (the tests wait on the outcome)
+            "MINIVLLM_ENGINE_TIMEOUT": "10",
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": "1",
         }

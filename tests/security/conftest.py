@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.live_server import LiveServer
+from tests.daphne_server import LiveServer
 
 ENV_KEY = "env-key-0123456789abcdef0123456789abcdef"
 OTHER_ENV_KEY = "env-key-second-fedcba9876543210fedcba98"
@@ -42,15 +42,15 @@ class Keys:
         self.wrong = "mvk-" + "x" * 43
 
 
-@pytest.fixture(scope="package")
-def secured(tmp_path_factory):
-    server = LiveServer(tmp_path_factory.mktemp("secured"), MINIVLLM_API_KEYS=f"{ENV_KEY},{OTHER_ENV_KEY}", **LIMITS)
+def create_keys_and_staff(server: LiveServer) -> None:
     output = server.manage("shell", "-c", _SETUP.format(user=STAFF[0], password=STAFF[1]))
     db_key, revoked_key = output.strip().splitlines()[-1].split()
     server.keys = Keys(db_key, revoked_key)
-    server.start()
-    yield server
-    server.stop()
+
+
+@pytest.fixture(scope="package")
+def secured(daphne_server):
+    return daphne_server(setup=create_keys_and_staff, MINIVLLM_API_KEYS=f"{ENV_KEY},{OTHER_ENV_KEY}", **LIMITS)
 
 
 def bearer(key: str) -> dict:

@@ -8,10 +8,10 @@ import socket
 import httpx
 import pytest
 
-from tests.reliability.live import assert_error_shape
 from tests.security.conftest import OTHER_ENV_KEY, STAFF, bearer
+from tests.sse import assert_error_shape
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.real_model]
 
 # (method, path, body): the API needs a key; a staff login is not enough there
 API = [

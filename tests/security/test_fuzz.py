@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.reliability.live import assert_error_shape
 from tests.security.conftest import bearer
 from tests.serving.engine_fixtures import wait_until
+from tests.sse import assert_error_shape
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.real_model]
 
 PATHS = ["/generate", "/v1/completions", "/v1/chat/completions"]
 FIELDS = [

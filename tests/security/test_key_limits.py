@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from inference.api import key_limits
-from tests.serving.engine_fixtures import engine_client, read_stream, session_engine_client, tiny_config  # noqa: F401  (fixtures)
+from tests.sse import read_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 KEY = "Bearer key-one"

@@ -7,11 +7,11 @@ import json
 import httpx
 import pytest
 
-from tests.reliability.live import assert_error_shape
 from tests.security.conftest import OTHER_ENV_KEY, bearer
 from tests.serving.engine_fixtures import wait_until
+from tests.sse import assert_error_shape
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.real_model]
 
 CHAT = [{"role": "user", "content": "Hi"}]
 

@@ -7,7 +7,6 @@ request goes through the real engine; only the model is tiny.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 
@@ -67,24 +66,6 @@ async def async_wait_until(condition, timeout: float = 30.0, interval: float = 0
 def is_idle(engine_client: EngineThread) -> bool:
     stats = engine_client.stats()
     return stats.running == 0 and stats.waiting == 0 and engine_client.num_waiting() == 0
-
-
-def sse_events(chunks: list[bytes]) -> list:
-    """`data:` payloads of an SSE body, JSON-decoded ("[DONE]" kept as a string)."""
-    text = b"".join(chunks).decode("utf-8")
-    events = []
-    for block in text.split("\n\n"):
-        block = block.strip()
-        if not block:
-            continue
-        assert block.startswith("data: "), block
-        payload = block[len("data: ") :]
-        events.append(payload if payload == "[DONE]" else json.loads(payload))
-    return events
-
-
-async def read_stream(response) -> list:
-    return sse_events([chunk async for chunk in response.streaming_content])
 
 
 @pytest.fixture(scope="session")

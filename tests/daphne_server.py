@@ -2,6 +2,10 @@
 reliability, security): start it, wait for /health, stop it with SIGTERM, and read its
 request history straight from its own SQLite file.
 
+Tests get servers from one session-scoped factory, the `daphne_server` fixture: `daphne_server(**settings)`
+is shared by every test asking for the same settings (a real-model server loads once per session),
+`daphne_server.fresh(**settings)` is a test's own, for one that stops or kills it.
+
 The caller's MINIVLLM_* settings and DATABASE_URL never leak in: each server gets exactly the
 settings its test passes (no MINIVLLM_MODEL: the embedded SmolLM2).
 """
@@ -15,10 +19,13 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 240  # the model loads in ~15-30 s; a busy machine is slower
@@ -126,3 +133,52 @@ class LiveServer:
             if row.get("status") in statuses or time.monotonic() > deadline:
                 return row
             time.sleep(0.05)
+
+
+class LiveServers:
+    """The session's servers, one per distinct settings and set-up. At most KEEP shared ones run
+    at once (each may hold the real model): asking for another stops the one asked for longest ago."""
+
+    KEEP = 2
+
+    def __init__(self, tmp_path_factory):
+        self._tmp = tmp_path_factory
+        self._shared: OrderedDict[tuple, LiveServer] = OrderedDict()
+        self._own: list[LiveServer] = []
+
+    def __call__(self, setup: Callable[[LiveServer], None] | None = None, **settings: str) -> LiveServer:
+        """The started server with these settings, shared; `setup` runs once before it starts
+        (against its database: keys, users, rows a start-up must repair)."""
+        key = (setup.__qualname__ if setup else None, *sorted(settings.items()))
+        server = self._shared.pop(key, None)
+        if server is None:
+            while len(self._shared) >= self.KEEP:
+                self._shared.popitem(last=False)[1].stop()
+            server = self._new(setup, settings)
+        elif server.process is None or server.process.poll() is not None:
+            server.start()  # a test stopped it: the same database, started again
+        self._shared[key] = server
+        return server
+
+    def fresh(self, setup: Callable[[LiveServer], None] | None = None, **settings: str) -> LiveServer:
+        """A started server of the caller's own (stopped at the session's end if it is still running)."""
+        server = self._new(setup, settings)
+        self._own.append(server)
+        return server
+
+    def _new(self, setup, settings: dict) -> LiveServer:
+        server = LiveServer(self._tmp.mktemp("live"), **settings)
+        if setup is not None:
+            setup(server)
+        return server.start()
+
+    def close(self) -> None:
+        for server in [*self._shared.values(), *self._own]:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def daphne_server(tmp_path_factory):
+    servers = LiveServers(tmp_path_factory)
+    yield servers
+    servers.close()
