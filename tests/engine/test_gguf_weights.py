@@ -22,6 +22,8 @@ from inference.engine.layers.linear import GroupLinear, choose_format
 from inference.engine.loader import load_model
 from tests.engine.gguf_files import LAYERS, write_tiny_gguf
 
+pytestmark = pytest.mark.real_model  # the embedded GGUF, read and served
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -176,8 +178,6 @@ from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.kernels import kernels
 from inference.engine.sampling_params import SamplingParams
-
-pytestmark = pytest.mark.real_model  # the embedded GGUF, read and served
 records = []
 logging.getLogger("minivllm.engine").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r.getMessage())})())
 logging.getLogger("minivllm.engine").setLevel(logging.INFO)
