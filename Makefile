@@ -54,19 +54,13 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# Django needs a secret key when DEBUG is off: a local run makes one once and keeps it in
-# .secret_key (git-ignored); production passes MINIVLLM_SECRET_KEY, which wins.
-SECRET_KEY_FILE := .secret_key
-WITH_KEY = MINIVLLM_SECRET_KEY="$${MINIVLLM_SECRET_KEY:-$$(cat $(SECRET_KEY_FILE))}"
-
-$(SECRET_KEY_FILE): | $(PY)
-	$(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > $@
-
-migrate: install $(SECRET_KEY_FILE)
-	$(WITH_KEY) $(PY) manage.py migrate --noinput
+# Django's secret key: MINIVLLM_SECRET_KEY, else .secret_key (git-ignored), which the settings
+# make on first use (minivllm_site/secret_key.py), so manage.py and daphne need nothing more.
+migrate: install
+	$(PY) manage.py migrate --noinput
 
 run: migrate
-	$(WITH_KEY) $(VENV)/bin/daphne -b $(HOST) -p $(PORT) minivllm_site.asgi:application
+	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) minivllm_site.asgi:application
 
 clean-venv:
 	rm -rf $(VENV)

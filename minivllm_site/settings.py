@@ -9,19 +9,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from django.core.exceptions import ImproperlyConfigured
-
 from inference.engine.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+
+from .secret_key import secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("MINIVLLM_DEBUG", False)
-# Required unless DEBUG is on (or under pytest, whose processes get a throwaway key).
-SECRET_KEY = env_str("MINIVLLM_SECRET_KEY") or env_str("DJANGO_SECRET_KEY")
-if not SECRET_KEY:
-    if not (DEBUG or "pytest" in sys.modules):
-        raise ImproperlyConfigured("MINIVLLM_SECRET_KEY is required when MINIVLLM_DEBUG is off")
-    SECRET_KEY = "insecure-dev-key-set-MINIVLLM_SECRET_KEY-in-production"
+# From the environment, else the local file (made on first use): minivllm_site/secret_key.py.
+SECRET_KEY = (
+    env_str("MINIVLLM_SECRET_KEY")
+    or env_str("DJANGO_SECRET_KEY")
+    or secret_key(Path(env_str("MINIVLLM_SECRET_KEY_FILE") or BASE_DIR / ".secret_key"))
+)
 ALLOWED_HOSTS = env_list("MINIVLLM_ALLOWED_HOSTS", ["*"])
 CSRF_TRUSTED_ORIGINS = env_list("MINIVLLM_CSRF_TRUSTED_ORIGINS", [])
 LOGIN_URL = "admin:login"  # where the key-or-staff guard sends a browser (the dashboard)
