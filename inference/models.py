@@ -32,9 +32,13 @@ class GenerationRequest(models.Model):
     prompt = models.TextField(blank=True, help_text="The prompt text (for chat: the rendered template).")
     messages = models.JSONField(null=True, blank=True, help_text="Chat messages as sent.")
     sampling_params = models.JSONField(default=dict)
-    output_text = models.TextField(blank=True)
+    output_text = models.TextField(blank=True, help_text="The completion (with n > 1: the first choice's).")
+    choices = models.JSONField(
+        default=list, blank=True, help_text="Every choice: index, text, finish_reason, stop_reason, completion_tokens."
+    )
     prompt_tokens = models.PositiveIntegerField(default=0)
-    completion_tokens = models.PositiveIntegerField(default=0)
+    cached_tokens = models.PositiveIntegerField(default=0, help_text="Prompt tokens served from the prefix cache.")
+    completion_tokens = models.PositiveIntegerField(default=0, help_text="Summed over the choices.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     finish_reason = models.CharField(max_length=16, blank=True)
     error = models.TextField(blank=True)

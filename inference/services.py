@@ -67,6 +67,8 @@ async def request_finish(
     output_text: str,
     prompt_tokens: int,
     completion_tokens: int,
+    choices: list | None = None,
+    cached_tokens: int = 0,
     finish_reason: str = "",
     error: str = "",
     queue_time: float | None = None,
@@ -76,7 +78,9 @@ async def request_finish(
     await GenerationRequest.objects.filter(id=request_id).aupdate(
         status=status,
         output_text=output_text,
+        choices=choices or [],
         prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
         completion_tokens=completion_tokens,
         finish_reason=finish_reason or "",
         error=error,

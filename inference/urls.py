@@ -1,8 +1,8 @@
 from django.conf import settings
-from django.urls import path
+from django.urls import path, re_path
 
 from .api import stats_views as api
-from .api import views
+from .api import tokenizer_views, views
 from .api.auth import require_key_or_staff
 from .api.metrics import metrics_view
 
@@ -11,10 +11,14 @@ urlpatterns = [
     path("v1/completions", views.completions, name="completions"),
     path("v1/chat/completions", views.chat_completions, name="chat-completions"),
     path("v1/models", views.models, name="models"),
+    path("v1/models/<path:model_id>", views.model, name="model"),
+    path("tokenize", tokenizer_views.tokenize, name="tokenize"),
+    path("detokenize", tokenizer_views.detokenize, name="detokenize"),
     path("health", views.health, name="health"),
     path("stats", require_key_or_staff(api.StatsView.as_view()), name="stats"),
     path("metrics", require_key_or_staff(metrics_view), name="metrics"),
     path("api/requests/", require_key_or_staff(api.RequestListView.as_view()), name="request-list"),
+    re_path(r"^v1/(?P<rest>.*)$", views.unknown_api_path),  # last: any other /v1/ path is a JSON 404
 ]
 
 if settings.MINIVLLM_FAULT_INJECTION:  # test-only; never routed by default

@@ -1,4 +1,4 @@
-"""A job's outputs rendered per API: the seed's /generate events and OpenAI's chunks.
+"""Jobs' outputs rendered per API: the seed's /generate events and OpenAI's bodies and chunks.
 
 Each generator ends in `finally: await job.close()`, so a client that goes away mid-stream
 (CancelledError at an await, or GeneratorExit at a yield) aborts its engine request and gets an
@@ -7,10 +7,12 @@ Each generator ends in `finally: await job.close()`, so a client that goes away 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 
 from ..engine.outputs import TokenLogprob
-from ..serving.jobs import GenerationJob
+from ..serving.jobs import Choice, GenerationJob
 from . import openai_format as oai
 from . import sse
 
@@ -51,71 +53,217 @@ async def generate_events(job: GenerationJob):
         await job.close()
 
 
-class OpenAIStream:
-    """What every chunk of one OpenAI response shares."""
+@dataclasses.dataclass
+class OpenAIResponse:
+    """One OpenAI request's jobs, one per prompt (a list of prompts on /v1/completions), each with
+    n choices: the choice of completion i of prompt p is index p * n + i, as vLLM numbers them.
+    `echo`: each choice's text starts with its prompt (and its logprobs with the prompt's)."""
 
-    def __init__(self, job: GenerationJob, *, model: str, include_usage: bool):
-        self.job = job
-        self.model = model
-        self.include_usage = include_usage
-        self.created = int(time.time())
+    request_id: str
+    model: str
+    jobs: list[GenerationJob]
+    tokenizer: object = None
+    echo: bool = False
+    prompt_texts: list[str] = dataclasses.field(default_factory=list)
+    created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+
+    @property
+    def n(self) -> int:
+        return self.jobs[0].params.n
+
+    def index(self, position: int, choice: Choice) -> int:
+        return position * self.n + choice.index
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.jobs[0].params.logprobs is not None
+
+    def usage(self) -> dict:
+        return oai.usage(
+            sum(job.prompt_tokens for job in self.jobs),
+            sum(job.completion_tokens for job in self.jobs),
+            sum(job.cached_tokens for job in self.jobs),
+        )
+
+    def failed(self) -> GenerationJob | None:
+        return next((job for job in self.jobs if job.finish_reason == "error"), None)
+
+    def echo_logprobs(self, position: int) -> list | None:
+        """The prompt's tokens as (text, TokenLogprob or None) pairs, for echo with logprobs."""
+        job = self.jobs[position]
+        if not (self.echo and self.wants_logprobs) or job.prompt_logprobs is None:
+            return None
+        first = job.prompt_token_ids[0]
+        pairs = [(self.tokenizer.decode([first]), None)]
+        return pairs + [(item.token, item) for item in job.prompt_logprobs[1:]]
 
     def _ids(self) -> dict:
-        return {"request_id": self.job.request_id, "created": self.created, "model": self.model}
+        return {"request_id": self.request_id, "created": self.created, "model": self.model}
 
-    def _tail(self, object_name: str):
-        """Error (if any), usage (if asked) and [DONE]; called once the row is final."""
-        job = self.job
-        if job.finish_reason == "error":
-            yield sse.event(oai.error_body(job.error or "generation failed"))
-        if self.include_usage:
-            yield sse.event(
-                oai.usage_chunk(
-                    **self._ids(),
-                    object_name=object_name,
-                    prompt_tokens=job.prompt_tokens,
-                    completion_tokens=job.completion_tokens,
+    # ---- whole responses ------------------------------------------------------------------------
+
+    def completion_body(self) -> dict:
+        choices = []
+        for position, job in enumerate(self.jobs):
+            prefix = self.prompt_texts[position] if self.echo else ""
+            for choice in job.choices:
+                logprobs = None
+                if self.wants_logprobs:
+                    logprobs = oai.completion_logprobs(choice.logprobs, prompt=self.echo_logprobs(position))
+                body = oai.completion_choice(
+                    index=self.index(position, choice),
+                    text=prefix + choice.text,
+                    logprobs=logprobs,
+                    finish_reason=choice.finish_reason,
+                    stop_reason=choice.stop_reason,
                 )
+                if job.params.prompt_logprobs is not None:
+                    body["prompt_logprobs"] = oai.prompt_logprobs(job.prompt_logprobs)
+                choices.append(body)
+        return oai.completion(**self._ids(), choices=choices, usage=self.usage())
+
+    def chat_body(self) -> dict:
+        job = self.jobs[0]
+        choices = [
+            oai.chat_choice(
+                index=choice.index,
+                text=choice.text,
+                logprobs=oai.chat_logprobs(choice.logprobs) if self.wants_logprobs else None,
+                finish_reason=choice.finish_reason,
+                stop_reason=choice.stop_reason,
             )
+            for choice in job.choices
+        ]
+        prompt = oai.prompt_logprobs(job.prompt_logprobs) if job.params.prompt_logprobs is not None else None
+        return oai.chat_completion(**self._ids(), choices=choices, usage=self.usage(), prompt_logprobs=prompt)
+
+    # ---- streams ------------------------------------------------------------------------------
+
+    def _tail(self, object_name: str, include_usage: bool):
+        """Error (if any), usage (if asked) and [DONE]; called once every row is final."""
+        failed = self.failed()
+        if failed is not None:
+            yield sse.event(oai.error_body(failed.error or "generation failed"))
+        if include_usage:
+            yield sse.event(oai.usage_chunk(**self._ids(), object_name=object_name, usage=self.usage()))
         yield sse.DONE
 
-    async def completion_chunks(self):
-        job, offset = self.job, 0
+    async def completion_chunks(self, include_usage: bool):
+        offsets: dict[int, int] = {}  # each choice's text offset, for its logprobs
         try:
-            async for out in job:
-                reason = out.finish_reason if out.finished and out.finish_reason != "error" else None
-                if out.text or out.logprobs or reason:
-                    logprobs = oai.completion_logprobs(out.logprobs, offset) if job.params.logprobs is not None else None
-                    offset += len(out.text)
-                    yield sse.event(oai.completion_chunk(**self._ids(), text=out.text, finish_reason=reason, logprobs=logprobs))
-            await job.wait_recorded()
-            for chunk in self._tail("text_completion"):
+            async for position, job, out, finished in _merged(self.jobs):
+                choice = job.choices[out.index] if 0 <= out.index < len(job.choices) else job.choices[0]
+                index = self.index(position, choice)
+                text, prompt = out.text, None
+                if index not in offsets:  # the choice's first chunk: the echoed prompt leads
+                    offsets[index] = 0
+                    if self.echo:
+                        text = self.prompt_texts[position] + text
+                        prompt = self.echo_logprobs(position)
+                reason = choice.finish_reason if choice in finished and choice.finish_reason != "error" else None
+                chunks = []
+                if text or out.logprobs or reason or prompt:
+                    logprobs = None
+                    if self.wants_logprobs:
+                        logprobs = oai.completion_logprobs(out.logprobs or [], offsets[index], prompt=prompt)
+                    offsets[index] += len(text)
+                    chunks.append(
+                        oai.completion_choice(
+                            index=index,
+                            text=text,
+                            logprobs=logprobs,
+                            finish_reason=reason,
+                            stop_reason=choice.stop_reason if reason else None,
+                        )
+                    )
+                for other in finished:  # choices an abort ended along with this one
+                    if other is not choice and other.finish_reason != "error":
+                        chunks.append(
+                            oai.completion_choice(index=self.index(position, other), text="", finish_reason=other.finish_reason)
+                        )
+                for body in chunks:
+                    yield sse.event(oai.completion_chunk(**self._ids(), choices=[body]))
+            await _wait_recorded(self.jobs)
+            for chunk in self._tail("text_completion", include_usage):
                 yield chunk
         finally:
-            await job.close()
+            await _close(self.jobs)
 
-    async def chat_chunks(self):
-        job = self.job
+    async def chat_chunks(self, include_usage: bool):
+        job = self.jobs[0]
         try:
-            yield sse.event(oai.chat_chunk(**self._ids(), delta={"role": "assistant", "content": ""}))
-            async for out in job:
+            for choice in job.choices:
+                yield sse.event(oai.chat_chunk(**self._ids(), index=choice.index, delta={"role": "assistant", "content": ""}))
+            async for _, _, out, finished in _merged(self.jobs):
                 if out.text or out.logprobs:
-                    logprobs = oai.chat_logprobs(out.logprobs) if job.params.logprobs is not None else None
-                    yield sse.event(oai.chat_chunk(**self._ids(), delta={"content": out.text}, logprobs=logprobs))
-                if out.finished and out.finish_reason != "error":
-                    yield sse.event(oai.chat_chunk(**self._ids(), delta={}, finish_reason=out.finish_reason))
-            await job.wait_recorded()
-            for chunk in self._tail("chat.completion.chunk"):
+                    logprobs = oai.chat_logprobs(out.logprobs) if self.wants_logprobs else None
+                    yield sse.event(
+                        oai.chat_chunk(**self._ids(), index=out.index, delta={"content": out.text}, logprobs=logprobs)
+                    )
+                for choice in finished:
+                    if choice.finish_reason != "error":
+                        yield sse.event(
+                            oai.chat_chunk(
+                                **self._ids(),
+                                index=choice.index,
+                                delta={},
+                                finish_reason=choice.finish_reason,
+                                stop_reason=choice.stop_reason,
+                            )
+                        )
+            await _wait_recorded(self.jobs)
+            for chunk in self._tail("chat.completion.chunk", include_usage):
                 yield chunk
         finally:
-            await job.close()
+            await _close(self.jobs)
 
 
-async def run_to_end(job: GenerationJob) -> GenerationJob:
-    """Non-streaming: consume the whole stream (a disconnect still aborts through close())."""
+async def _merged(jobs: list[GenerationJob]):
+    """(position, job, output, the choices that output finished) from every job, in the order the
+    outputs arrive (the finished list is taken as each output is read: a job may read on ahead)."""
+    if len(jobs) == 1:
+        async for out in jobs[0]:
+            yield 0, jobs[0], out, list(jobs[0].newly_finished)
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(position: int, job: GenerationJob) -> None:
+        try:
+            async for out in job:
+                await queue.put((position, job, out, list(job.newly_finished)))
+        finally:
+            await queue.put(None)
+
+    tasks = [asyncio.create_task(pump(position, job)) for position, job in enumerate(jobs)]
     try:
-        async for _ in job:
+        remaining = len(jobs)
+        while remaining:
+            item = await queue.get()
+            if item is None:
+                remaining -= 1
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _wait_recorded(jobs: list[GenerationJob]) -> None:
+    for job in jobs:
+        await job.wait_recorded()
+
+
+async def _close(jobs: list[GenerationJob]) -> None:
+    for job in jobs:
+        await job.close()
+
+
+async def run_to_end(jobs: list[GenerationJob]) -> list[GenerationJob]:
+    """Non-streaming: consume every stream (a disconnect still aborts through close())."""
+    try:
+        async for _ in _merged(jobs):
             pass
     finally:
-        await job.close()
-    return job
+        await _close(jobs)
+    return jobs

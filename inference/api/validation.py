@@ -31,6 +31,7 @@ ENGINE_SAMPLING_FIELDS = {
     "stop",
     "stop_token_ids",
     "ignore_eos",
+    "include_stop_str_in_output",
 }
 # OpenAI fields we accept and ignore: they change nothing about the output.
 IGNORED_OPENAI_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
@@ -38,6 +39,7 @@ IGNORED_OPENAI_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_
 GENERATE_FIELDS = {"prompt", "max_new_tokens", "max_tokens", "logprobs"} | ENGINE_SAMPLING_FIELDS
 COMPLETION_FIELDS = (
     {"model", "prompt", "max_tokens", "n", "best_of", "stream", "stream_options", "logprobs", "echo", "suffix", "logit_bias"}
+    | {"prompt_logprobs"}
     | ENGINE_SAMPLING_FIELDS
     | IGNORED_OPENAI_FIELDS
 )
@@ -53,6 +55,7 @@ CHAT_FIELDS = (
         "logprobs",
         "top_logprobs",
         "logit_bias",
+        "prompt_logprobs",
         "response_format",
         "tools",
         "tool_choice",
@@ -74,6 +77,8 @@ class GenerationInput:
     endpoint: str
     params: SamplingParams
     prompt: str | list[int] = ""
+    prompts: list[str | list[int]] = field(default_factory=list)  # /v1/completions: each gets its own n choices
+    echo: bool = False
     messages: list[dict] | None = None
     model: str | None = None
     stream: bool = True
@@ -123,7 +128,29 @@ def parse_json_body(request) -> dict:
         raise bad_request(f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise bad_request(f"request body must be a JSON object, got {type(body).__name__}", code="invalid_body")
+    _check_unicode(body, "")
     return body
+
+
+def _check_unicode(value: Any, path: str) -> None:
+    """JSON may escape half a surrogate pair ("\\ud800"); such a string is no Unicode text: it cannot
+    be encoded, tokenized or stored, so it is refused here, naming the field, on every endpoint."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise bad_request(
+                f"{path or 'a key'} holds an unpaired surrogate (U+{ord(value[exc.start]):04X}), which is not valid Unicode",
+                param=path or None,
+                code="invalid_unicode",
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_unicode(key, path)
+            _check_unicode(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_unicode(item, f"{path}[{index}]")
 
 
 # ---- shared field checks ----------------------------------------------------------------------
@@ -168,20 +195,37 @@ def _stream_flags(body: dict, *, default_stream: bool) -> tuple[bool, bool]:
     return stream, include_usage
 
 
+def _n(body: dict) -> int:
+    """n, and best_of only where it equals n (vLLM V1 dropped best_of > n: it is refused)."""
+    n = _expect(body, "n", int, "an integer")
+    n = 1 if n is None else n
+    if not 1 <= n <= SamplingParams.MAX_N:
+        raise bad_request(f"n must be in [1, {SamplingParams.MAX_N}], got {n}", param="n")
+    best_of = _expect(body, "best_of", int, "an integer")
+    if best_of is not None and best_of != n:
+        raise bad_request(f"best_of must equal n ({n}): a best_of above n is not supported", param="best_of")
+    return n
+
+
+def _logit_bias(body: dict) -> dict[int, float]:
+    """OpenAI's {"token id": bias}, bias in [-100, 100]; the ids are checked against the vocabulary on submit."""
+    bias = _expect(body, "logit_bias", dict, "an object mapping token ids to numbers")
+    result = {}
+    for key, value in (bias or {}).items():
+        try:
+            token_id = int(key)
+        except ValueError:
+            raise bad_request(f"logit_bias keys must be token ids, got {key!r}", param="logit_bias") from None
+        if token_id < 0 or isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad_request("logit_bias maps token ids (>= 0) to numbers", param="logit_bias")
+        result[token_id] = float(value)
+    return result
+
+
 def _reject_unsupported(body: dict) -> None:
     """OpenAI features this server does not implement: refuse rather than silently ignore."""
-    n = _expect(body, "n", int, "an integer")
-    if n is not None and n != 1:
-        raise bad_request("only n=1 is supported", param="n")
-    best_of = _expect(body, "best_of", int, "an integer")
-    if best_of is not None and best_of != 1:
-        raise bad_request("only best_of=1 is supported", param="best_of")
-    if _expect(body, "echo", bool, "a boolean"):
-        raise bad_request("echo is not supported", param="echo")
     if _expect(body, "suffix", str, "a string"):
         raise bad_request("suffix is not supported", param="suffix")
-    if _expect(body, "logit_bias", dict, "an object"):
-        raise bad_request("logit_bias is not supported", param="logit_bias")
     if _expect(body, "tools", list, "a list") or body.get("functions"):
         raise bad_request("tool calling is not supported", param="tools" if "tools" in body else "functions")
     tool_choice = body.get("tool_choice")
@@ -198,9 +242,10 @@ def _model(body: dict) -> str | None:
     return _expect(body, "model", str, "a string")
 
 
-def _sampling_params(body: dict, *, max_tokens: int, max_tokens_param: str, logprobs: int | None) -> SamplingParams:
+def _sampling_params(body: dict, *, max_tokens: int, max_tokens_param: str, logprobs: int | None, **extra) -> SamplingParams:
     kwargs = {name: body[name] for name in ENGINE_SAMPLING_FIELDS if name in body}
     kwargs["max_tokens"] = max_tokens
+    kwargs.update(extra)
     if logprobs is not None:
         kwargs["logprobs"] = logprobs
     try:
@@ -275,21 +320,32 @@ def parse_generate(body: dict, *, default_max_tokens: int) -> GenerationInput:
     return GenerationInput(endpoint="generate", params=params, prompt=prompt, stream=True, max_tokens_param=max_name)
 
 
-def _completion_prompt(value: Any) -> str | list[int]:
-    """A string, a list with one string, token ids, or a list with one list of token ids."""
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
-        value = value[0]
+MAX_PROMPTS = 32  # prompts in one /v1/completions request
+
+
+def _completion_prompts(value: Any) -> list[str | list[int]]:
+    """A string, token ids, or a list of either (a batch: one set of choices per prompt)."""
     if isinstance(value, str):
-        return _prompt_text(value)
-    if isinstance(value, list):
-        if not value:
-            raise bad_request("prompt must not be empty", param="prompt")
-        if all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
-            return list(value)
-        if all(isinstance(t, (str, list)) for t in value):
-            raise bad_request("only one prompt per request is supported", param="prompt")
-        raise bad_request("prompt must be a string or a list of token ids", param="prompt")
-    raise bad_request(f"prompt must be a string or a list of token ids, got {type(value).__name__}", param="prompt")
+        return [_prompt_text(value)]
+    if not isinstance(value, list):
+        raise bad_request(f"prompt must be a string or a list of token ids, got {type(value).__name__}", param="prompt")
+    if not value:
+        raise bad_request("prompt must not be empty", param="prompt")
+    if all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        return [_token_ids(value, "prompt")]
+    if not all(isinstance(p, (str, list)) for p in value):
+        raise bad_request("prompt must be a string, token ids, or a list of strings or of token id lists", param="prompt")
+    if len(value) > MAX_PROMPTS:
+        raise bad_request(f"at most {MAX_PROMPTS} prompts per request, got {len(value)}", param="prompt")
+    return [_prompt_text(p, f"prompt[{i}]") if isinstance(p, str) else _token_ids(p, f"prompt[{i}]") for i, p in enumerate(value)]
+
+
+def _token_ids(value: list, param: str) -> list[int]:
+    if not value:
+        raise bad_request(f"{param} must not be empty", param=param)
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
+        raise bad_request(f"{param} must be a string or a list of token ids (integers >= 0)", param=param)
+    return list(value)
 
 
 def parse_completion(body: dict) -> GenerationInput:
@@ -299,15 +355,30 @@ def parse_completion(body: dict) -> GenerationInput:
     _reject_unsupported(body)
     if "prompt" not in body:
         raise bad_request("prompt is required", param="prompt")
-    prompt = _completion_prompt(body["prompt"])
+    prompts = _completion_prompts(body["prompt"])
     stream, include_usage = _stream_flags(body, default_stream=False)
     max_tokens, max_name, defaulted = _max_tokens(body, ("max_tokens",), COMPLETIONS_DEFAULT_MAX_TOKENS)
     max_tokens = _check_limits(body, max_tokens, max_name, defaulted=defaulted)
-    params = _sampling_params(body, max_tokens=max_tokens, max_tokens_param=max_name, logprobs=body.get("logprobs"))
+    echo = bool(_expect(body, "echo", bool, "a boolean"))
+    logprobs = body.get("logprobs")
+    prompt_logprobs = body.get("prompt_logprobs")
+    if echo and logprobs is not None and prompt_logprobs is None:
+        prompt_logprobs = logprobs  # echo with logprobs lists the prompt's too, from the prefill that runs anyway
+    params = _sampling_params(
+        body,
+        max_tokens=max_tokens,
+        max_tokens_param=max_name,
+        logprobs=logprobs,
+        n=_n(body),
+        logit_bias=_logit_bias(body),
+        prompt_logprobs=prompt_logprobs,
+    )
     return GenerationInput(
         endpoint="completions",
         params=params,
-        prompt=prompt,
+        prompt=prompts[0],
+        prompts=prompts,
+        echo=echo,
         model=_model(body),
         stream=stream,
         include_usage=include_usage,
@@ -375,7 +446,15 @@ def parse_chat(body: dict) -> GenerationInput:
         raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
     logprobs = (top_logprobs or 0) if want_logprobs else None
     try:
-        params = _sampling_params(body, max_tokens=max_tokens, max_tokens_param=max_name, logprobs=logprobs)
+        params = _sampling_params(
+            body,
+            max_tokens=max_tokens,
+            max_tokens_param=max_name,
+            logprobs=logprobs,
+            n=_n(body),
+            logit_bias=_logit_bias(body),
+            prompt_logprobs=body.get("prompt_logprobs"),
+        )
     except ApiError as exc:
         if exc.param == "logprobs" and top_logprobs is not None:
             exc.param = "top_logprobs"

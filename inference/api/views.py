@@ -7,11 +7,8 @@ jobs.py, the wire formats in stream_renderers.py / openai_format.py.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
-import time
 import uuid
-from collections.abc import Callable
 
 from django.conf import settings
 from django.http import JsonResponse
@@ -20,14 +17,13 @@ from django.views.defaults import page_not_found
 
 from ..engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
 from ..serving import runtime, submission
-from ..serving.jobs import GenerationJob, guard_stream
+from ..serving.jobs import guard_stream
 from ..serving.stats import engine_health
 from ..serving.submission import PromptLimitError, RequestRecord
 from . import auth, key_limits, sse
-from . import openai_format as oai
 from .chat_template import render as render_chat
 from .errors import ApiError, bad_request, internal_error_response
-from .stream_renderers import OpenAIStream, generate_events, run_to_end
+from .stream_renderers import OpenAIResponse, generate_events, run_to_end
 from .validation import GenerationInput, parse_chat, parse_completion, parse_generate, parse_json_body
 
 
@@ -61,7 +57,7 @@ def api_endpoint(*methods: str, public: bool = False):
 # ---- shared steps ------------------------------------------------------------------------------
 
 
-def _ready_engine_client():
+def ready_engine_client():
     engine_client = runtime.get_engine_client()
     if engine_client is None or not engine_client.ready:
         reason = "the engine has not been started" if engine_client is None else engine_client.not_ready_reason()
@@ -69,17 +65,21 @@ def _ready_engine_client():
     return engine_client
 
 
-def _resolve_model(requested: str | None, engine_client) -> str:
+def resolve_model(requested: str | None, engine_client) -> str:
     served = runtime.model_name(engine_client) or "unknown"
     if requested is not None and requested not in runtime.accepted_model_names(engine_client):
-        raise ApiError(404, f"The model `{requested}` does not exist.", param="model", code="model_not_found")
+        raise _model_not_found(requested)
     return served
 
 
-async def _start_job(request, engine_client, inp: GenerationInput, *, prefix: str, prompt, prompt_text: str, model: str):
+def _model_not_found(name: str) -> ApiError:
+    return ApiError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
+
+
+async def _start_job(request, engine_client, inp: GenerationInput, *, request_id: str, prompt, prompt_text: str, model: str):
     """Submits to the engine (serving/submission.py); a refusal maps to its status and error code."""
     record = RequestRecord(
-        request_id=f"{prefix}-{uuid.uuid4().hex}",
+        request_id=request_id,
         endpoint=inp.endpoint,
         model=model,
         client_address=request.META.get("REMOTE_ADDR") or "",
@@ -109,11 +109,6 @@ async def _start_job(request, engine_client, inp: GenerationInput, *, prefix: st
         raise bad_request(exc.message, param=param) from None
 
 
-def _raise_if_failed(job: GenerationJob) -> None:
-    if job.finish_reason == "error":
-        raise ApiError(500, f"generation failed: {job.error}", code="generation_failed")
-
-
 # ---- endpoints -------------------------------------------------------------------------------
 
 
@@ -121,92 +116,110 @@ def _raise_if_failed(job: GenerationJob) -> None:
 async def generate(request):
     """The seed's API: SSE events start / token / done (or error)."""
     inp = parse_generate(parse_json_body(request), default_max_tokens=settings.MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS)
-    engine_client = _ready_engine_client()
+    engine_client = ready_engine_client()
     model = runtime.model_name(engine_client) or ""
     slot = key_limits.acquire(request.api_caller)
     try:
-        job = await _start_job(request, engine_client, inp, prefix="gen", prompt=inp.prompt, prompt_text=inp.prompt, model=model)
+        request_id = _new_id("gen")
+        job = await _start_job(
+            request, engine_client, inp, request_id=request_id, prompt=inp.prompt, prompt_text=inp.prompt, model=model
+        )
         return sse.response(slot.hold(guard_stream(generate_events(job), job)))
     finally:
         slot.release_unless_held()
 
 
-@dataclasses.dataclass(frozen=True)
-class _OpenAIKind:
-    """What differs between /v1/completions and /v1/chat/completions once the prompt is text."""
-
-    id_prefix: str
-    chunks: str  # the OpenAIStream method rendering this kind's SSE chunks
-    logprobs: Callable
-    body: Callable
-
-
-_COMPLETION = _OpenAIKind("cmpl", "completion_chunks", oai.completion_logprobs, oai.completion)
-_CHAT = _OpenAIKind("chatcmpl", "chat_chunks", oai.chat_logprobs, oai.chat_completion)
+def _new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
 
 
 @api_endpoint("POST")
 async def completions(request):
     inp = parse_completion(parse_json_body(request))
-    prompt_text = inp.prompt if isinstance(inp.prompt, str) else ""
-    return await _openai_request(request, inp, _COMPLETION, lambda engine_client: (inp.prompt, prompt_text))
+
+    def prompts(engine_client):
+        tokenizer = runtime.tokenizer(engine_client)
+        return [(p, p if isinstance(p, str) else tokenizer.decode(p)) for p in inp.prompts]
+
+    return await _openai_request(request, inp, "cmpl", prompts)
 
 
 @api_endpoint("POST")
 async def chat_completions(request):
     inp = parse_chat(parse_json_body(request))
 
-    def prompt(engine_client):
+    def prompts(engine_client):
         text = render_chat(runtime.tokenizer(engine_client), inp.messages)
-        return text, text
+        return [(text, text)]
 
-    return await _openai_request(request, inp, _CHAT, prompt)
+    return await _openai_request(request, inp, "chatcmpl", prompts)
 
 
-async def _openai_request(request, inp: GenerationInput, kind: _OpenAIKind, make_prompt):
-    """The shared flow: readiness (503), model (404), per-key slot (429), then stream or wait."""
-    engine_client = _ready_engine_client()
-    model = _resolve_model(inp.model, engine_client)
-    prompt, prompt_text = make_prompt(engine_client)
+async def _openai_request(request, inp: GenerationInput, prefix: str, make_prompts):
+    """The shared flow: readiness (503), model (404), per-key slot (429), one job per prompt, then
+    stream or wait. Several prompts get ids `<id>-<position>` (one history row each)."""
+    engine_client = ready_engine_client()
+    model = resolve_model(inp.model, engine_client)
+    prompts = make_prompts(engine_client)
     slot = key_limits.acquire(request.api_caller)
+    request_id = _new_id(prefix)
+    jobs = []
     try:
-        job = await _start_job(
-            request, engine_client, inp, prefix=kind.id_prefix, prompt=prompt, prompt_text=prompt_text, model=model
+        try:
+            for position, (prompt, text) in enumerate(prompts):
+                job_id = request_id if len(prompts) == 1 else f"{request_id}-{position}"
+                jobs.append(
+                    await _start_job(request, engine_client, inp, request_id=job_id, prompt=prompt, prompt_text=text, model=model)
+                )
+        except BaseException:
+            for job in jobs:  # the batch is refused whole: the prompts already queued go too
+                await job.close()
+            raise
+        response = OpenAIResponse(
+            request_id,
+            model,
+            jobs,
+            tokenizer=runtime.tokenizer(engine_client),
+            echo=inp.echo,
+            prompt_texts=[text for _, text in prompts],
         )
         if inp.stream:
-            stream = OpenAIStream(job, model=model, include_usage=inp.include_usage)
-            chunks = getattr(stream, kind.chunks)()
-            return sse.response(slot.hold(guard_stream(chunks, job)))
-        await run_to_end(job)
+            chunks = response.chat_chunks if prefix == "chatcmpl" else response.completion_chunks
+            stream = chunks(inp.include_usage)
+            for job in jobs:
+                guard_stream(stream, job)
+            return sse.response(slot.hold(stream))
+        await run_to_end(jobs)
     finally:
         slot.release_unless_held()
-    _raise_if_failed(job)
-    logprobs = kind.logprobs(job.logprobs) if job.params.logprobs is not None else None
-    return JsonResponse(
-        kind.body(
-            request_id=job.request_id,
-            created=int(time.time()),
-            model=model,
-            text=job.text,
-            finish_reason=job.finish_reason,
-            logprobs=logprobs,
-            prompt_tokens=job.prompt_tokens,
-            completion_tokens=job.completion_tokens,
-        )
-    )
+    failed = response.failed()
+    if failed is not None:
+        raise ApiError(500, f"generation failed: {failed.error}", code="generation_failed")
+    return JsonResponse(response.chat_body() if prefix == "chatcmpl" else response.completion_body())
 
 
-@api_endpoint("GET", "HEAD")
-async def models(request):
-    engine_client = _ready_engine_client()
-    entry = {
+def _model_entry(engine_client) -> dict:
+    return {
         "id": runtime.model_name(engine_client),
         "object": "model",
         "created": int(runtime.process_started_at()),
         "owned_by": "mini-vllm",
         "max_model_len": runtime.max_model_len(engine_client),
     }
-    return JsonResponse({"object": "list", "data": [entry]})
+
+
+@api_endpoint("GET", "HEAD")
+async def models(request):
+    return JsonResponse({"object": "list", "data": [_model_entry(ready_engine_client())]})
+
+
+@api_endpoint("GET", "HEAD")
+async def model(request, model_id: str):
+    """GET /v1/models/{id}: the served model under any of its accepted names, else 404."""
+    engine_client = ready_engine_client()
+    if model_id not in runtime.accepted_model_names(engine_client):
+        raise _model_not_found(model_id)
+    return JsonResponse(_model_entry(engine_client))
 
 
 @api_endpoint("GET", "HEAD", public=True)
@@ -215,7 +228,13 @@ async def health(request):
     return JsonResponse(body, status=200 if healthy else 503)
 
 
-API_PREFIXES = ("/v1/", "/generate", "/api/", "/stats", "/health")
+API_PREFIXES = ("/v1/", "/generate", "/api/", "/stats", "/health", "/tokenize", "/detokenize")
+
+
+@api_endpoint("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", public=True)
+async def unknown_api_path(request, rest: str = ""):
+    """Any other path under /v1/: the API's JSON 404, whatever DEBUG says."""
+    raise ApiError(404, f"no route for {request.path}", code="not_found")
 
 
 def not_found(request, exception=None):

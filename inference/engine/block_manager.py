@@ -62,10 +62,11 @@ class BlockManager:
     def reuse_cached_prefix(self, seq: Sequence) -> None:
         """Attaches cached blocks matching the start of a fresh sequence's tokens.
 
-        At least one token is always left to compute: the step needs its logits.
+        At least one token is always left to compute: the step needs its logits. A sequence that
+        wants its prompt's logprobs computes every prompt token (cached blocks hold no logits).
         """
         assert not seq.block_table and seq.num_computed_tokens == 0
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or seq.prompt_logprobs is not None:
             return
         full_blocks = (len(seq.token_ids) - 1) // self.block_size
         previous = None
@@ -83,6 +84,26 @@ class BlockManager:
             previous = block_hash
         seq.num_computed_tokens = len(seq.block_table) * self.block_size
         seq.num_cached_prompt_tokens = seq.num_computed_tokens
+
+    def can_fork(self) -> bool:
+        """A fork needs at most one free block: its copy of the prompt's partial last block."""
+        return self.num_free_blocks >= 1
+
+    def fork(self, parent: Sequence, child: Sequence) -> tuple[int, int] | None:
+        """`child` shares `parent`'s computed full blocks (one more reference each) and gets its own
+        copy of a partial last block, which both would write next (copy on write, done at once).
+        Returns (source, destination) blocks to copy the K/V of, or None when every block is full."""
+        full = parent.num_computed_tokens // self.block_size
+        for block_id in parent.block_table[:full]:
+            self._acquire(block_id)
+            child.block_table.append(block_id)
+        child.block_hashes = list(parent.block_hashes[:full])
+        child.num_computed_tokens = parent.num_computed_tokens
+        if full == len(parent.block_table):
+            return None
+        copy = self._take_free_block()
+        child.block_table.append(copy)
+        return parent.block_table[full], copy
 
     def register_computed_blocks(self, seq: Sequence) -> None:
         """After a step, names each block that just became full so later requests can reuse it."""

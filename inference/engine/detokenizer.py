@@ -4,7 +4,8 @@ Two things are held back before text is streamed:
 - an incomplete character: byte-level tokens can split one UTF-8 character, and decoding
   such a tail yields U+FFFD; we wait for the token that completes it;
 - a possible stop-string start: text that could begin a stop string is kept until it either
-  completes the stop string (then it is dropped) or can no longer do so (then it is released).
+  completes the stop string (then it is dropped, or kept as the text's end with
+  `include_stop_str_in_output`) or can no longer do so (then it is released).
 
 Decoding uses a sliding window (prefix_offset .. end): the text of the window minus the text
 of the already-released part of the window is the delta. The window stays a few tokens long,
@@ -22,10 +23,18 @@ _PROMPT_CONTEXT_TOKENS = 5
 class IncrementalDetokenizer:
     """Per-request streaming detokenizer with stop-string handling."""
 
-    def __init__(self, tokenizer, prompt_token_ids: list[int], stop: list[str] = (), skip_special_tokens: bool = True):
+    def __init__(
+        self,
+        tokenizer,
+        prompt_token_ids: list[int],
+        stop: list[str] = (),
+        skip_special_tokens: bool = True,
+        include_stop_str: bool = False,
+    ):
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.stop = [s for s in stop if s]
+        self.include_stop_str = include_stop_str
         self.stop_matched: str | None = None
         self.output_text = ""
         self._tokens: list[int] = list(prompt_token_ids[-_PROMPT_CONTEXT_TOKENS:])
@@ -91,7 +100,7 @@ class IncrementalDetokenizer:
         if matched is not None:
             self.stop_matched = matched
             self._held = ""
-            delta = text[:match_at]
+            delta = text[: match_at + len(matched)] if self.include_stop_str else text[:match_at]
         else:
             keep = 0 if final else self._stop_prefix_len(text)
             self._held = text[len(text) - keep :] if keep else ""

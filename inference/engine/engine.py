@@ -11,6 +11,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+import torch
+
 from .block_manager import BlockManager
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
@@ -18,10 +20,10 @@ from .engine_stats import EngineStats
 from .kv_pool import plan_num_blocks
 from .loader import ModelBundle, load_model
 from .model_runner import ModelRunner
-from .outputs import RequestOutput
+from .outputs import RequestOutput, TokenLogprob
 from .prompt import check_prompt_fits, prompt_token_ids, token_limit
 from .sampler import Sampler, SamplingContext, make_generator
-from .sampling_params import SamplingParams
+from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
 
@@ -83,7 +85,7 @@ class LLMEngine:
         )
         self.weights_mb = self.bundle.weight_bytes / 2**20  # counted once: the weights never change after load
         self.sampler = Sampler()
-        self.sequences: dict[str, Sequence] = {}
+        self.requests: dict[str, list[Sequence]] = {}  # each request's completions (n of them once forked)
         self._pending: list[RequestOutput] = []  # outputs of aborts, delivered by the next step
         self.last_trace = StepTrace()
         self.started_at = time.monotonic()
@@ -145,32 +147,46 @@ class LLMEngine:
         return token_limit(self.max_model_len, self.block_manager.num_blocks * self.block_manager.block_size)
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """Rejects what could never finish: an empty prompt, or one that cannot fit the context or the pool."""
-        check_prompt_fits(prompt_token_ids, params.max_tokens, vocab_size=self.bundle.model.vocab_size, limit=self.token_limit)
+        """Rejects what could never finish: an empty prompt, one that cannot fit the context or the
+        pool, or ids (prompt, logit_bias) outside the vocabulary."""
+        check_prompt_fits(prompt_token_ids, params, vocab_size=self.bundle.model.vocab_size, limit=self.token_limit)
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None) -> None:
-        """Queues a prompt given as token ids (`tokenize` makes them from text)."""
+        """Queues a prompt given as token ids (`tokenize` makes them from text). With params.n > 1
+        the prompt is computed once and its n completions fork from it (`_fork`)."""
         params = params or SamplingParams()
-        if request_id in self.sequences:
+        if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         if isinstance(prompt_token_ids, str):
             raise TypeError("add_request takes token ids; engine.tokenize(text) makes them")
         token_ids = list(prompt_token_ids)
         self.check_request(token_ids, params)
-        seq = Sequence(request_id, token_ids, params)
-        seq.generator = make_generator(params.seed, self.bundle.device)
-        seq.detokenizer = IncrementalDetokenizer(self.tokenizer, token_ids, stop=params.stop)
-        self.sequences[request_id] = seq
+        if params.n > self.num_slots:
+            raise SamplingParamsError("n", f"n must be at most {self.num_slots}, the engine's batch slots")
+        seq = self._sequence(request_id, token_ids, params, index=0)
+        self.requests[request_id] = [seq]
         self.scheduler.add(seq)
         self.total_prompt_tokens += len(token_ids)
 
+    def _sequence(self, request_id: str, token_ids: list[int], params: SamplingParams, index: int) -> Sequence:
+        seq = Sequence(request_id, token_ids, params)
+        seq.index = index
+        seq.generator = make_generator(params.seed, self.bundle.device)
+        seq.detokenizer = IncrementalDetokenizer(
+            self.tokenizer, token_ids, stop=params.stop, include_stop_str=params.include_stop_str_in_output
+        )
+        return seq
+
     def abort(self, request_id: str) -> bool:
-        """Frees the request's slot and blocks now; its final output comes with the next step."""
-        seq = self.sequences.pop(request_id, None)
-        if seq is None:
+        """Frees the request's slots and blocks now (every completion of it); its final output
+        comes with the next step."""
+        group = self.requests.pop(request_id, None)
+        if group is None:
             return False
-        self.scheduler.finish(seq, "abort")
-        self._pending.append(self._output(seq, "", [], finished=True))
+        for seq in group:
+            if not seq.is_finished:
+                self.scheduler.finish(seq, "abort")
+        self._pending.append(self._output(group[0], "", [], finished=True))
         return True
 
     def has_work(self) -> bool:
@@ -188,16 +204,65 @@ class LLMEngine:
         try:
             if self.step_fault_hook is not None:
                 self.step_fault_hook()
-            logits, sampling_seqs = self.model_runner.run(batch)
+            step = self.model_runner.run(batch)
             for seq, n in [(s, 1) for s in batch.decodes] + batch.prefills:
                 seq.num_computed_tokens += n
                 self.block_manager.register_computed_blocks(seq)
-            if logits is not None:
-                outputs.extend(self._sample(logits, sampling_seqs))
+            for seq, first, logits in step.prompt:
+                self._record_prompt_logprobs(seq, first, logits)
+            if step.sampling is not None:
+                outputs.extend(self._sample(*self._with_forks(step.sampling, step.sampling_seqs)))
         except Exception as exc:  # a failed forward pass fails its requests, not the engine
             log.exception("model step failed")
             outputs.extend(self._fail(batch, exc))
         return outputs
+
+    def _with_forks(self, logits, seqs: list[Sequence]):
+        """A sequence whose prompt was just computed and that has completions to fork forks them
+        now; each samples its first token from the same logits row, with its own generator."""
+        if not any(seq.forks_left for seq in seqs):
+            return logits, seqs
+        rows, all_seqs, copies = [], [], []
+        for row, seq in enumerate(seqs):
+            rows.append(row)
+            all_seqs.append(seq)
+            for child in self._fork(seq, copies):
+                rows.append(row)
+                all_seqs.append(child)
+        self.model_runner.copy_blocks(copies)
+        return logits[torch.tensor(rows, device=logits.device)], all_seqs
+
+    def _fork(self, parent: Sequence, copies: list) -> list[Sequence]:
+        """The parent's other completions, sharing its prompt's computed blocks; those that run now."""
+        count, parent.forks_left = parent.forks_left, 0
+        running = []
+        prompt = parent.token_ids[: parent.num_prompt_tokens]
+        for index in range(1, count + 1):
+            child = self._sequence(parent.request_id, prompt, parent.params.child(index), index)
+            child.forks_left = 0  # its params still say n: only the parent forks
+            child.prompt_logprobs = None  # reported once, with completion 0
+            child.arrival_time = parent.arrival_time
+            self.requests[parent.request_id].append(child)
+            copy = self.scheduler.fork(parent, child)
+            if copy is False:
+                continue  # no block for its copy: it waits, then prefills through the prefix cache
+            if copy is not None:
+                copies.append(copy)
+            child.num_cached_tokens = parent.num_cached_tokens
+            running.append(child)
+        return running
+
+    def _record_prompt_logprobs(self, seq: Sequence, first: int, logits) -> None:
+        """Logprobs of the prompt tokens at positions first+1.., and the top alternatives at each."""
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        targets = seq.token_ids[first + 1 : first + 1 + logits.shape[0]]
+        chosen = logp.gather(1, torch.tensor(targets, device=logp.device).unsqueeze(1)).squeeze(1).tolist()
+        want = seq.params.prompt_logprobs
+        top_lp, top_ids = logp.topk(want, dim=-1) if want else (None, None)
+        text = seq.detokenizer.token_text
+        for i, (token_id, lp) in enumerate(zip(targets, chosen)):
+            top = [(t, text(t), v) for t, v in zip(top_ids[i].tolist(), top_lp[i].tolist())] if want else []
+            seq.prompt_logprobs[first + 1 + i] = TokenLogprob(token_id=token_id, token=text(token_id), logprob=lp, top=top)
 
     def _sample(self, logits, seqs: list[Sequence]) -> list[RequestOutput]:
         contexts = [
@@ -220,52 +285,85 @@ class LLMEngine:
         return outputs
 
     def _append_token(self, seq: Sequence, token_id: int, logprob, now: float) -> RequestOutput:
+        first = seq.first_token_time is None
         seq.token_ids.append(token_id)
-        if seq.first_token_time is None:
+        if first:
             seq.first_token_time = now
         text = seq.detokenizer.add_tokens([token_id])
         if logprob is not None:
             logprob.token = seq.detokenizer.token_text(token_id)
             logprob.top = [(tid, seq.detokenizer.token_text(tid), lp) for tid, _, lp in logprob.top]
         reason = self._finish_reason(seq, token_id)
+        done = False
         if reason is not None:
             if seq.detokenizer.stop_matched is None:
                 text += seq.detokenizer.finish()
             self.scheduler.finish(seq, reason)
-            self.sequences.pop(seq.request_id, None)
-        return self._output(seq, text, [token_id], finished=reason is not None, logprobs=[logprob] if logprob else None)
+            done = self._request_done(seq)
+        prompt_logprobs = seq.prompt_logprobs if first and seq.prompt_logprobs is not None else None
+        return self._output(
+            seq,
+            text,
+            [token_id],
+            finished=done,
+            finish_reason=reason,
+            logprobs=[logprob] if logprob else None,
+            prompt_logprobs=prompt_logprobs,
+        )
+
+    def _request_done(self, seq: Sequence) -> bool:
+        """Whether `seq` was the request's last unfinished completion (the request then ends)."""
+        group = self.requests.get(seq.request_id, [])
+        if any(not s.is_finished or s.forks_left for s in group):
+            return False
+        self.requests.pop(seq.request_id, None)
+        return True
 
     def _finish_reason(self, seq: Sequence, token_id: int) -> str | None:
         params = seq.params
         if seq.detokenizer.stop_matched is not None:
+            seq.stop_reason = seq.detokenizer.stop_matched
             return "stop"
         if token_id in self.bundle.eos_token_ids and not params.ignore_eos:
             return "stop"
         if token_id in params.stop_token_ids:
+            seq.stop_reason = token_id
             return "stop"
         if seq.num_output_tokens >= params.max_tokens or len(seq) >= self.max_model_len:
             return "length"
         return None
 
     def _fail(self, batch: ScheduledBatch, exc: Exception) -> list[RequestOutput]:
+        """Every request with a sequence in the failed step ends with an error, all its completions."""
         outputs = []
         for seq in batch.decodes + [s for s, _ in batch.prefills]:
-            if seq.is_finished:
-                continue
-            self.scheduler.finish(seq, "error")
-            self.sequences.pop(seq.request_id, None)
-            outputs.append(self._output(seq, "", [], finished=True, error=f"{type(exc).__name__}: {exc}"))
+            group = self.requests.pop(seq.request_id, None)
+            if group is None:
+                continue  # its request already failed through another completion
+            for member in group:
+                if not member.is_finished:
+                    self.scheduler.finish(member, "error")
+            outputs.append(self._output(seq, "", [], finished=True, finish_reason="error", error=f"{type(exc).__name__}: {exc}"))
         return outputs
 
     def _output(
-        self, seq: Sequence, text: str, token_ids: list[int], *, finished: bool, logprobs=None, error=None
+        self,
+        seq: Sequence,
+        text: str,
+        token_ids: list[int],
+        *,
+        finished: bool,
+        finish_reason: str | None = None,
+        logprobs=None,
+        error=None,
+        prompt_logprobs=None,
     ) -> RequestOutput:
         return RequestOutput(
             request_id=seq.request_id,
             text=text,
             token_ids=token_ids,
             finished=finished,
-            finish_reason=seq.finish_reason if finished else None,
+            finish_reason=finish_reason if finish_reason is not None else (seq.finish_reason if finished else None),
             prompt_tokens=seq.num_prompt_tokens,
             completion_tokens=seq.num_output_tokens,
             logprobs=logprobs,
@@ -274,6 +372,10 @@ class LLMEngine:
             scheduled_time=seq.scheduled_time,
             first_token_time=seq.first_token_time,
             finished_time=seq.finished_time,
+            index=seq.index,
+            stop_reason=seq.stop_reason,
+            num_cached_tokens=seq.num_cached_tokens,
+            prompt_logprobs=prompt_logprobs,
         )
 
     # -- observation ----------------------------------------------------------------------

@@ -250,7 +250,7 @@ class EngineThread:
         self._dispatch([RequestOutput(request_id, "", [], finished=True, finish_reason=reason, error=error)])
 
     def _abort_everything(self) -> None:
-        for request_id in list(self.engine.sequences):
+        for request_id in list(self.engine.requests):
             self.engine.abort(request_id)
         self._dispatch(self.engine.step())
         with self._streams_lock:

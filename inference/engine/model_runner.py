@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from .kv_pool import allocate_kv_pool
 from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
 from .scheduler import ScheduledBatch
 from .sequence import Sequence
+
+
+@dataclass
+class StepLogits:
+    """One step's logits: a row per sequence that samples now, and for sequences that asked for
+    their prompt's logprobs, the rows of this step's prompt positions (each predicting the next
+    prompt token): (sequence, first position, logits [rows, V])."""
+
+    sampling: torch.Tensor | None
+    sampling_seqs: list[Sequence]
+    prompt: list[tuple[Sequence, int, torch.Tensor]] = field(default_factory=list)
 
 
 class ModelRunner:
@@ -28,7 +41,7 @@ class ModelRunner:
         self.decode_attention, self.decode_kernels = choose_decode_attention(device, dtype, model.kv_shape[2], kv_dtype)
 
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[Sequence]]:
+    def run(self, batch: ScheduledBatch) -> StepLogits:
         """Computes the batch's tokens into the cache; returns logits for the sequences that now sample.
 
         A sequence samples when this step computes its last known token (every decode, and the
@@ -36,9 +49,13 @@ class ModelRunner:
         """
         input_ids, positions, slots = [], [], []
         sampling_rows, sampling_seqs = [], []
+        prompt_rows = []  # (seq, first position, first row, rows)
         work = [(seq, 1) for seq in batch.decodes] + batch.prefills
         for seq, n in work:
             start = seq.num_computed_tokens
+            if seq.prompt_logprobs is not None and start + 1 < seq.num_prompt_tokens:
+                # positions start.. predict prompt tokens start+1..; the prompt's last position predicts the output
+                prompt_rows.append((seq, start, len(input_ids), min(n, seq.num_prompt_tokens - 1 - start)))
             input_ids.extend(seq.token_ids[start : start + n])
             positions.extend(range(start, start + n))
             slots.extend(self._slot(seq, p) for p in range(start, start + n))
@@ -59,7 +76,20 @@ class ModelRunner:
 
         hidden = self.forward(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
         logits = self.model.compute_logits(hidden[self._tensor(sampling_rows)]) if sampling_rows else None
-        return logits, sampling_seqs
+        prompt = [(seq, first, self.model.compute_logits(hidden[row : row + rows])) for seq, first, row, rows in prompt_rows]
+        return StepLogits(logits, sampling_seqs, prompt)
+
+    @torch.inference_mode()
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copies whole KV blocks (source -> destination) in every layer: a forked completion's own
+        copy of the prompt's partial last block."""
+        if not pairs:
+            return
+        sources = self._tensor([s for s, _ in pairs])
+        destinations = self._tensor([d for _, d in pairs])
+        for k_cache, v_cache in self.kv_caches:
+            k_cache.index_copy_(1, destinations, k_cache.index_select(1, sources))
+            v_cache.index_copy_(1, destinations, v_cache.index_select(1, sources))
 
     def _slot(self, seq: Sequence, position: int) -> int:
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size

@@ -19,8 +19,8 @@ class TokenLogprob:
 class RequestOutput:
     """One step's increment for one request.
 
-    `text` and `token_ids` are deltas: concatenating every output's `text` gives the full
-    completion. Timings are `time.monotonic()` seconds, so the serving layer can compute
+    `text` and `token_ids` are deltas: concatenating every output's `text` (of one `index`)
+    gives that completion. Timings are `time.monotonic()` seconds, so the serving layer can compute
     queue time and time to first token without asking the engine again.
     """
 
@@ -37,3 +37,9 @@ class RequestOutput:
     scheduled_time: float | None = None  # first time the request got a batch slot
     first_token_time: float | None = None
     finished_time: float | None = None
+    # n > 1: which completion this delta belongs to. `finish_reason` set means that completion
+    # ended; `finished` means the whole request did (its last output).
+    index: int = 0
+    stop_reason: str | int | None = None  # the stop string or stop token id that ended the completion
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # with a completion's first output, if asked

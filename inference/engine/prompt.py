@@ -8,7 +8,7 @@ these two, so a prompt counts the same everywhere and is refused with the same m
 from __future__ import annotations
 
 from .errors import PromptTooLongError
-from .sampling_params import SamplingParamsError
+from .sampling_params import SamplingParams, SamplingParamsError
 
 
 def prompt_token_ids(tokenizer, prompt: str | list[int]) -> list[int]:
@@ -24,12 +24,14 @@ def token_limit(max_model_len: int | None, kv_capacity_tokens: int | None) -> in
     return min(limits) if limits else None
 
 
-def check_prompt_fits(token_ids: list[int], max_tokens: int, *, vocab_size: int | None, limit: int | None) -> None:
-    """Refuses what could never finish: an empty prompt, ids outside the vocabulary, or a prompt
-    plus max_tokens beyond `limit` (PromptTooLongError names both numbers)."""
+def check_prompt_fits(token_ids: list[int], params: SamplingParams, *, vocab_size: int | None, limit: int | None) -> None:
+    """Refuses what could never finish: an empty prompt, ids outside the vocabulary (the prompt's,
+    logit_bias's), or a prompt plus max_tokens beyond `limit` (PromptTooLongError names both numbers)."""
     if not token_ids:
         raise SamplingParamsError("prompt", "prompt must not be empty")
     if vocab_size and (min(token_ids) < 0 or max(token_ids) >= vocab_size):
         raise SamplingParamsError("prompt", f"prompt token ids must be in [0, {vocab_size})")
-    if limit is not None and len(token_ids) + max_tokens > limit:
-        raise PromptTooLongError(len(token_ids), max_tokens, limit)
+    if vocab_size and any(token_id >= vocab_size for token_id in params.logit_bias):
+        raise SamplingParamsError("logit_bias", f"logit_bias token ids must be in [0, {vocab_size})")
+    if limit is not None and len(token_ids) + params.max_tokens > limit:
+        raise PromptTooLongError(len(token_ids), params.max_tokens, limit)

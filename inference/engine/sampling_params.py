@@ -6,7 +6,7 @@ reject bad input with the same message naming the offending parameter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 
 class SamplingParamsError(ValueError):
@@ -34,8 +34,13 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None  # number of top alternatives to return per token
+    n: int = 1  # completions of the one prompt (they share its KV blocks)
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
+    include_stop_str_in_output: bool = False  # a matched stop string ends the text instead of being cut
+    prompt_logprobs: int | None = None  # the prompt's tokens' logprobs (and this many alternatives each)
 
     MAX_LOGPROBS = 20
+    MAX_N = 16
 
     def __post_init__(self):
         if isinstance(self.stop, str):
@@ -72,6 +77,22 @@ class SamplingParams:
             raise SamplingParamsError("ignore_eos", "ignore_eos must be a boolean")
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, low=0, high=self.MAX_LOGPROBS)
+        if self.prompt_logprobs is not None:
+            _check_int("prompt_logprobs", self.prompt_logprobs, low=0, high=self.MAX_LOGPROBS)
+        _check_int("n", self.n, low=1, high=self.MAX_N)
+        if not isinstance(self.include_stop_str_in_output, bool):
+            raise SamplingParamsError("include_stop_str_in_output", "include_stop_str_in_output must be a boolean")
+        if not isinstance(self.logit_bias, dict):
+            raise SamplingParamsError("logit_bias", "logit_bias must map token ids to numbers")
+        for token_id, bias in self.logit_bias.items():
+            _check_int("logit_bias", token_id, low=0)
+            _check_float("logit_bias", bias, low=-100.0, high=100.0)
+
+    def child(self, index: int) -> SamplingParams:
+        """The parameters of completion `index` of n: its own seed (seed + index) when one is given."""
+        if index == 0 or self.seed is None:
+            return self
+        return replace(self, seed=(self.seed + index + 2**63) % 2**64 - 2**63)  # kept in the signed 64-bit range
 
 
 def _check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> None:

@@ -77,8 +77,10 @@ class Scheduler:
             else:
                 batch.prefills.append((seq, wanted))
 
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not batch.preempted:
+        while self.waiting and budget > 0 and not batch.preempted:
             seq = self.waiting[0]
+            if self.slots_taken + seq.num_slots > self.max_num_seqs:
+                break  # n completions need n slots: the request waits until they are free
             self.blocks.reuse_cached_prefix(seq)
             wanted = min(seq.num_uncomputed_tokens, budget)
             if not self.blocks.can_grow(seq, wanted):
@@ -93,6 +95,22 @@ class Scheduler:
             budget -= wanted
             batch.prefills.append((seq, wanted))
         return batch
+
+    @property
+    def slots_taken(self) -> int:
+        """Slots held by running sequences plus those reserved for the completions they will fork."""
+        return sum(seq.num_slots for seq in self.running)
+
+    def fork(self, parent: Sequence, child: Sequence) -> tuple[int, int] | None | bool:
+        """Runs `child` beside `parent` from the parent's computed prompt, in a slot the parent
+        reserved: (source, destination) of a block to copy, None if none needs copying, or False
+        when no block is free for the copy (the child then waits and prefills through the cache)."""
+        if not self.blocks.can_fork():
+            self.add(child)
+            return False
+        copy = self.blocks.fork(parent, child)
+        self._admit(child)
+        return copy
 
     def _make_room(self, seq: Sequence, wanted: int, batch: ScheduledBatch) -> bool:
         """Preempts the newest running sequences until `seq` can grow; False if `seq` itself went."""
@@ -110,6 +128,7 @@ class Scheduler:
         self.slots[seq.slot] = seq
         if seq.scheduled_time is None:
             seq.scheduled_time = time.monotonic()
+            seq.num_cached_tokens = seq.num_cached_prompt_tokens
         self.running.append(seq)
 
     def _preempt(self, seq: Sequence) -> None:

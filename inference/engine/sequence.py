@@ -27,6 +27,12 @@ class Sequence:
         self.block_hashes: list[int] = []  # hashes of this sequence's full, computed blocks
         self.slot: int | None = None  # batch slot index while running
         self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None  # the stop string or stop token id that ended it
+        self.index = 0  # which of the request's n completions this is
+        self.forks_left = params.n - 1  # completions still to fork from this one once its prompt is computed
+        self.num_cached_tokens = 0  # prompt tokens the prefix cache held when it was first scheduled
+        # the prompt's tokens' logprobs by position (the first has none), filled as prefill computes them
+        self.prompt_logprobs: list | None = [None] * len(prompt_token_ids) if params.prompt_logprobs is not None else None
         self.arrival_time = time.monotonic()
         self.scheduled_time: float | None = None
         self.first_token_time: float | None = None
@@ -54,6 +60,11 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 
+    @property
+    def num_slots(self) -> int:
+        """The batch slots it holds or has reserved: its own and its completions still to fork."""
+        return 1 + self.forks_left
+
     def reset_for_recompute(self) -> None:
         """Preemption drops the cache; the sequence's tokens so far become its new prompt to prefill."""
         self.num_computed_tokens = 0
@@ -62,3 +73,4 @@ class Sequence:
         self.block_hashes = []
         self.status = SequenceStatus.WAITING
         self.slot = None
+        # (prompt logprobs are kept by position: recomputing them writes the same values again)

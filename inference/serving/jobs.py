@@ -1,6 +1,7 @@
 """One accepted request: its engine stream in, its history row out.
 
-A `GenerationJob` is iterated for `RequestOutput` deltas and always ends through `close()`:
+A `GenerationJob` is iterated for `RequestOutput` deltas (of its n choices, by `index`) and
+always ends through `close()`:
 a stream that stops early (client disconnect -> CancelledError, or GeneratorExit) aborts the
 request in the engine and records the row `aborted` with the tokens produced so far. Row writes
 are chained tasks on the event loop, so the token stream never waits for the database and the
@@ -10,6 +11,7 @@ writes stay in order.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import weakref
@@ -33,6 +35,31 @@ STATUS_BY_FINISH_REASON = {
 _live: set[GenerationJob] = set()
 
 
+@dataclasses.dataclass
+class Choice:
+    """One of the request's n completions, as it streams in."""
+
+    index: int
+    text_parts: list[str] = dataclasses.field(default_factory=list)
+    logprobs: list[TokenLogprob] = dataclasses.field(default_factory=list)
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def record(self) -> dict:
+        return {
+            "index": self.index,
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "stop_reason": self.stop_reason,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
 class GenerationJob:
     def __init__(self, *, engine_client, request_id: str, stream, params: SamplingParams, model: str = ""):
         self.engine_client = engine_client
@@ -42,10 +69,12 @@ class GenerationJob:
         self._loop = asyncio.get_running_loop()
         self._submitted_at = time.monotonic()
         self._last_write: asyncio.Task | None = None
-        self.text_parts: list[str] = []
-        self.logprobs: list[TokenLogprob] = []
+        self.choices = [Choice(index) for index in range(params.n)]
+        self.newly_finished: list[Choice] = []  # the choices the last output finished
+        self.prompt_logprobs: list[TokenLogprob | None] | None = None
+        self.prompt_token_ids: list[int] = []
         self.prompt_tokens = 0
-        self.completion_tokens = 0
+        self.cached_tokens = 0
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.done = False
@@ -55,9 +84,10 @@ class GenerationJob:
     # ---- start ----------------------------------------------------------------------------
 
     @classmethod
-    def accepted(cls, engine_client, record, stream, params: SamplingParams) -> GenerationJob:
+    def accepted(cls, engine_client, record, stream, params: SamplingParams, token_ids: list[int]) -> GenerationJob:
         """The job of a request the engine has taken (serving/submission.py); its row is queued for writing."""
         job = cls(engine_client=engine_client, request_id=record.request_id, stream=stream, params=params, model=record.model)
+        job.prompt_token_ids = token_ids
         _live.add(job)
         job._chain(services.request_create, **record.fields(params))
         return job
@@ -80,22 +110,39 @@ class GenerationJob:
 
     @property
     def text(self) -> str:
-        return "".join(self.text_parts)
+        """The first choice's text (the only one unless n > 1)."""
+        return self.choices[0].text
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(choice.completion_tokens for choice in self.choices)
 
     def _observe(self, out: RequestOutput) -> None:
         first = self._last is None
         self._last = out
+        self.newly_finished = []
+        choice = self.choices[out.index] if 0 <= out.index < len(self.choices) else self.choices[0]
         if out.token_ids:
             self.metrics.on_tokens(time.monotonic())
         if out.text:
-            self.text_parts.append(out.text)
+            choice.text_parts.append(out.text)
         if out.logprobs:
-            self.logprobs.extend(out.logprobs)
+            choice.logprobs.extend(out.logprobs)
+        if out.prompt_logprobs is not None:
+            self.prompt_logprobs = out.prompt_logprobs
         self.prompt_tokens = out.prompt_tokens or self.prompt_tokens
-        self.completion_tokens = max(out.completion_tokens, self.completion_tokens)
+        self.cached_tokens = max(self.cached_tokens, out.num_cached_tokens)
+        choice.completion_tokens = max(out.completion_tokens, choice.completion_tokens)
+        if out.finish_reason is not None and choice.finish_reason is None and not out.finished:
+            self._end_choice(choice, out.finish_reason, out.stop_reason)
         if out.finished:
             reason = out.finish_reason or ("error" if out.error else "stop")
             error = out.error or ("the server is shutting down" if reason == "abort" else "")
+            if choice.finish_reason is None:
+                self._end_choice(choice, reason, out.stop_reason)
+            for other in self.choices:  # an abort or error ends every choice still running
+                if other.finish_reason is None:
+                    self._end_choice(other, reason, None)
             self._finish(STATUS_BY_FINISH_REASON.get(reason, Status.FAILED), reason, error)
         elif first:
             self._chain(services.request_mark_running, request_id=self.request_id, queue_time=self._queue_time())
@@ -112,10 +159,17 @@ class GenerationJob:
         finally:
             _live.discard(self)
 
+    def _end_choice(self, choice: Choice, reason: str, stop_reason) -> None:
+        choice.finish_reason, choice.stop_reason = reason, stop_reason
+        self.newly_finished.append(choice)
+
     def abort(self, reason: str) -> None:
         if self.done:
             return
         self.engine_client.abort(self.request_id)
+        for choice in self.choices:  # every choice the client will not see finish
+            if choice.finish_reason is None:
+                choice.finish_reason = "abort"
         self._finish(Status.ABORTED, "abort", reason)
         aclose = getattr(self._stream, "aclose", None)
         if aclose is not None:
@@ -164,7 +218,9 @@ class GenerationJob:
             request_id=self.request_id,
             status=status,
             output_text=self.text,
+            choices=[choice.record() for choice in self.choices],
             prompt_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
             completion_tokens=self.completion_tokens,
             finish_reason=finish_reason,
             error=error,

@@ -75,7 +75,7 @@ def plan(info: ModelInfo, prompt: str | list[int], inp: GenerationInput) -> tupl
             raise PromptTooLongError(len(token_ids), needed, limit)
         output_cap = settings.MINIVLLM_MAX_OUTPUT_TOKENS
         params = dataclasses.replace(params, max_tokens=min(room, output_cap) if output_cap > 0 else room)
-    check_prompt_fits(token_ids, params.max_tokens, vocab_size=info.vocab_size, limit=limit)
+    check_prompt_fits(token_ids, params, vocab_size=info.vocab_size, limit=limit)
     return token_ids, params
 
 
@@ -91,4 +91,4 @@ async def submit(engine_client, record: RequestRecord, inp: GenerationInput, pro
     except REFUSALS as exc:
         await services.request_create(**record.fields(inp.params), status=GenerationRequest.Status.REJECTED, error=str(exc))
         raise
-    return GenerationJob.accepted(engine_client, record, stream, params)
+    return GenerationJob.accepted(engine_client, record, stream, params, token_ids)

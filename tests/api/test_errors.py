@@ -46,14 +46,23 @@ CASES = [
     (GEN, {"prompt": "x " * 600, "max_new_tokens": 10}, 400, "prompt"),
     # /v1/completions
     (COMPL, {"max_tokens": 3}, 400, "prompt"),
-    (COMPL, {"prompt": ["a", "b"]}, 400, "prompt"),
     (COMPL, {"prompt": [1, "a"]}, 400, "prompt"),
+    (COMPL, {"prompt": ["a", ""]}, 400, "prompt[1]"),
+    (COMPL, {"prompt": ["a", [3, -1]]}, 400, "prompt[1]"),
+    (COMPL, {"prompt": ["a"] * 33}, 400, "prompt"),
     (COMPL, {"prompt": [10**9]}, 400, "prompt"),
-    (COMPL, {"prompt": "x", "n": 2}, 400, "n"),
-    (COMPL, {"prompt": "x", "echo": True}, 400, "echo"),
+    (COMPL, {"prompt": "x", "n": 0}, 400, "n"),
+    (COMPL, {"prompt": "x", "n": 17}, 400, "n"),
+    (COMPL, {"prompt": "x", "n": 2, "best_of": 3}, 400, "best_of"),
+    (COMPL, {"prompt": "x", "echo": "yes"}, 400, "echo"),
+    (COMPL, {"prompt": "x", "prompt_logprobs": 99}, 400, "prompt_logprobs"),
+    (COMPL, {"prompt": "x", "include_stop_str_in_output": 1}, 400, "include_stop_str_in_output"),
+    (COMPL, {"prompt": "\ud800 unpaired"}, 400, "prompt"),
     (COMPL, {"prompt": "x", "stream": "yes"}, 400, "stream"),
     (COMPL, {"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
-    (COMPL, {"prompt": "x", "logit_bias": {"1": 5}}, 400, "logit_bias"),
+    (COMPL, {"prompt": "x", "logit_bias": {"one": 5}}, 400, "logit_bias"),
+    (COMPL, {"prompt": "x", "logit_bias": {"1": 500}}, 400, "logit_bias"),
+    (COMPL, {"prompt": "x", "logit_bias": {"999999": 5}}, 400, "logit_bias"),  # outside the vocabulary
     (COMPL, {"prompt": "x", "max_tokens": 100000}, 400, "max_tokens"),  # above MINIVLLM_MAX_OUTPUT_TOKENS
     (COMPL, {"prompt": "x", "model": "gpt-4"}, 404, "model"),
     (COMPL, {"prompt": "x", "model": 7}, 400, "model"),
@@ -76,6 +85,9 @@ CASES = [
     (CHAT, {"messages": MSGS, "max_tokens": 1000}, 400, "messages"),
     (CHAT, {"messages": [{"role": "user", "content": "x " * 600}]}, 400, "messages"),
     (CHAT, {"messages": MSGS, "model": "nope"}, 404, "model"),
+    (CHAT, {"messages": MSGS, "n": 2, "best_of": 1}, 400, "best_of"),
+    (CHAT, {"messages": [{"role": "user", "content": "fine \udfff"}]}, 400, "messages[0].content"),
+    (GEN, {"prompt": "x", "stop": ["\ud83d"]}, 400, "stop[0]"),
 ]
 
 

@@ -117,7 +117,7 @@ async def test_chat_stream_shape(async_client, engine_client):
     assert first["object"] == "chat.completion.chunk"
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert all(set(c["choices"][0]["delta"]) == {"content"} for c in middle)
-    assert finish["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
+    assert finish["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length", "stop_reason": None}
     assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 4
 
 

@@ -155,3 +155,14 @@ def test_token_text(tok, prompt):
     hello = tok.encode(" hello", add_special_tokens=False)[0]
     assert detok.token_text(hello) == " hello"
     assert detok.token_text(tok.eos_token_id) == tok.eos_token
+
+
+def test_include_stop_str_in_output_keeps_the_match_and_nothing_after(tok, prompt):
+    ids = tok.encode("The final answer is forty-two, obviously.", add_special_tokens=False)
+    detok = IncrementalDetokenizer(tok, prompt, stop=["answer is forty"], include_stop_str=True)
+    streamed = ""
+    for token in ids:
+        streamed += detok.add_tokens([token])
+        if detok.stop_matched:
+            break
+    assert streamed == detok.output_text == "The final answer is forty"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
@@ -135,7 +136,7 @@ def test_prefix_cache_hit_is_counted_and_output_identical(tiny_hf, smollm_tokeni
     first = generated_ids(run_to_completion(engine)["first"])
     hits_before = engine.block_manager.prefix_hits
     engine.add_request("second", engine.tokenize(long_prompt), greedy(12))
-    seq = engine.sequences["second"]
+    [seq] = engine.requests["second"]
     results = run_to_completion(engine)
     prompt_len = len(engine.tokenize(long_prompt))
     assert engine.block_manager.prefix_hits - hits_before == (prompt_len - 1) // 4
@@ -207,3 +208,21 @@ def test_stats_snapshot_reports_slots_blocks_and_throughput(tiny_hf, smollm_toke
     assert 0 < stats.kv_blocks_used < stats.kv_blocks_total
     assert stats.total_tokens_generated == 2 and stats.tokens_per_second > 0
     assert stats.model == "test-model" and stats.device == "cpu" and stats.dtype == "float32"
+
+
+def test_prompt_logprobs_match_hf_through_chunked_prefill_and_a_warm_cache(tiny_hf, smollm_tokenizer):
+    engine = engine_for(tiny_hf, smollm_tokenizer, block_size=4, num_kv_blocks=256, max_num_batched_tokens=7)
+    ids = engine.tokenize("The quick brown fox jumps over the lazy dog because it wanted to")
+    with torch.no_grad():
+        reference = torch.log_softmax(tiny_hf(torch.tensor([ids])).logits[0].float(), dim=-1)
+    for attempt in ("cold", "cached"):  # the second run's prompt blocks are in the prefix cache
+        engine.add_request(attempt, ids, SamplingParams(max_tokens=2, temperature=0.0, prompt_logprobs=2))
+        outputs = run_to_completion(engine)[attempt]
+        items = outputs[0].prompt_logprobs
+        assert all(out.prompt_logprobs is None for out in outputs[1:])
+        assert len(items) == len(ids) and items[0] is None
+        for position in range(1, len(ids)):
+            item = items[position]
+            assert item.token_id == ids[position] and item.token == smollm_tokenizer.decode([ids[position]])
+            assert item.logprob == pytest.approx(reference[position - 1, ids[position]].item(), abs=1e-4)
+            assert [t for t, _, _ in item.top] == reference[position - 1].topk(2).indices.tolist()

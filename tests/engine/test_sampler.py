@@ -314,3 +314,30 @@ def test_logprobs_on_greedy_fast_path():
     out = sampler(logits, [ctx(temperature=0.0, logprobs=20), ctx(temperature=0.0)])
     assert len(out.logprobs[0].top) == 20 and out.logprobs[1] is None
     assert out.logprobs[0].top[0][0] == out.token_ids[0]
+
+
+# --- logit_bias ---------------------------------------------------------------------------
+
+
+def test_logit_bias_forces_and_bans_tokens_even_under_greedy():
+    logits = torch.randn(3, 400, generator=torch.Generator().manual_seed(7))
+    top = logits.argmax(-1).tolist()
+    rows = [
+        ctx(temperature=0.0, logit_bias={123: 100.0}),
+        ctx(temperature=0.0, logit_bias={top[1]: -100.0}),
+        ctx(temperature=0.0),
+    ]
+    out = sampler(logits, rows)
+    assert out.token_ids[0] == 123
+    assert out.token_ids[1] != top[1] and out.token_ids[1] == logits[1].topk(2).indices[1].item()
+    assert out.token_ids[2] == top[2]  # a row without a bias is untouched by its neighbours'
+    drawn = sampler(logits[:1], [ctx(temperature=1.0, seed=3, logit_bias={5: 100.0})])
+    assert drawn.token_ids == [5]
+
+
+def test_logit_bias_leaves_logprobs_raw():
+    """Logprobs are the model's, before any processing (vLLM's default), bias included."""
+    logits = torch.randn(1, 50, generator=torch.Generator().manual_seed(2))
+    out = sampler(logits, [ctx(temperature=0.0, logprobs=0, logit_bias={9: 100.0})])
+    assert out.token_ids == [9]
+    assert out.logprobs[0].logprob == pytest.approx(torch.log_softmax(logits[0], -1)[9].item())

@@ -34,10 +34,15 @@ _TIME_FIELDS = ("arrival_time", "scheduled_time", "first_token_time", "finished_
 
 
 def params_to_wire(params: SamplingParams) -> dict:
-    return dataclasses.asdict(params)
+    """logit_bias goes as [id, bias] pairs: msgpack unpacks only string map keys by default."""
+    data = dataclasses.asdict(params)
+    data["logit_bias"] = [[token_id, bias] for token_id, bias in params.logit_bias.items()]
+    return data
 
 
 def params_from_wire(data: dict) -> SamplingParams:
+    data = dict(data)
+    data["logit_bias"] = {int(token_id): bias for token_id, bias in data.get("logit_bias") or []}
     return SamplingParams(**data)
 
 
@@ -48,12 +53,19 @@ def output_to_wire(out: RequestOutput) -> dict:
 def output_from_wire(data: dict, *, clock_offset: float = 0.0) -> RequestOutput:
     """`clock_offset` = receiver's monotonic clock minus the sender's, applied to every timestamp."""
     data = dict(data)
-    if data.get("logprobs") is not None:
-        data["logprobs"] = [TokenLogprob(**{**lp, "top": [tuple(alt) for alt in lp.get("top") or []]}) for lp in data["logprobs"]]
+    for name in ("logprobs", "prompt_logprobs"):
+        if data.get(name) is not None:
+            data[name] = [_logprob_from_wire(lp) for lp in data[name]]
     for name in _TIME_FIELDS:
         if data.get(name):
             data[name] = data[name] + clock_offset
     return RequestOutput(**data)
+
+
+def _logprob_from_wire(data: dict | None) -> TokenLogprob | None:
+    if data is None:  # a prompt's first token has no logprob
+        return None
+    return TokenLogprob(**{**data, "top": [tuple(alt) for alt in data.get("top") or []]})
 
 
 async def receive(layer, channel: str) -> dict:

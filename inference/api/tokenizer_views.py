@@ -1,0 +1,102 @@
+"""POST /tokenize and /detokenize, in vLLM's shape and in llama.cpp's server's.
+
+vLLM: {"prompt": str | "messages": [...], "add_special_tokens"?, "add_generation_prompt"?} ->
+{"count", "max_model_len", "tokens"}; {"tokens": [...]} -> {"prompt"}. llama.cpp:
+{"content", "add_special"?, "with_pieces"?} -> {"tokens"} (ids, or {"id", "piece"} pairs);
+{"tokens"} -> {"content"}. A prompt without an explicit special-token choice is tokenized by the
+engine's own rule (engine/prompt.py), so the count is the count a completion would hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import JsonResponse
+
+from ..engine.prompt import prompt_token_ids
+from ..serving import runtime
+from .chat_template import render as render_chat
+from .errors import bad_request
+from .validation import parse_json_body, parse_messages
+from .views import api_endpoint, ready_engine_client, resolve_model
+
+TOKENIZE_FIELDS = {
+    "model",
+    "prompt",
+    "messages",
+    "add_special_tokens",
+    "add_generation_prompt",
+    "content",
+    "add_special",
+    "with_pieces",
+}
+DETOKENIZE_FIELDS = {"model", "tokens"}
+
+
+def _flag(body: dict, name: str) -> bool | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise bad_request(f"{name} must be a boolean", param=name)
+    return value
+
+
+def _encode(tokenizer, text: str, add_special: bool | None) -> list[int]:
+    if add_special is None:
+        return prompt_token_ids(tokenizer, text)
+    return list(tokenizer(text, add_special_tokens=add_special).input_ids)
+
+
+def _check_fields(body: dict, allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise bad_request(f"unrecognized request argument supplied: {unknown[0]}", param=unknown[0], code="unknown_field")
+
+
+@api_endpoint("POST")
+async def tokenize(request):
+    body = parse_json_body(request)
+    _check_fields(body, TOKENIZE_FIELDS)
+    engine_client = ready_engine_client()
+    resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, engine_client)
+    tokenizer = runtime.tokenizer(engine_client)
+    given = [name for name in ("prompt", "messages", "content") if name in body]
+    if len(given) != 1:
+        raise bad_request("send exactly one of prompt, messages (vLLM) or content (llama.cpp)", param="prompt")
+    if given[0] == "content":  # llama.cpp's server
+        content = _text(body["content"], "content")
+        ids = _encode(tokenizer, content, bool(_flag(body, "add_special")))
+        if _flag(body, "with_pieces"):
+            return JsonResponse({"tokens": [{"id": i, "piece": tokenizer.decode([i])} for i in ids]})
+        return JsonResponse({"tokens": ids})
+    if given[0] == "messages":
+        messages = parse_messages(body["messages"])
+        if _flag(body, "add_generation_prompt") is False:
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+        else:
+            text = render_chat(tokenizer, messages)
+    else:
+        text = _text(body["prompt"], "prompt")
+    ids = _encode(tokenizer, text, _flag(body, "add_special_tokens"))
+    return JsonResponse({"count": len(ids), "max_model_len": runtime.max_model_len(engine_client), "tokens": ids})
+
+
+@api_endpoint("POST")
+async def detokenize(request):
+    body = parse_json_body(request)
+    _check_fields(body, DETOKENIZE_FIELDS)
+    engine_client = ready_engine_client()
+    resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, engine_client)
+    ids = body.get("tokens")
+    vocab = engine_client.model_info.vocab_size
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise bad_request("tokens must be a list of token ids", param="tokens")
+    if vocab and any(t < 0 or t >= vocab for t in ids):
+        raise bad_request(f"token ids must be in [0, {vocab})", param="tokens")
+    text = runtime.tokenizer(engine_client).decode(ids)
+    return JsonResponse({"prompt": text, "content": text})  # vLLM's name and llama.cpp's
+
+
+def _text(value: Any, param: str) -> str:
+    if not isinstance(value, str):
+        raise bad_request(f"{param} must be a string", param=param)
+    return value
