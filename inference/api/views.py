@@ -66,8 +66,9 @@ def ready_engine_client():
 
 
 def resolve_model(requested: str | None, engine_client) -> str:
+    """The served model's id; an empty or absent name means it (vLLM's rule), any other must be one of its names."""
     served = runtime.model_name(engine_client) or "unknown"
-    if requested is not None and requested not in runtime.accepted_model_names(engine_client):
+    if requested and requested not in runtime.accepted_model_names(engine_client):
         raise _model_not_found(requested)
     return served
 
