@@ -18,7 +18,7 @@ from tests.sse import assert_error_shape
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 
-PATHS = ["/generate", "/v1/completions", "/v1/chat/completions"]
+PATHS = ["/generate", "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"]
 FIELDS = [
     "prompt",
     "messages",
@@ -50,6 +50,12 @@ FIELDS = [
     "tools",
     "tool_choice",
     "user",
+    "prompt_logprobs",
+    "include_stop_str_in_output",
+    "content",
+    "tokens",
+    "with_pieces",
+    "add_special_tokens",
 ]
 numbers = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
@@ -58,6 +64,13 @@ numbers = st.one_of(
     st.sampled_from([0, -1, 2**31, 2**63, 1e308, -1e308, 0.5]),
 )
 text = st.one_of(st.text(max_size=40), st.sampled_from(["", "\x00", "\ud7ff", "Hi", "</s>", "<|im_end|>"]))
+# strings holding half a surrogate pair: JSON can escape them ("\ud800"), UTF-8 cannot carry them
+surrogate_text = st.builds(
+    lambda head, half, tail: head + half + tail,
+    st.text(max_size=8),
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+    st.text(max_size=8),
+)
 scalars = st.one_of(st.none(), st.booleans(), numbers, text)
 json_values = st.recursive(
     scalars, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(text, inner, max_size=4)), max_leaves=12
@@ -69,9 +82,20 @@ message = st.fixed_dictionaries(
     }
 )
 field_values = {
-    "prompt": st.one_of(text, st.lists(st.integers(min_value=-5, max_value=60000), max_size=6), json_values),
+    "prompt": st.one_of(
+        text,
+        st.lists(st.integers(min_value=-5, max_value=60000), max_size=6),
+        st.lists(st.one_of(text, st.lists(st.integers(min_value=-2, max_value=60000), max_size=4)), max_size=4),
+        json_values,
+    ),
     "messages": st.one_of(st.lists(message, min_size=0, max_size=3), json_values),
     "stop": st.one_of(text, st.lists(text, max_size=6), json_values),
+    "n": st.one_of(st.integers(min_value=-2, max_value=20), json_values),
+    "best_of": st.one_of(st.integers(min_value=-2, max_value=20), json_values),
+    "logit_bias": st.one_of(
+        st.dictionaries(st.one_of(st.integers(min_value=-3, max_value=10**6).map(str), text), numbers, max_size=4), json_values
+    ),
+    "tokens": st.one_of(st.lists(st.integers(min_value=-5, max_value=10**6), max_size=6), json_values),
 }
 bodies = st.one_of(
     st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=6),
@@ -125,6 +149,29 @@ def test_json_bodies(client, path, body):
             headers={"Content-Type": "application/json"},
         )
     )
+
+
+escaped = st.fixed_dictionaries(
+    {},
+    optional={
+        "prompt": st.one_of(surrogate_text, st.lists(surrogate_text, min_size=1, max_size=3)),
+        "messages": st.lists(st.fixed_dictionaries({"role": st.just("user"), "content": surrogate_text}), min_size=1, max_size=2),
+        "stop": st.lists(surrogate_text, min_size=1, max_size=2),
+        "model": surrogate_text,
+        "content": surrogate_text,
+        "logit_bias": st.dictionaries(surrogate_text, numbers, min_size=1, max_size=2),
+    },
+).filter(bool)
+
+
+@settings(FUZZ, max_examples=60)
+@pytest.mark.timeout(600)
+@given(path=st.sampled_from(PATHS), body=escaped)
+def test_unpaired_surrogates_escaped_in_json_are_a_400(client, path, body):
+    """JSON's \\uXXXX escapes can carry half a surrogate pair, which no endpoint can encode."""
+    resp = client.post(path, content=json.dumps(body).encode("ascii"), headers={"Content-Type": "application/json"})
+    check(resp)
+    assert resp.status_code == 400, resp.text
 
 
 @settings(FUZZ, max_examples=60)
