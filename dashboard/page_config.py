@@ -10,6 +10,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from inference.api.auth import keys_configured
+from inference.serving import runtime
 
 # The WebSocket route lives in inference/routing.py (Channels routes cannot be reversed).
 STATS_SOCKET_PATH = "/ws/stats"
@@ -47,5 +48,13 @@ def page_config() -> dict:
         "requests_poll_ms": REQUESTS_POLL_MS,
         "reconnect_min_ms": RECONNECT_MIN_MS,
         "reconnect_max_ms": RECONNECT_MAX_MS,
-        "chat_defaults": CHAT_DEFAULTS,
+        "chat_defaults": chat_defaults(),
     }
+
+
+def chat_defaults() -> dict:
+    """The chat form's starting values: the served checkpoint's own temperature and top_p where its
+    generation_config sets them (what a request leaving them out gets), else ours."""
+    info = runtime.model_info()
+    model = info.sampling_defaults if info is not None else {}
+    return {**CHAT_DEFAULTS, **{name: model[name] for name in ("temperature", "top_p") if name in model}}

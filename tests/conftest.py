@@ -123,6 +123,16 @@ def tiny_llama_dir(tmp_path_factory, smollm_tokenizer, tiny_hf):
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_with_sampling_defaults_dir(tmp_path_factory, smollm_tokenizer, tiny_hf):
+    """The tiny model saved with a generation_config.json that sets sampling defaults."""
+    from transformers import GenerationConfig
+
+    folder = _save_tiny(tmp_path_factory, smollm_tokenizer, "tiny-llama-gen", tiny_hf)
+    GenerationConfig(do_sample=True, temperature=0.3, top_p=0.8, top_k=20, bos_token_id=1, eos_token_id=2).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def tiny_gpt2_dir(tmp_path_factory, smollm_tokenizer):
     return _save_tiny(tmp_path_factory, smollm_tokenizer, "tiny-gpt2", tiny_gpt2_hf())
 

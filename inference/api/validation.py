@@ -88,6 +88,8 @@ class GenerationInput:
     # The name the client used for max_tokens, for error messages.
     max_tokens_param: str = "max_tokens"
     extra: dict = field(default_factory=dict)
+    # The sampling fields the client set: the checkpoint's defaults fill the others (serving/submission.py).
+    given: frozenset[str] = frozenset()
 
     def params_json(self) -> dict:
         return asdict(self.params)
@@ -317,7 +319,9 @@ def parse_generate(body: dict, *, default_max_tokens: int) -> GenerationInput:
     max_tokens = _check_limits(body, max_tokens, max_name, defaulted=defaulted)
     logprobs = body.get("logprobs")
     params = _sampling_params(body, max_tokens=max_tokens, max_tokens_param=max_name, logprobs=logprobs)
-    return GenerationInput(endpoint="generate", params=params, prompt=prompt, stream=True, max_tokens_param=max_name)
+    return GenerationInput(
+        endpoint="generate", params=params, prompt=prompt, stream=True, max_tokens_param=max_name, given=frozenset(body)
+    )
 
 
 MAX_PROMPTS = 32  # prompts in one /v1/completions request
@@ -379,6 +383,7 @@ def parse_completion(body: dict) -> GenerationInput:
         prompt=prompts[0],
         prompts=prompts,
         echo=echo,
+        given=frozenset(body),
         model=_model(body),
         stream=stream,
         include_usage=include_usage,
@@ -469,4 +474,5 @@ def parse_chat(body: dict) -> GenerationInput:
         include_usage=include_usage,
         fill_context=defaulted,
         max_tokens_param=max_name,
+        given=frozenset(body),
     )

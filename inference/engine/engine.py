@@ -392,7 +392,9 @@ class LLMEngine:
     def stats(self) -> EngineStats:
         blocks = self.block_manager
         slots = [
-            {"request_id": seq.request_id, "tokens": seq.num_output_tokens} if seq else {"request_id": None, "tokens": 0}
+            {"request_id": seq.request_id, "choice": seq.index, "tokens": seq.num_output_tokens}
+            if seq
+            else {"request_id": None, "choice": None, "tokens": 0}
             for seq in self.scheduler.slots
         ]
         return EngineStats(

@@ -3,7 +3,7 @@ either client (the in-process EngineThread, the scale-out RemoteEngine; serving/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from .prompt import token_limit
@@ -34,6 +34,7 @@ class ModelInfo:
     max_model_len: int | None
     kv_capacity_tokens: int | None = None
     vocab_size: int | None = None
+    sampling_defaults: dict = field(default_factory=dict)  # the checkpoint's, for fields a request leaves out
 
     @property
     def token_limit(self) -> int | None:

@@ -101,7 +101,14 @@ class EngineThread:
         if engine is None:
             return None
         capacity = engine.block_manager.num_blocks * engine.block_manager.block_size
-        return ModelInfo(engine.model_name, engine.tokenizer, engine.max_model_len, capacity, engine.bundle.model.vocab_size)
+        return ModelInfo(
+            engine.model_name,
+            engine.tokenizer,
+            engine.max_model_len,
+            capacity,
+            engine.bundle.model.vocab_size,
+            engine.bundle.sampling_defaults,
+        )
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -17,6 +17,7 @@ import torch
 from . import gguf_weights
 from .config import EngineConfig
 from .device import dtype_name, resolve_device, resolve_dtype
+from .generation_config import sampling_defaults
 from .gguf_checkpoint import GGUFCheckpoint
 from .kernels import kernels
 from .layers.cpu_kernels import bind_cpu_kernels
@@ -64,6 +65,7 @@ class ModelBundle:
     eos_token_ids: set[int] = field(default_factory=set)
     weights_format: str = "none"  # what layers/linear chose: none (the dtype's own weights), int4, q8_0, int8, bf16
     cpu_step: object = None  # models/cpu_step.FusedCpuStep where the C++ layers compute this model
+    sampling_defaults: dict = field(default_factory=dict)  # the checkpoint's generation_config (generation_config.py)
 
     @property
     def dtype_name(self) -> str:
@@ -148,9 +150,11 @@ def load_model(config: EngineConfig) -> ModelBundle:
             gguf.hf_config, gguf.tokenizer, state, name=source.display_name, config=config, checkpoint=gguf.weight_type
         )
     hf_config, tokenizer, state = _read_checkpoint(source)
-    return build_bundle(
+    bundle = build_bundle(
         hf_config, tokenizer, state, name=source.display_name, config=config, checkpoint=checkpoint_format(hf_config)
     )
+    bundle.sampling_defaults = sampling_defaults(source.path)
+    return bundle
 
 
 def build_bundle(

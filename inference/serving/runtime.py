@@ -121,6 +121,11 @@ def _watch_loading(engine_client: EngineThread) -> None:
 # ---- what the API needs to know about the loaded model -----------------------------------------
 
 
+def model_info(engine_client=None):
+    """The served model's ModelInfo, or None before one is loaded."""
+    return _model_info(engine_client)
+
+
 def _model_info(engine_client):
     engine_client = engine_client or _engine_client
     return engine_client.model_info if engine_client is not None else None

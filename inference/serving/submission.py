@@ -69,6 +69,9 @@ def plan(info: ModelInfo, prompt: str | list[int], inp: GenerationInput) -> tupl
     if cap > 0 and len(token_ids) > cap:
         raise PromptLimitError(len(token_ids), cap)
     params, limit = inp.params, info.token_limit
+    defaults = {name: value for name, value in info.sampling_defaults.items() if name not in inp.given}
+    if defaults:  # the checkpoint's generation_config, for what the request left out
+        params = dataclasses.replace(params, **defaults)
     if inp.fill_context and limit is not None:
         room, needed = limit - len(token_ids), max(1, params.min_tokens)
         if room < needed:

@@ -45,7 +45,7 @@ def test_stats_fields_on_cpu(client, engine_client):
     assert stats["gpu_memory_used_mb"] is None and stats["gpu_memory_total_mb"] is None and stats["gpu_memory_pct"] is None
     assert stats["process_rss_mb"] > 0 and 0 < stats["system_memory_used_mb"] <= stats["system_memory_total_mb"]
     assert stats["num_slots"] == len(stats["slots"]) == engine_client.config.max_num_seqs
-    assert all(set(slot) == {"request_id", "tokens"} for slot in stats["slots"])
+    assert all(set(slot) == {"request_id", "choice", "tokens"} for slot in stats["slots"])
     assert stats["kv_blocks_total"] > 0 and 0 <= stats["kv_cache_usage_pct"] <= 100
     assert stats["active_requests"] == stats["queue_depth"] + stats["batch_size"]
 

@@ -11,10 +11,12 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.daphne_server import REPO
 from tests.serving.engine_fixtures import wait_until
+from tests.sse import events_of
 
 from .live import load
 
@@ -123,6 +125,23 @@ def test_load_fills_slots_and_moves_sparkline(page, server, tmp_path):
     assert page.text_content("#total-tokens") != tokens_before
     page.wait_for_function("document.querySelectorAll('#recent-requests tr[data-status=completed]').length >= 12")
     page.wait_for_function("document.getElementById('slots').dataset.busy === '0'")  # the load drained
+    assert page.errors == [] and page.exceptions == []
+
+
+def test_the_n_choices_of_one_request_fill_n_slots(page, server):
+    body = {"prompt": "Three endings to a story:", "n": 3, "max_tokens": 300, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=120) as resp:
+        lines = resp.iter_lines()  # held open: the request runs while the page looks
+        request_id = events_of([next(line for line in lines if line.startswith("data: {"))])[0]["id"]
+        page.wait_for_function(
+            "ids => [...document.querySelectorAll('#slots .slot.busy')].filter(e => e.title.startsWith(ids)).length === 3",
+            arg=request_id,
+        )
+        choices = page.eval_on_selector_all(
+            "#slots .slot.busy", "(cells, id) => cells.filter(e => e.title.startsWith(id)).map(e => e.dataset.choice)", request_id
+        )
+        assert sorted(choices) == ["0", "1", "2"]
+    page.wait_for_function("document.getElementById('slots').dataset.busy === '0'")  # the disconnect freed all three
     assert page.errors == [] and page.exceptions == []
 
 

@@ -106,3 +106,17 @@ def test_with_api_keys_the_page_needs_a_key_or_a_staff_login(client, no_engine, 
 def test_without_api_keys_the_page_is_open_and_asks_for_no_key(client, no_engine):
     page = client.get("/")
     assert page.status_code == 200 and 'id="chat-api-key"' not in page.content.decode()
+
+
+def test_the_chat_form_starts_from_the_checkpoints_sampling_defaults(client, tiny_llama_with_sampling_defaults_dir):
+    from inference.serving import runtime
+    from tests.serving.engine_fixtures import start_engine_thread, tiny_engine_config
+
+    engine_thread = start_engine_thread(tiny_engine_config(tiny_llama_with_sampling_defaults_dir))
+    previous = runtime.install(engine_thread)
+    try:
+        config = embedded_json(client.get("/").content.decode(), "dashboard-config")
+    finally:
+        runtime.install(previous)
+        engine_thread.shutdown()
+    assert config["chat_defaults"]["temperature"] == 0.3 and config["chat_defaults"]["top_p"] == 0.8

@@ -203,7 +203,7 @@ def test_stats_snapshot_reports_slots_blocks_and_throughput(tiny_hf, smollm_toke
     engine.step()
     stats = engine.stats()
     assert stats.num_slots == 3 and len(stats.slots) == 3
-    assert stats.slots[0] == {"request_id": "s1", "tokens": 2}
+    assert stats.slots[0] == {"request_id": "s1", "choice": 0, "tokens": 2}
     assert stats.running == 1 and stats.waiting == 0
     assert 0 < stats.kv_blocks_used < stats.kv_blocks_total
     assert stats.total_tokens_generated == 2 and stats.tokens_per_second > 0

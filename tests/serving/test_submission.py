@@ -81,3 +81,15 @@ async def test_accepted_and_refused_rows_are_written_alike(engine_client):
     same = ("endpoint", "model", "client_address", "stream", "prompt", "messages")
     assert [getattr(taken, f) for f in same] == [getattr(refused, f) for f in same]
     assert refused.sampling_params["max_tokens"] == engine_client.engine.max_model_len
+
+
+def test_the_checkpoints_sampling_defaults_fill_only_what_the_request_left_out(smollm_tokenizer):
+    model = ModelInfo("tiny", smollm_tokenizer, 64, None, len(smollm_tokenizer), {"temperature": 0.3, "top_k": 20})
+    left_out = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=2), given=frozenset({"prompt"}))
+    _, params = submission.plan(model, [5, 6], left_out)
+    assert (params.temperature, params.top_k, params.top_p) == (0.3, 20, 1.0)
+    asked = GenerationInput(
+        endpoint="completions", params=SamplingParams(max_tokens=2, temperature=0.9), given=frozenset({"prompt", "temperature"})
+    )
+    _, params = submission.plan(model, [5, 6], asked)
+    assert (params.temperature, params.top_k) == (0.9, 20)

@@ -147,6 +147,7 @@ class RemoteEngine:
             max_model_len=min(v.info.get("max_model_len") or 0 for v in ready) or None,
             kv_capacity_tokens=min(capacities) if capacities else None,
             vocab_size=ready[0].info.get("vocab_size"),
+            sampling_defaults=ready[0].info.get("sampling_defaults") or {},
         )
 
     @property

@@ -238,6 +238,7 @@ class EngineWorker:
                 "model_name": engine.model_name if engine else None,
                 "max_model_len": engine.max_model_len if engine else None,
                 "vocab_size": engine.bundle.model.vocab_size if engine else None,
+                "sampling_defaults": engine.bundle.sampling_defaults if engine else {},
                 "kv_capacity_tokens": (stats.get("kv_blocks_total") or 0) * engine_thread.config.block_size or None,
                 "error": engine_thread.error,
             },

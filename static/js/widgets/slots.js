@@ -1,4 +1,5 @@
-// One cell per batch slot: green while a request decodes there, with its id and tokens so far.
+// One cell per batch slot: green while a request decodes there, with its id (and which of its n
+// choices, from the second on) and tokens so far.
 import { shortId } from "../format.js";
 
 export class SlotGrid {
@@ -18,8 +19,10 @@ export class SlotGrid {
       const isBusy = Boolean(slot.request_id);
       busy += isBusy;
       cell.classList.toggle("busy", isBusy);
-      cell.title = isBusy ? slot.request_id : "idle";
-      cell.querySelector(".slot-id").textContent = isBusy ? shortId(slot.request_id) : "idle";
+      const choice = isBusy && slot.choice ? ` · choice ${slot.choice}` : "";
+      cell.dataset.choice = isBusy ? String(slot.choice ?? 0) : "";
+      cell.title = isBusy ? `${slot.request_id}${choice}` : "idle";
+      cell.querySelector(".slot-id").textContent = isBusy ? `${shortId(slot.request_id)}${choice}` : "idle";
       cell.querySelector(".slot-tokens").textContent = isBusy ? `${slot.tokens} tok` : "";
     });
     this.list.dataset.busy = String(busy);
