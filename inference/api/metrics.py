@@ -157,13 +157,14 @@ class RequestMetrics:
 
     def __init__(self, model_name: str):
         self.model_name = model_name
-        self._last_token_at: float | None = None
+        self._last_token_at: dict[int, float] = {}  # by choice: n completions stream side by side
 
-    def on_tokens(self, now: float) -> None:
-        """An output carrying tokens reached this process; the gap since the previous one is an ITL."""
-        if self._last_token_at is not None:
-            INTER_TOKEN_LATENCY.labels(self.model_name).observe(max(0.0, now - self._last_token_at))
-        self._last_token_at = now
+    def on_tokens(self, now: float, choice: int = 0) -> None:
+        """An output carrying tokens reached this process; the gap since its choice's previous one is an ITL."""
+        last = self._last_token_at.get(choice)
+        if last is not None:
+            INTER_TOKEN_LATENCY.labels(self.model_name).observe(max(0.0, now - last))
+        self._last_token_at[choice] = now
 
     def on_finish(
         self,

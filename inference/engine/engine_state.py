@@ -35,6 +35,7 @@ class ModelInfo:
     kv_capacity_tokens: int | None = None
     vocab_size: int | None = None
     sampling_defaults: dict = field(default_factory=dict)  # the checkpoint's, for fields a request leaves out
+    num_slots: int | None = None  # batch slots: the most completions (n) one request can run at once
 
     @property
     def token_limit(self) -> int | None:

@@ -108,6 +108,7 @@ class EngineThread:
             capacity,
             engine.bundle.model.vocab_size,
             engine.bundle.sampling_defaults,
+            engine.num_slots,
         )
 
     def wait_ready(self, timeout: float | None = None) -> bool:

@@ -17,7 +17,7 @@ from ..api.validation import GenerationInput
 from ..engine.engine_state import ModelInfo
 from ..engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError
 from ..engine.prompt import check_prompt_fits, prompt_token_ids
-from ..engine.sampling_params import SamplingParams
+from ..engine.sampling_params import SamplingParams, SamplingParamsError
 from ..models import GenerationRequest
 from .jobs import GenerationJob
 
@@ -79,6 +79,8 @@ def plan(info: ModelInfo, prompt: str | list[int], inp: GenerationInput) -> tupl
         output_cap = settings.MINIVLLM_MAX_OUTPUT_TOKENS
         params = dataclasses.replace(params, max_tokens=min(room, output_cap) if output_cap > 0 else room)
     check_prompt_fits(token_ids, params, vocab_size=info.vocab_size, limit=limit)
+    if info.num_slots and params.n > info.num_slots:
+        raise SamplingParamsError("n", f"n must be at most {info.num_slots}, the engine's batch slots")
     return token_ids, params
 
 

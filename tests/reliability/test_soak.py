@@ -30,7 +30,7 @@ INVALID = [
     ("/generate", {"prompt": "x", "max_new_tokens": -4}),
     ("/v1/completions", {"prompt": "x", "temperature": "hot"}),
     ("/v1/chat/completions", {"messages": []}),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 2}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 99}),
 ]
 
 

@@ -87,9 +87,10 @@ def test_stop_strings(secured, stop, code):
         refused(post(secured, path, {**body, "stop": stop, "max_tokens": 2}), 400, "stop", code)
 
 
-def test_n_must_be_one(secured):
-    refused(post(secured, "/v1/completions", {"prompt": "Hi", "n": 2}), 400, "n")
-    refused(post(secured, "/v1/chat/completions", {"messages": CHAT, "n": 3}), 400, "n")
+def test_n_and_the_prompt_count_are_bounded(secured):
+    refused(post(secured, "/v1/completions", {"prompt": "Hi", "n": 17}), 400, "n")
+    refused(post(secured, "/v1/chat/completions", {"messages": CHAT, "n": 0}), 400, "n")
+    refused(post(secured, "/v1/completions", {"prompt": ["Hi"] * 33}), 400, "prompt")
 
 
 def test_per_key_concurrency(secured):

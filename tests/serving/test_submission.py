@@ -93,3 +93,11 @@ def test_the_checkpoints_sampling_defaults_fill_only_what_the_request_left_out(s
     )
     _, params = submission.plan(model, [5, 6], asked)
     assert (params.temperature, params.top_k) == (0.9, 20)
+
+
+def test_n_above_the_engines_slots_is_refused_before_it_is_queued(smollm_tokenizer):
+    model = ModelInfo("tiny", smollm_tokenizer, 64, None, len(smollm_tokenizer), num_slots=4)
+    inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=2, n=5))
+    with pytest.raises(SamplingParamsError, match="at most 4") as err:
+        submission.plan(model, [5, 6], inp)
+    assert err.value.param == "n"

@@ -148,6 +148,7 @@ class RemoteEngine:
             kv_capacity_tokens=min(capacities) if capacities else None,
             vocab_size=ready[0].info.get("vocab_size"),
             sampling_defaults=ready[0].info.get("sampling_defaults") or {},
+            num_slots=min(v.stats.num_slots or 0 for v in ready) or None,
         )
 
     @property

@@ -20,7 +20,7 @@ def prompt_logits(engine, prompt_ids):
     """Logits our engine computes for the prompt's last position (through the paged cache)."""
     engine.add_request("probe", prompt_ids, SamplingParams(max_tokens=1, temperature=0.0, logprobs=0))
     batch = engine.scheduler.schedule()
-    logits, _ = engine.model_runner.run(batch)
+    logits = engine.model_runner.run(batch).sampling
     engine.abort("probe")
     engine.step()
     return logits[0]
