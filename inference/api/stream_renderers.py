@@ -65,6 +65,7 @@ class OpenAIResponse:
     tokenizer: object = None
     echo: bool = False
     prompt_texts: list[str] = dataclasses.field(default_factory=list)
+    show_prompt_logprobs: bool = False  # asked for by name (echo with logprobs computes them too)
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
 
     @property
@@ -117,7 +118,7 @@ class OpenAIResponse:
                     finish_reason=choice.finish_reason,
                     stop_reason=choice.stop_reason,
                 )
-                if job.params.prompt_logprobs is not None:
+                if self.show_prompt_logprobs:
                     body["prompt_logprobs"] = oai.prompt_logprobs(job.prompt_logprobs)
                 choices.append(body)
         return oai.completion(**self._ids(), choices=choices, usage=self.usage())
@@ -134,7 +135,7 @@ class OpenAIResponse:
             )
             for choice in job.choices
         ]
-        prompt = oai.prompt_logprobs(job.prompt_logprobs) if job.params.prompt_logprobs is not None else None
+        prompt = oai.prompt_logprobs(job.prompt_logprobs) if self.show_prompt_logprobs else None
         return oai.chat_completion(**self._ids(), choices=choices, usage=self.usage(), prompt_logprobs=prompt)
 
     # ---- streams ------------------------------------------------------------------------------

@@ -70,10 +70,7 @@ async def tokenize(request):
         return JsonResponse({"tokens": ids})
     if given[0] == "messages":
         messages = parse_messages(body["messages"])
-        if _flag(body, "add_generation_prompt") is False:
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-        else:
-            text = render_chat(tokenizer, messages)
+        text = render_chat(tokenizer, messages, add_generation_prompt=_flag(body, "add_generation_prompt") is not False)
     else:
         text = _text(body["prompt"], "prompt")
     ids = _encode(tokenizer, text, _flag(body, "add_special_tokens"))

@@ -220,6 +220,8 @@ def _logit_bias(body: dict) -> dict[int, float]:
             raise bad_request(f"logit_bias keys must be token ids, got {key!r}", param="logit_bias") from None
         if token_id < 0 or isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad_request("logit_bias maps token ids (>= 0) to numbers", param="logit_bias")
+        if not -100 <= value <= 100:  # compared before float(): a huge integer would overflow it
+            raise bad_request(f"logit_bias values must be in [-100, 100], got {value}", param="logit_bias")
         result[token_id] = float(value)
     return result
 

@@ -130,6 +130,19 @@ async def generate(request):
         slot.release_unless_held()
 
 
+async def _refuse_the_batch_if_one_is_refused(request, engine_client, inp, request_id: str, prompts, model: str) -> None:
+    """Every prompt of a batch is planned before any is queued: the first that cannot be is
+    submitted alone, so it is refused (and recorded) with its own reason, and none runs."""
+    for position, (prompt, text) in enumerate(prompts):
+        try:
+            submission.plan(engine_client.model_info, prompt, inp)
+        except (*submission.REFUSALS, SamplingParamsError):
+            job = await _start_job(
+                request, engine_client, inp, request_id=f"{request_id}-{position}", prompt=prompt, prompt_text=text, model=model
+            )
+            await job.close()  # only if the engine changed in between: the batch goes ahead without it
+
+
 def _new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
@@ -138,9 +151,8 @@ def _new_id(prefix: str) -> str:
 async def completions(request):
     inp = parse_completion(parse_json_body(request))
 
-    def prompts(engine_client):
-        tokenizer = runtime.tokenizer(engine_client)
-        return [(p, p if isinstance(p, str) else tokenizer.decode(p)) for p in inp.prompts]
+    def prompts(engine_client):  # token-id prompts get their text once their ids are checked
+        return [(p, p if isinstance(p, str) else "") for p in inp.prompts]
 
     return await _openai_request(request, inp, "cmpl", prompts)
 
@@ -166,6 +178,8 @@ async def _openai_request(request, inp: GenerationInput, prefix: str, make_promp
     request_id = _new_id(prefix)
     jobs = []
     try:
+        if len(prompts) > 1:
+            await _refuse_the_batch_if_one_is_refused(request, engine_client, inp, request_id, prompts, model)
         try:
             for position, (prompt, text) in enumerate(prompts):
                 job_id = request_id if len(prompts) == 1 else f"{request_id}-{position}"
@@ -176,13 +190,15 @@ async def _openai_request(request, inp: GenerationInput, prefix: str, make_promp
             for job in jobs:  # the batch is refused whole: the prompts already queued go too
                 await job.close()
             raise
+        tokenizer = runtime.tokenizer(engine_client)
         response = OpenAIResponse(
             request_id,
             model,
             jobs,
-            tokenizer=runtime.tokenizer(engine_client),
+            tokenizer=tokenizer,
             echo=inp.echo,
-            prompt_texts=[text for _, text in prompts],
+            prompt_texts=[text or tokenizer.decode(job.prompt_token_ids) for (_, text), job in zip(prompts, jobs)],
+            show_prompt_logprobs="prompt_logprobs" in inp.given,
         )
         if inp.stream:
             chunks = response.chat_chunks if prefix == "chatcmpl" else response.completion_chunks

@@ -85,9 +85,10 @@ class BlockManager:
         seq.num_computed_tokens = len(seq.block_table) * self.block_size
         seq.num_cached_prompt_tokens = seq.num_computed_tokens
 
-    def can_fork(self) -> bool:
-        """A fork needs at most one free block: its copy of the prompt's partial last block."""
-        return self.num_free_blocks >= 1
+    def can_fork(self, parent: Sequence) -> bool:
+        """A fork needs one free block when the prompt ends in a partial block (its own copy), else none."""
+        partial = parent.num_computed_tokens % self.block_size != 0
+        return not partial or self.num_free_blocks >= 1
 
     def fork(self, parent: Sequence, child: Sequence) -> tuple[int, int] | None:
         """`child` shares `parent`'s computed full blocks (one more reference each) and gets its own

@@ -183,10 +183,11 @@ class LLMEngine:
         group = self.requests.pop(request_id, None)
         if group is None:
             return False
-        for seq in group:
-            if not seq.is_finished:
-                self.scheduler.finish(seq, "abort")
-        self._pending.append(self._output(group[0], "", [], finished=True))
+        running = [seq for seq in group if not seq.is_finished]
+        for seq in running:
+            self.scheduler.finish(seq, "abort")
+        last = running[0] if running else group[0]
+        self._pending.append(self._output(last, "", [], finished=True, finish_reason="abort"))
         return True
 
     def has_work(self) -> bool:
@@ -222,17 +223,18 @@ class LLMEngine:
         now; each samples its first token from the same logits row, with its own generator."""
         if not any(seq.forks_left for seq in seqs):
             return logits, seqs
-        rows, all_seqs, copies = [], [], []
+        rows, all_seqs = [], []
         for row, seq in enumerate(seqs):
             rows.append(row)
             all_seqs.append(seq)
-            for child in self._fork(seq, copies):
+            for child in self._fork(seq):
                 rows.append(row)
                 all_seqs.append(child)
+        copies, self.scheduler.pending_copies = self.scheduler.pending_copies, []
         self.model_runner.copy_blocks(copies)
         return logits[torch.tensor(rows, device=logits.device)], all_seqs
 
-    def _fork(self, parent: Sequence, copies: list) -> list[Sequence]:
+    def _fork(self, parent: Sequence) -> list[Sequence]:
         """The parent's other completions, sharing its prompt's computed blocks; those that run now."""
         count, parent.forks_left = parent.forks_left, 0
         running = []
@@ -242,12 +244,10 @@ class LLMEngine:
             child.forks_left = 0  # its params still say n: only the parent forks
             child.prompt_logprobs = None  # reported once, with completion 0
             child.arrival_time = parent.arrival_time
+            child.scheduled_time = parent.scheduled_time  # it waited as long as its parent, no longer
             self.requests[parent.request_id].append(child)
-            copy = self.scheduler.fork(parent, child)
-            if copy is False:
+            if not self.scheduler.fork(parent, child):
                 continue  # no block for its copy: it waits, then prefills through the prefix cache
-            if copy is not None:
-                copies.append(copy)
             child.num_cached_tokens = parent.num_cached_tokens
             running.append(child)
         return running

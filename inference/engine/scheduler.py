@@ -40,6 +40,7 @@ class Scheduler:
         self.running: list[Sequence] = []  # admission order: the last one is the first to preempt
         self.slots: list[Sequence | None] = [None] * max_num_seqs
         self.num_preemptions = 0
+        self.pending_copies: list[tuple[int, int]] = []  # (source, destination) blocks forks need copied
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -101,16 +102,19 @@ class Scheduler:
         """Slots held by running sequences plus those reserved for the completions they will fork."""
         return sum(seq.num_slots for seq in self.running)
 
-    def fork(self, parent: Sequence, child: Sequence) -> tuple[int, int] | None | bool:
+    def fork(self, parent: Sequence, child: Sequence) -> bool:
         """Runs `child` beside `parent` from the parent's computed prompt, in a slot the parent
-        reserved: (source, destination) of a block to copy, None if none needs copying, or False
-        when no block is free for the copy (the child then waits and prefills through the cache)."""
-        if not self.blocks.can_fork():
+        reserved; False when no block is free for its copy of the prompt's partial last block (the
+        child then waits and prefills through the prefix cache). The copy to make, if any, is
+        appended to `self.pending_copies` for the runner."""
+        if not self.blocks.can_fork(parent):
             self.add(child)
             return False
         copy = self.blocks.fork(parent, child)
+        if copy is not None:
+            self.pending_copies.append(copy)
         self._admit(child)
-        return copy
+        return True
 
     def _make_room(self, seq: Sequence, wanted: int, batch: ScheduledBatch) -> bool:
         """Preempts the newest running sequences until `seq` can grow; False if `seq` itself went."""

@@ -131,7 +131,8 @@ class GenerationJob:
         if out.prompt_logprobs is not None:
             self.prompt_logprobs = out.prompt_logprobs
         self.prompt_tokens = out.prompt_tokens or self.prompt_tokens
-        self.cached_tokens = max(self.cached_tokens, out.num_cached_tokens)
+        if out.index == 0:  # the prompt's: a child that re-prefilled counts its parent's blocks as cached
+            self.cached_tokens = max(self.cached_tokens, out.num_cached_tokens)
         choice.completion_tokens = max(out.completion_tokens, choice.completion_tokens)
         if out.finish_reason is not None and choice.finish_reason is None and not out.finished:
             self._end_choice(choice, out.finish_reason, out.stop_reason)

@@ -51,6 +51,8 @@ CASES = [
     (COMPL, {"prompt": ["a", [3, -1]]}, 400, "prompt[1]"),
     (COMPL, {"prompt": ["a"] * 33}, 400, "prompt"),
     (COMPL, {"prompt": [10**9]}, 400, "prompt"),
+    (COMPL, {"prompt": [4294967296], "echo": True}, 400, "prompt"),  # beyond what a tokenizer can decode
+    (COMPL, {"prompt": "x", "logit_bias": {"5": 10**400}}, 400, "logit_bias"),  # beyond a float
     (COMPL, {"prompt": "x", "n": 0}, 400, "n"),
     (COMPL, {"prompt": "x", "n": 17}, 400, "n"),
     (COMPL, {"prompt": "x", "n": 2, "best_of": 3}, 400, "best_of"),
@@ -106,6 +108,23 @@ async def test_bad_input_gets_status_and_error_json(async_client, engine_client,
     assert set(error) == {"message", "type", "param", "code"}
     assert error["message"] and "Traceback" not in error["message"]
     assert error["param"] == param
+
+
+async def test_a_batch_with_one_prompt_too_long_is_refused_whole_for_that_reason(async_client, engine_client):
+    limit = engine_client.engine.max_model_len
+    body = {"prompt": ["fine", "x " * (limit + 10)], "max_tokens": 2}
+    resp = await async_client.post(COMPL, body, content_type="application/json")
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "context_length_exceeded"
+    statuses = [row.status async for row in GenerationRequest.objects.all()]
+    assert statuses == ["rejected"]  # the refused prompt's row; the fine one never ran
+
+
+async def test_tokenize_without_the_generation_prompt(async_client, engine_client):
+    body = {"messages": [{"role": "user", "content": "Hi"}]}
+    resp = await async_client.post("/tokenize", body, content_type="application/json")
+    without = await async_client.post("/tokenize", {**body, "add_generation_prompt": False}, content_type="application/json")
+    assert resp.status_code == without.status_code == 200
+    assert without.json()["count"] < resp.json()["count"]
 
 
 async def test_context_length_error_names_both_numbers(async_client, engine_client):

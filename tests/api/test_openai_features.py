@@ -129,6 +129,7 @@ def test_echo_with_and_without_logprobs(client, model):
     assert lp.top_logprobs[0] is None and all(len(top) >= 1 for top in lp.top_logprobs[1:])
     assert "".join(lp.tokens) == scored.choices[0].text and lp.text_offset[0] == 0
     assert lp.text_offset == sorted(lp.text_offset)
+    assert getattr(scored.choices[0], "prompt_logprobs", None) is None  # only when asked for by name
     streamed = client.completions.create(model=model, prompt="Hello world", echo=True, max_tokens=3, temperature=0.0, stream=True)
     assert "".join(chunk.choices[0].text for chunk in streamed) == plain.choices[0].text
 

@@ -86,3 +86,18 @@ def test_greedy_children_agree_and_stop_reasons_are_reported(tiny_hf, smollm_tok
     engine.add_request("s", ids, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, stop_token_ids=[stop_token]))
     last = run_to_completion(engine)["s"][-1]
     assert last.finish_reason == "stop" and last.stop_reason == stop_token
+
+
+def test_an_abort_ends_the_unfinished_choices_as_aborted(tiny_hf, smollm_tokenizer):
+    """A choice that already finished keeps its reason; the request's last output says abort."""
+    engine = engine_for(tiny_hf, smollm_tokenizer, num_kv_blocks=256)
+    ids = engine.tokenize(PROMPT)
+    engine.add_request("a", ids, sampled(n=2, max_tokens=300, seed=5))
+    engine.step()
+    [parent, child] = engine.requests["a"]
+    child.params.max_tokens = 2  # this choice ends after two tokens; the other runs on
+    while not child.is_finished:
+        engine.step()
+    assert engine.abort("a")
+    [last] = engine.step()
+    assert last.finished and last.finish_reason == "abort" and last.index == parent.index

@@ -61,6 +61,7 @@ class EngineWorker:
         self.accepted = 0
         self.stopping = False
         self._owners: dict[str, str] = {}  # request id -> the web channel waiting for it
+        self._slots: dict[str, int] = {}  # request id -> the batch slots it takes (its n)
         self._client_aborts: set[str] = set()
         self._forwarders: set[asyncio.Task] = set()
         self._slot_freed = asyncio.Event()
@@ -112,7 +113,7 @@ class EngineWorker:
     async def _pull_forever(self) -> None:
         while True:
             engine = self.engine_thread.engine
-            if engine is not None and len(self._owners) >= engine.num_slots:
+            if engine is not None and sum(self._slots.values()) >= engine.num_slots:
                 self._slot_freed.clear()
                 try:
                     await asyncio.wait_for(self._slot_freed.wait(), BUSY_PULL_DELAY_S)
@@ -143,6 +144,7 @@ class EngineWorker:
             return
         self.accepted += 1
         self._owners[request_id] = reply
+        self._slots[request_id] = params.n
         await self._send(
             reply, {"type": wire.ACCEPTED, "request_id": request_id, "engine_id": self.engine_id, "engine_channel": self.channel}
         )
@@ -168,6 +170,7 @@ class EngineWorker:
                 self._outbox.add(reply, wire.output_to_wire(out))
         finally:
             self._owners.pop(request_id, None)
+            self._slots.pop(request_id, None)
             self._client_aborts.discard(request_id)
             self._slot_freed.set()
 
