@@ -7,6 +7,7 @@ background thread, tests and `manage.py runengine` drive it directly.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from .sampler import Sampler, SamplingContext, make_generator
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
+from .structured import Grammars
 
 log = logging.getLogger("minivllm.engine")
 
@@ -94,6 +96,10 @@ class LLMEngine:
         self.total_generated_tokens = 0
         self._recent_tokens: deque[tuple[float, int]] = deque()
         self.step_fault_hook = None  # tests: a callable raising here fails one step's requests
+        self._grammars: Grammars | None = None
+        self.grammar_mask_seconds = 0.0
+        self.grammar_mask_rows = 0
+        self._grammars_lock = threading.Lock()
         log.info(
             "engine ready: %s on %s (%s), %d KV blocks of %d tokens (%s), %d slots",
             self.model_name,
@@ -168,9 +174,20 @@ class LLMEngine:
         self.scheduler.add(seq)
         self.total_prompt_tokens += len(token_ids)
 
+    @property
+    def grammars(self) -> Grammars:
+        """The tokenizer as the grammar library sees it (~1 s to build): made on first use, by whichever
+        thread asks first (the web side compiles a request's grammar before queueing it)."""
+        with self._grammars_lock:
+            if self._grammars is None:
+                self._grammars = Grammars(self.tokenizer, self.bundle.model.vocab_size, self.bundle.eos_token_ids)
+            return self._grammars
+
     def _sequence(self, request_id: str, token_ids: list[int], params: SamplingParams, index: int) -> Sequence:
         seq = Sequence(request_id, token_ids, params)
         seq.index = index
+        if params.structured is not None:
+            seq.matcher = self.grammars.matcher(params.structured)
         seq.generator = make_generator(params.seed, self.bundle.device)
         seq.detokenizer = IncrementalDetokenizer(
             self.tokenizer, token_ids, stop=params.stop, include_stop_str=params.include_stop_str_in_output
@@ -265,6 +282,13 @@ class LLMEngine:
             seq.prompt_logprobs[first + 1 + i] = TokenLogprob(token_id=token_id, token=text(token_id), logprob=lp, top=top)
 
     def _sample(self, logits, seqs: list[Sequence]) -> list[RequestOutput]:
+        constrained = [seq for seq in seqs if seq.matcher is not None]
+        masks = {}
+        if constrained:
+            started = time.perf_counter()
+            masks = dict(zip(map(id, constrained), self.grammars.allowed([s.matcher for s in constrained])))
+            self.grammar_mask_seconds += time.perf_counter() - started
+            self.grammar_mask_rows += len(constrained)
         contexts = [
             SamplingContext(
                 params=seq.params,
@@ -272,6 +296,7 @@ class LLMEngine:
                 output_token_ids=seq.output_token_ids,
                 generator=seq.generator,
                 eos_token_ids=self.bundle.eos_token_ids,
+                allowed=masks.get(id(seq)),
             )
             for seq in seqs
         ]
@@ -287,6 +312,8 @@ class LLMEngine:
     def _append_token(self, seq: Sequence, token_id: int, logprob, now: float) -> RequestOutput:
         first = seq.first_token_time is None
         seq.token_ids.append(token_id)
+        if seq.matcher is not None:
+            seq.matcher.consume_token(token_id)
         if first:
             seq.first_token_time = now
         text = seq.detokenizer.add_tokens([token_id])
@@ -329,6 +356,8 @@ class LLMEngine:
         if token_id in params.stop_token_ids:
             seq.stop_reason = token_id
             return "stop"
+        if seq.matcher is not None and (seq.matcher.is_stopped() or seq.matcher.is_error()):
+            return "stop"  # the grammar is complete: nothing more may follow
         if seq.num_output_tokens >= params.max_tokens or len(seq) >= self.max_model_len:
             return "length"
         return None
@@ -419,4 +448,6 @@ class LLMEngine:
             total_prompt_tokens=self.total_prompt_tokens,
             uptime_seconds=time.monotonic() - self.started_at,
             steps=self.num_steps,
+            grammar_mask_seconds=self.grammar_mask_seconds,
+            grammar_mask_rows=self.grammar_mask_rows,
         )

@@ -147,6 +147,13 @@ class EngineThread:
         self._wake.set()
         return stream
 
+    def compile_grammar(self, spec: dict) -> None:
+        """Compiles (and caches) a request's grammar in the caller's thread, off the engine loop;
+        GrammarError (a SamplingParamsError naming the field) when it cannot constrain decoding."""
+        if not self.ready:
+            raise EngineNotReadyError(self.not_ready_reason())
+        self.engine.grammars.compile(spec)
+
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
         self._wake.set()

@@ -33,6 +33,7 @@ class SamplingContext:
     output_token_ids: list[int]  # generated so far (before this step)
     generator: torch.Generator | None  # from make_generator(params.seed, device); None = unseeded
     eos_token_ids: set[int]
+    allowed: torch.Tensor | None = None  # [V] bool from the request's grammar (engine/structured.py)
 
 
 @dataclass
@@ -63,7 +64,7 @@ def _min_tokens_active(ctx: SamplingContext) -> bool:
 
 
 def _edits_logits(ctx: SamplingContext) -> bool:
-    return _has_penalty(ctx.params) or _min_tokens_active(ctx) or bool(ctx.params.logit_bias)
+    return _has_penalty(ctx.params) or _min_tokens_active(ctx) or bool(ctx.params.logit_bias) or ctx.allowed is not None
 
 
 class Sampler:
@@ -88,6 +89,7 @@ class Sampler:
             apply_logit_bias(x, contexts)
             apply_penalties(x, contexts)
             apply_min_tokens(x, contexts)
+            apply_grammar(x, contexts)
 
         greedy = [i for i, c in enumerate(contexts) if _is_greedy(c.params)]
         drawn = [i for i, c in enumerate(contexts) if not _is_greedy(c.params)]
@@ -128,6 +130,14 @@ def apply_logit_bias(x: torch.Tensor, contexts: list[SamplingContext]) -> None:
     rows, cols = _scatter_index([(i, list(bias)) for i, bias in biased], x.device)
     values = torch.tensor([b for _, bias in biased for b in bias.values()], dtype=x.dtype, device=x.device)
     x.index_put_((rows, cols), values, accumulate=True)
+
+
+def apply_grammar(x: torch.Tensor, contexts: list[SamplingContext]) -> None:
+    """In place, last: tokens a row's grammar does not allow next get -inf, whatever else raised them."""
+    rows = [i for i, c in enumerate(contexts) if c.allowed is not None]
+    if rows:
+        allowed = torch.stack([contexts[i].allowed for i in rows]).to(x.device)
+        x[rows] = x[rows].masked_fill(~allowed, float("-inf"))
 
 
 def apply_penalties(x: torch.Tensor, contexts: list[SamplingContext]) -> None:

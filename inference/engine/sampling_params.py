@@ -38,6 +38,8 @@ class SamplingParams:
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
     include_stop_str_in_output: bool = False  # a matched stop string ends the text instead of being cut
     prompt_logprobs: int | None = None  # the prompt's tokens' logprobs (and this many alternatives each)
+    # constrained decoding: {"kind": json_schema | json_object | regex | choice | grammar, "value", "param"}
+    structured: dict | None = None
 
     MAX_LOGPROBS = 20
     MAX_N = 16
@@ -80,6 +82,13 @@ class SamplingParams:
         if self.prompt_logprobs is not None:
             _check_int("prompt_logprobs", self.prompt_logprobs, low=0, high=self.MAX_LOGPROBS)
         _check_int("n", self.n, low=1, high=self.MAX_N)
+        if self.structured is not None and (
+            not isinstance(self.structured, dict)
+            or self.structured.get("kind") not in ("json_schema", "json_object", "regex", "choice", "grammar")
+        ):
+            raise SamplingParamsError(
+                "structured", "structured must name a kind: json_schema, json_object, regex, choice, grammar"
+            )
         if not isinstance(self.include_stop_str_in_output, bool):
             raise SamplingParamsError("include_stop_str_in_output", "include_stop_str_in_output must be a boolean")
         if not isinstance(self.logit_bias, dict):

@@ -37,9 +37,10 @@ class Sequence:
         self.scheduled_time: float | None = None
         self.first_token_time: float | None = None
         self.finished_time: float | None = None
-        # set by the engine: per-request sampler RNG and incremental detokenizer
+        # set by the engine: per-request sampler RNG, incremental detokenizer, grammar matcher
         self.generator = None
         self.detokenizer = None
+        self.matcher = None  # llguidance's, when params.structured asks for constrained decoding
 
     def __len__(self) -> int:
         return len(self.token_ids)
