@@ -114,6 +114,12 @@ INTER_TOKEN_LATENCY = _histogram("inter_token_latency_seconds", "Gap between suc
 E2E_REQUEST_LATENCY = _histogram("e2e_request_latency_seconds", "Arrival to finish.", REQUEST_LATENCY_BUCKETS)
 REQUEST_QUEUE_TIME = _histogram("request_queue_time_seconds", "Arrival to first batch slot.", REQUEST_LATENCY_BUCKETS)
 REQUEST_PROMPT_TOKENS = _histogram("request_prompt_tokens", "Prompt length of finished requests.", TOKEN_BUCKETS)
+STRUCTURED_REQUESTS = Counter(
+    PREFIX + "structured_requests", "Requests with constrained decoding, by kind.", ["model_name", "kind"], registry=REGISTRY
+)
+GRAMMAR_COMPILE_TIME = _histogram(
+    "grammar_compile_seconds", "Compiling a request's grammar before it is queued (cached: near 0).", TTFT_BUCKETS
+)
 REQUEST_GENERATION_TOKENS = _histogram("request_generation_tokens", "Generated tokens of finished requests.", TOKEN_BUCKETS)
 
 
@@ -131,6 +137,8 @@ class EngineCollector(Collector):
         ("num_preemptions", "num_preemptions", "Requests preempted to free KV-cache blocks."),
         ("prefix_cache_queries", "prefix_cache_queries", "Prefix-cache lookups (blocks)."),
         ("prefix_cache_hits", "prefix_cache_hits", "Prefix-cache hits (blocks)."),
+        ("grammar_mask_seconds", "grammar_mask_seconds", "Time computing constrained rows' token masks."),
+        ("grammar_mask_rows", "grammar_mask_rows", "Constrained rows a token mask was computed for (one per row per step)."),
     )
 
     def collect(self):

@@ -36,10 +36,15 @@ ENGINE_SAMPLING_FIELDS = {
 # OpenAI fields we accept and ignore: they change nothing about the output.
 IGNORED_OPENAI_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
 
-GENERATE_FIELDS = {"prompt", "max_new_tokens", "max_tokens", "logprobs"} | ENGINE_SAMPLING_FIELDS
+# vLLM's extras for constrained decoding, on both OpenAI endpoints (chat also takes response_format)
+GUIDED_FIELDS = {"guided_json": "json_schema", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar"}
+# llama-server's names on /generate
+GENERATE_GUIDED_FIELDS = {"json_schema": "json_schema", "grammar": "grammar"}
+GENERATE_FIELDS = {"prompt", "max_new_tokens", "max_tokens", "logprobs"} | ENGINE_SAMPLING_FIELDS | set(GENERATE_GUIDED_FIELDS)
 COMPLETION_FIELDS = (
     {"model", "prompt", "max_tokens", "n", "best_of", "stream", "stream_options", "logprobs", "echo", "suffix", "logit_bias"}
     | {"prompt_logprobs"}
+    | set(GUIDED_FIELDS)
     | ENGINE_SAMPLING_FIELDS
     | IGNORED_OPENAI_FIELDS
 )
@@ -56,6 +61,7 @@ CHAT_FIELDS = (
         "top_logprobs",
         "logit_bias",
         "prompt_logprobs",
+        *GUIDED_FIELDS,
         "response_format",
         "tools",
         "tool_choice",
@@ -237,9 +243,48 @@ def _reject_unsupported(body: dict) -> None:
         raise bad_request("tool calling is not supported", param="tool_choice")
     if body.get("function_call") not in (None, "none"):
         raise bad_request("function calling is not supported", param="function_call")
+
+
+def _structured(body: dict, fields: dict[str, str]) -> dict | None:
+    """The one constraint a request asks for (engine/structured.py), from response_format (chat)
+    or a guided_* / json_schema / grammar field; its grammar is compiled before it is queued."""
+    specs = []
     response_format = _expect(body, "response_format", dict, "an object")
-    if response_format is not None and response_format.get("type", "text") != "text":
-        raise bad_request("only response_format type 'text' is supported", param="response_format")
+    if response_format is not None:
+        kind = response_format.get("type", "text")
+        if kind == "json_object":
+            specs.append({"kind": "json_object", "value": None, "param": "response_format"})
+        elif kind == "json_schema":
+            inner = response_format.get("json_schema")
+            schema = inner.get("schema") if isinstance(inner, dict) else None
+            if not isinstance(schema, dict):
+                raise bad_request("response_format.json_schema.schema must be a JSON schema object", param="response_format")
+            specs.append({"kind": "json_schema", "value": schema, "param": "response_format"})
+        elif kind != "text":
+            raise bad_request(
+                f"response_format type must be text, json_object or json_schema, got {kind!r}", param="response_format"
+            )
+    for name, kind in fields.items():
+        if name not in body:
+            continue
+        value = body[name]
+        if kind == "json_schema":
+            if isinstance(value, str):
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    raise bad_request(f"{name} must be a JSON schema (an object, or a string holding one)", param=name) from None
+            if not isinstance(value, dict):
+                raise bad_request(f"{name} must be a JSON schema object", param=name)
+        elif kind == "choice":
+            if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
+                raise bad_request(f"{name} must be a non-empty list of non-empty strings", param=name)
+        elif not isinstance(value, str) or not value:
+            raise bad_request(f"{name} must be a non-empty string", param=name)
+        specs.append({"kind": kind, "value": value, "param": name})
+    if len(specs) > 1:
+        raise bad_request(f"only one constraint per request, got {', '.join(s['param'] for s in specs)}", param=specs[1]["param"])
+    return specs[0] if specs else None
 
 
 def _model(body: dict) -> str | None:
@@ -320,7 +365,13 @@ def parse_generate(body: dict, *, default_max_tokens: int) -> GenerationInput:
     max_tokens, max_name, defaulted = _max_tokens(body, ("max_new_tokens", "max_tokens"), default_max_tokens)
     max_tokens = _check_limits(body, max_tokens, max_name, defaulted=defaulted)
     logprobs = body.get("logprobs")
-    params = _sampling_params(body, max_tokens=max_tokens, max_tokens_param=max_name, logprobs=logprobs)
+    params = _sampling_params(
+        body,
+        max_tokens=max_tokens,
+        max_tokens_param=max_name,
+        logprobs=logprobs,
+        structured=_structured(body, GENERATE_GUIDED_FIELDS),
+    )
     return GenerationInput(
         endpoint="generate", params=params, prompt=prompt, stream=True, max_tokens_param=max_name, given=frozenset(body)
     )
@@ -378,6 +429,7 @@ def parse_completion(body: dict) -> GenerationInput:
         n=_n(body),
         logit_bias=_logit_bias(body),
         prompt_logprobs=prompt_logprobs,
+        structured=_structured(body, GUIDED_FIELDS),
     )
     return GenerationInput(
         endpoint="completions",
@@ -461,6 +513,7 @@ def parse_chat(body: dict) -> GenerationInput:
             n=_n(body),
             logit_bias=_logit_bias(body),
             prompt_logprobs=body.get("prompt_logprobs"),
+            structured=_structured(body, GUIDED_FIELDS),
         )
     except ApiError as exc:
         if exc.param == "logprobs" and top_logprobs is not None:

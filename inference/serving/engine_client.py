@@ -46,6 +46,10 @@ class EngineClient(Protocol):
         EngineNotReadyError or QueueFullError when it cannot be. Its outputs arrive on the returned
         async stream, the last one finished."""
 
+    def compile_grammar(self, spec: dict) -> None:
+        """Compiles a request's grammar (SamplingParams.structured) off the engine loop, before it is
+        queued; GrammarError naming the field when it cannot constrain decoding."""
+
     def abort(self, request_id: str) -> None: ...
 
     def num_waiting(self) -> int: ...

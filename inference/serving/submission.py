@@ -8,11 +8,14 @@ for a request the engine accepts and for a valid one it refuses (no room, a full
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 
 from django.conf import settings
 
 from .. import services
+from ..api.metrics import GRAMMAR_COMPILE_TIME, STRUCTURED_REQUESTS
 from ..api.validation import GenerationInput
 from ..engine.engine_state import ModelInfo
 from ..engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError
@@ -90,6 +93,11 @@ async def submit(engine_client, record: RequestRecord, inp: GenerationInput, pro
     info = engine_client.model_info
     if info is None:
         raise EngineNotReadyError(engine_client.not_ready_reason())
+    if inp.params.structured is not None:  # compiled (and cached) in a worker thread: ~1 s the first time
+        started = time.perf_counter()
+        await asyncio.to_thread(engine_client.compile_grammar, inp.params.structured)
+        GRAMMAR_COMPILE_TIME.labels(record.model).observe(time.perf_counter() - started)
+        STRUCTURED_REQUESTS.labels(record.model, inp.params.structured["kind"]).inc()
     try:
         token_ids, params = plan(info, prompt, inp)
         stream = engine_client.submit(record.request_id, token_ids, params)

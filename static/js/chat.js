@@ -36,11 +36,13 @@ export class ChatWindow {
   }
 
   params() {
-    return {
+    const params = {
       temperature: Number(byId("chat-temperature").value),
       top_p: Number(byId("chat-top-p").value),
       max_tokens: Number(byId("chat-max-tokens").value),
     };
+    if (byId("chat-json")?.checked) params.response_format = { type: "json_object" };  // constrained decoding
+    return params;
   }
 
   /** JSON, plus the API key the user typed when the server requires one (kept for this tab only). */

@@ -7,6 +7,7 @@ MINIVLLM_SCREENSHOT=1 writes the screenshot under load to docs/dashboard.png (el
 
 from __future__ import annotations
 
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -143,6 +144,21 @@ def test_the_n_choices_of_one_request_fill_n_slots(page, server):
         assert sorted(choices) == ["0", "1", "2"]
     page.wait_for_function("document.getElementById('slots').dataset.busy === '0'")  # the disconnect freed all three
     assert page.errors == [] and page.exceptions == []
+
+
+def test_json_mode_replies_with_a_json_object(page, server):
+    page.check("#chat-json")
+    try:
+        reply = send_chat(page, "Describe a cat.", max_tokens=200)
+        page.wait_for_selector(".msg.assistant:last-child[data-state=done]", timeout=WAIT_MS)
+        request_id = reply.get_attribute("data-request-id")
+        assert wait_until(lambda: server.row(request_id).get("status") == "completed", timeout=30)
+        row = server.row(request_id)
+        assert json.loads(row["sampling_params"])["structured"]["kind"] == "json_object"  # the history says what was asked
+        if row["finish_reason"] == "stop":
+            assert isinstance(json.loads(row["output_text"]), dict)
+    finally:
+        page.uncheck("#chat-json")
 
 
 def test_stop_aborts_the_request(page, server):

@@ -56,6 +56,12 @@ FIELDS = [
     "tokens",
     "with_pieces",
     "add_special_tokens",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "json_schema",
+    "grammar",
 ]
 numbers = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),

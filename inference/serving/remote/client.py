@@ -24,6 +24,7 @@ from ...engine.engine_thread import RequestStream
 from ...engine.errors import EngineNotReadyError, QueueFullError
 from ...engine.outputs import RequestOutput
 from ...engine.sampling_params import SamplingParams
+from ...engine.structured import Grammars
 from . import protocol as wire
 from .fleet import EngineFleet
 
@@ -67,6 +68,7 @@ class RemoteEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
+        self._grammars: Grammars | None = None  # made on the first constrained request
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -191,6 +193,18 @@ class RemoteEngine:
         }
         self._call(self._send, wire.REQUEST_CHANNEL, message)
         return stream
+
+    def compile_grammar(self, spec: dict) -> None:
+        """Checks a request's grammar here, against this process's tokenizer, before it is sent
+        (the worker compiles it again into its own cache)."""
+        info = self.model_info
+        if info is None:
+            raise EngineNotReadyError(self.not_ready_reason())
+        with self._lock:
+            if self._grammars is None:
+                eos = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
+                self._grammars = Grammars(self.tokenizer, info.vocab_size or len(self.tokenizer), eos)
+        self._grammars.compile(spec)
 
     def abort(self, request_id: str) -> None:
         self._call(self._abort, request_id)

@@ -129,6 +129,8 @@ class EngineWorker:
             return  # a redelivered message: we already run it
         try:
             params = wire.params_from_wire(message["params"])
+            if params.structured is not None:  # compiled into this engine's cache off its loop
+                await asyncio.to_thread(self.engine_thread.compile_grammar, params.structured)
             stream = self.engine_thread.submit(request_id, message["prompt"], params)
         except Exception as exc:
             await self._send(

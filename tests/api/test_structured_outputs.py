@@ -1,0 +1,157 @@
+"""Structured outputs through the API, on the real model: response_format and vLLM's guided_*
+fields, as the official `openai` client sends them, always give output that parses and validates."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from tests.sse import assert_error_shape, events_of
+
+pytestmark = [pytest.mark.live, pytest.mark.real_model]
+ASK = [{"role": "user", "content": "Describe a city as JSON."}]
+
+
+@pytest.fixture(scope="module")
+def server(daphne_server):
+    return daphne_server()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model(client) -> str:
+    return client.models.list().data[0].id
+
+
+class City(BaseModel):
+    name: str
+    country: str
+    population: int
+
+
+def test_parse_with_a_pydantic_model_returns_the_object(client, model):
+    reply = client.chat.completions.parse(model=model, messages=ASK, response_format=City, max_tokens=120, temperature=0.0)
+    city = reply.choices[0].message.parsed
+    assert isinstance(city, City) and reply.choices[0].finish_reason == "stop"
+
+
+def test_json_object_mode_always_parses(client, model):
+    for seed in range(3):
+        reply = client.chat.completions.create(
+            model=model, messages=ASK, response_format={"type": "json_object"}, max_tokens=150, temperature=1.0, seed=seed
+        )
+        if reply.choices[0].finish_reason == "stop":
+            assert isinstance(json.loads(reply.choices[0].message.content), dict)
+
+
+def test_guided_fields_on_completions_and_generate(client, model, server):
+    choice = client.completions.create(
+        model=model, prompt="Is the sea wet? Answer:", max_tokens=5, extra_body={"guided_choice": ["yes", "no"]}
+    )
+    assert choice.choices[0].text in ("yes", "no")
+    date = client.completions.create(
+        model=model, prompt="A date:", max_tokens=20, extra_body={"guided_regex": "20[0-9]{2}-[01][0-9]-[0-3][0-9]"}
+    )
+    assert re.fullmatch("20[0-9]{2}-[01][0-9]-[0-3][0-9]", date.choices[0].text)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+    with httpx.stream("POST", f"{server.url}/generate", json={"prompt": "Status:", "json_schema": schema}, timeout=60) as resp:
+        events = events_of(resp.iter_lines())
+    text = "".join(e.get("text", "") for e in events if e["type"] == "token")
+    jsonschema.validate(json.loads(text), schema)
+    streamed = client.chat.completions.create(
+        model=model,
+        messages=ASK,
+        max_tokens=120,
+        stream=True,
+        response_format={"type": "json_schema", "json_schema": {"name": "ok", "schema": schema}},
+    )
+    jsonschema.validate(json.loads("".join(c.choices[0].delta.content or "" for c in streamed if c.choices)), schema)
+
+
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        (
+            "/v1/chat/completions",
+            {
+                "messages": ASK,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "object", "properties": 5}},
+                },
+            },
+            "response_format",
+        ),
+        ("/v1/chat/completions", {"messages": ASK, "response_format": {"type": "yaml"}}, "response_format"),
+        ("/v1/completions", {"prompt": "x", "guided_regex": "("}, "guided_regex"),
+        ("/v1/completions", {"prompt": "x", "guided_choice": []}, "guided_choice"),
+        ("/v1/completions", {"prompt": "x", "guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
+        ("/generate", {"prompt": "x", "grammar": "root ::= ("}, "grammar"),
+    ],
+)
+def test_an_invalid_constraint_is_a_400_naming_it_and_the_server_keeps_serving(server, path, body, param):
+    resp = httpx.post(f"{server.url}{path}", json=body, timeout=30)
+    assert resp.status_code == 400, resp.text
+    assert assert_error_shape(resp)["param"] == param
+    assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+
+
+# Random schemas: objects with nested properties, enums, bounded arrays, required fields, patterns.
+leaf = st.one_of(
+    st.just({"type": "boolean"}),
+    st.builds(lambda lo: {"type": "integer", "minimum": lo, "maximum": lo + 50}, st.integers(-20, 20)),
+    st.builds(
+        lambda items: {"enum": items},
+        st.lists(st.sampled_from(["red", "green", "blue", "x", "y"]), min_size=1, max_size=3, unique=True),
+    ),
+    st.just({"type": "string", "pattern": "^[a-z]{1,6}$"}),
+    st.builds(lambda n: {"type": "string", "maxLength": n}, st.integers(1, 12)),
+)
+node = st.recursive(
+    leaf,
+    lambda inner: st.one_of(
+        st.builds(lambda items, hi: {"type": "array", "items": items, "minItems": 0, "maxItems": hi}, inner, st.integers(1, 3)),
+        st.builds(
+            lambda props: {
+                "type": "object",
+                "properties": props,
+                "required": sorted(props)[: max(1, len(props) // 2)],
+                "additionalProperties": False,
+            },
+            st.dictionaries(st.sampled_from(["a", "b", "c", "name", "value"]), inner, min_size=1, max_size=3),
+        ),
+    ),
+    max_leaves=6,
+)
+schemas = st.builds(
+    lambda props: {"type": "object", "properties": props, "required": sorted(props), "additionalProperties": False},
+    st.dictionaries(st.sampled_from(["id", "kind", "items", "meta"]), node, min_size=1, max_size=3),
+)
+
+
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(schema=schemas, temperature=st.sampled_from([0.0, 0.9]))
+def test_every_completion_under_a_random_schema_validates(client, model, schema, temperature):
+    reply = client.chat.completions.create(
+        model=model,
+        messages=ASK,
+        max_tokens=400,  # more than any of these bounded schemas needs
+        temperature=temperature,
+        seed=1,
+        response_format={"type": "json_schema", "json_schema": {"name": "random", "schema": schema, "strict": True}},
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop", (schema, choice.message.content)  # the grammar completed
+    jsonschema.validate(json.loads(choice.message.content), schema)
