@@ -9,17 +9,34 @@ from __future__ import annotations
 import logging
 
 from .errors import bad_request
+from .tool_calls import render_tools_prompt
 
 log = logging.getLogger("inference.chat")
 
 
-def render(tokenizer, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+def render(tokenizer, messages: list[dict], *, add_generation_prompt: bool = True, tools: list[dict] | None = None) -> str:
+    """The prompt text; `tools` go through the template's own tools section where it has one, else
+    into a system message (api/tool_calls.py's generic prompt)."""
+    template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
+    extra = {}
+    if tools and template and "tools" in template:
+        extra["tools"] = tools
+    elif tools:
+        messages = with_tools_prompt(messages, tools)
+    if not template:
         return _plain(messages, add_generation_prompt)
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt, **extra)
     except Exception as exc:  # templates raise for e.g. role orders they do not allow
         raise bad_request(f"messages do not fit the model's chat template: {exc}", param="messages") from None
+
+
+def with_tools_prompt(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """The tools' description at the end of the system message (one is added if there is none)."""
+    prompt = render_tools_prompt(tools)
+    if messages and messages[0]["role"] == "system":
+        return [{"role": "system", "content": messages[0]["content"] + "\n\n" + prompt}, *messages[1:]]
+    return [{"role": "system", "content": prompt}, *messages]
 
 
 def _plain(messages: list[dict], add_generation_prompt: bool = True) -> str:

@@ -15,6 +15,7 @@ from ..engine.outputs import TokenLogprob
 from ..serving.jobs import Choice, GenerationJob
 from . import openai_format as oai
 from . import sse
+from .tool_calls import OPEN, ToolRequest, held_back
 
 
 def _generate_logprobs(items: list[TokenLogprob]) -> list[dict]:
@@ -66,6 +67,7 @@ class OpenAIResponse:
     echo: bool = False
     prompt_texts: list[str] = dataclasses.field(default_factory=list)
     show_prompt_logprobs: bool = False  # asked for by name (echo with logprobs computes them too)
+    tools: ToolRequest | None = None  # chat with tools: each choice's calls are read out of its text
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
 
     @property
@@ -125,16 +127,18 @@ class OpenAIResponse:
 
     def chat_body(self) -> dict:
         job = self.jobs[0]
-        choices = [
-            oai.chat_choice(
+        choices = []
+        for choice in job.choices:
+            body = oai.chat_choice(
                 index=choice.index,
-                text=choice.text,
+                text=choice.content if choice.tool_calls else choice.text,
                 logprobs=oai.chat_logprobs(choice.logprobs) if self.wants_logprobs else None,
                 finish_reason=choice.finish_reason,
                 stop_reason=choice.stop_reason,
             )
-            for choice in job.choices
-        ]
+            if choice.tool_calls:
+                body["message"]["tool_calls"] = [call.body() for call in choice.tool_calls]
+            choices.append(body)
         prompt = oai.prompt_logprobs(job.prompt_logprobs) if self.show_prompt_logprobs else None
         return oai.chat_completion(**self._ids(), choices=choices, usage=self.usage(), prompt_logprobs=prompt)
 
@@ -195,13 +199,25 @@ class OpenAIResponse:
         try:
             for choice in job.choices:
                 yield sse.event(oai.chat_chunk(**self._ids(), index=choice.index, delta={"role": "assistant", "content": ""}))
+            held: dict[int, str] = {}  # with tools: text that may begin a call, kept until known
+            calling: set[int] = set()  # choices whose text has reached a call: the rest is the call's
             async for _, _, out, finished in _merged(self.jobs):
-                if out.text or out.logprobs:
+                text = out.text
+                if self.tools is not None and text:
+                    text = _content_before_calls(out.index, text, held, calling)
+                if text or out.logprobs:
                     logprobs = oai.chat_logprobs(out.logprobs) if self.wants_logprobs else None
-                    yield sse.event(
-                        oai.chat_chunk(**self._ids(), index=out.index, delta={"content": out.text}, logprobs=logprobs)
-                    )
+                    yield sse.event(oai.chat_chunk(**self._ids(), index=out.index, delta={"content": text}, logprobs=logprobs))
                 for choice in finished:
+                    if self.tools is not None and choice.tool_calls:
+                        for number, call in enumerate(choice.tool_calls):  # `index` on every chunk: the client's helper needs it
+                            yield sse.event(
+                                oai.chat_chunk(**self._ids(), index=choice.index, delta={"tool_calls": [call.body(number)]})
+                            )
+                    elif held.get(choice.index):
+                        yield sse.event(
+                            oai.chat_chunk(**self._ids(), index=choice.index, delta={"content": held.pop(choice.index)})
+                        )
                     if choice.finish_reason != "error":
                         yield sse.event(
                             oai.chat_chunk(
@@ -217,6 +233,23 @@ class OpenAIResponse:
                 yield chunk
         finally:
             await _close(self.jobs)
+
+
+def _content_before_calls(index: int, text: str, held: dict, calling: set) -> str:
+    """The part of a streamed delta that is surely content: nothing once a call has begun, and
+    never a tail that might begin "<tool_call>"."""
+    if index in calling:
+        return ""
+    text = held.pop(index, "") + text
+    at = text.find(OPEN)
+    if at != -1:
+        calling.add(index)
+        return text[:at]
+    keep = held_back(text)
+    if keep:
+        held[index] = text[-keep:]
+        return text[:-keep]
+    return text
 
 
 async def _merged(jobs: list[GenerationJob]):

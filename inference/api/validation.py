@@ -8,6 +8,7 @@ report bad input the same way. Sampling values are checked by `SamplingParams` i
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from django.core.exceptions import RequestDataTooBig
 
 from ..engine.sampling_params import SamplingParams, SamplingParamsError
 from .errors import ApiError, bad_request
+from .tool_calls import ToolRequest, tool_call_text
 
 # Sampling fields passed straight to SamplingParams (vLLM-style extras included).
 ENGINE_SAMPLING_FIELDS = {
@@ -96,6 +98,7 @@ class GenerationInput:
     extra: dict = field(default_factory=dict)
     # The sampling fields the client set: the checkpoint's defaults fill the others (serving/submission.py).
     given: frozenset[str] = frozenset()
+    tools: ToolRequest | None = None  # chat's tools and tool_choice (api/tool_calls.py)
 
     def params_json(self) -> dict:
         return asdict(self.params)
@@ -236,13 +239,8 @@ def _reject_unsupported(body: dict) -> None:
     """OpenAI features this server does not implement: refuse rather than silently ignore."""
     if _expect(body, "suffix", str, "a string"):
         raise bad_request("suffix is not supported", param="suffix")
-    if _expect(body, "tools", list, "a list") or body.get("functions"):
-        raise bad_request("tool calling is not supported", param="tools" if "tools" in body else "functions")
-    tool_choice = body.get("tool_choice")
-    if tool_choice is not None and tool_choice != "none":
-        raise bad_request("tool calling is not supported", param="tool_choice")
-    if body.get("function_call") not in (None, "none"):
-        raise bad_request("function calling is not supported", param="function_call")
+    if body.get("functions") or body.get("function_call") not in (None, "none"):
+        raise bad_request("the legacy functions / function_call fields are not supported: use tools", param="functions")
 
 
 def _structured(body: dict, fields: dict[str, str]) -> dict | None:
@@ -285,6 +283,36 @@ def _structured(body: dict, fields: dict[str, str]) -> dict | None:
     if len(specs) > 1:
         raise bad_request(f"only one constraint per request, got {', '.join(s['param'] for s in specs)}", param=specs[1]["param"])
     return specs[0] if specs else None
+
+
+def _tools(body: dict) -> ToolRequest | None:
+    """tools, tool_choice and parallel_tool_calls, as OpenAI defines them."""
+    tools = _expect(body, "tools", list, "a list of tools")
+    choice = body.get("tool_choice", "auto" if tools else "none")
+    parallel = _expect(body, "parallel_tool_calls", bool, "a boolean")
+    if not tools:
+        if choice not in ("none", "auto"):
+            raise bad_request("tool_choice needs tools", param="tool_choice")
+        return None
+    names = []
+    for index, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) and tool.get("type", "function") == "function" else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            raise bad_request("each tool must be {type: function, function: {name, parameters}}", param=f"tools[{index}]")
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise bad_request("a function's parameters must be a JSON schema object", param=f"tools[{index}].function.parameters")
+        names.append(name)
+    if isinstance(choice, dict):
+        named = choice.get("function", {}).get("name") if isinstance(choice.get("function"), dict) else None
+        if choice.get("type") != "function" or named not in names:
+            raise bad_request("tool_choice must name one of the tools", param="tool_choice")
+    elif choice not in ("none", "auto", "required"):
+        raise bad_request("tool_choice must be none, auto, required or {type: function, function: {name}}", param="tool_choice")
+    return ToolRequest(
+        [{"type": "function", "function": t["function"]} for t in tools], choice, True if parallel is None else parallel
+    )
 
 
 def _model(body: dict) -> str | None:
@@ -461,6 +489,24 @@ def _message_content(content: Any, index: int) -> str:
     raise bad_request(f"{param} must be a string or a list of text parts", param=param)
 
 
+def _tool_calls_text(calls: Any, index: int) -> str:
+    param = f"messages[{index}].tool_calls"
+    if not isinstance(calls, list):
+        raise bad_request(f"{param} must be a list", param=param)
+    lines = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise bad_request(f"{param}: each call needs function.name and function.arguments", param=param)
+        arguments = function.get("arguments") or "{}"
+        try:
+            parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            raise bad_request(f"{param}: function.arguments must be a JSON object string", param=param) from None
+        lines.append(tool_call_text(function["name"], parsed))
+    return "\n".join(lines)
+
+
 def parse_messages(value: Any) -> list[dict]:
     """Chat messages, normalised to [{"role", "content": str}] for the chat template."""
     if not isinstance(value, list) or not value:
@@ -475,11 +521,11 @@ def parse_messages(value: Any) -> list[dict]:
                 f"messages[{index}].role must be one of {', '.join(sorted(CHAT_ROLES))}, got {role!r}",
                 param=f"messages[{index}].role",
             )
-        if message.get("tool_calls"):
-            raise bad_request("tool calls are not supported", param=f"messages[{index}].tool_calls")
         if "content" not in message and role != "assistant":
             raise bad_request(f"messages[{index}].content is required", param=f"messages[{index}].content")
         content = _message_content(message.get("content"), index)
+        if message.get("tool_calls"):  # an earlier turn's calls, written back as the model wrote them
+            content = (content + "\n" if content else "") + _tool_calls_text(message["tool_calls"], index)
         messages.append({"role": "system" if role == "developer" else role, "content": content})
     return messages
 
@@ -492,6 +538,13 @@ def parse_chat(body: dict) -> GenerationInput:
     if "messages" not in body:
         raise bad_request("messages is required", param="messages")
     messages = parse_messages(body["messages"])
+    tools = _tools(body)
+    structured = _structured(body, GUIDED_FIELDS)
+    grammar = tools.grammar() if tools is not None else None
+    if grammar is not None:  # required / named: the call's shape is forced
+        if structured is not None:
+            raise bad_request("tool_choice required or named cannot be combined with another constraint", param="tool_choice")
+        structured = {"kind": "lark", "value": grammar, "param": "tool_choice"}
     stream, include_usage = _stream_flags(body, default_stream=False)
     # When defaulted, a placeholder above any context: submission.plan computes the rest of the window.
     max_tokens, max_name, defaulted = _max_tokens(body, ("max_completion_tokens", "max_tokens"), FILL_CONTEXT)
@@ -513,7 +566,7 @@ def parse_chat(body: dict) -> GenerationInput:
             n=_n(body),
             logit_bias=_logit_bias(body),
             prompt_logprobs=body.get("prompt_logprobs"),
-            structured=_structured(body, GUIDED_FIELDS),
+            structured=structured,
         )
     except ApiError as exc:
         if exc.param == "logprobs" and top_logprobs is not None:
@@ -530,4 +583,5 @@ def parse_chat(body: dict) -> GenerationInput:
         fill_context=defaulted,
         max_tokens_param=max_name,
         given=frozenset(body),
+        tools=tools,
     )

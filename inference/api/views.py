@@ -88,6 +88,8 @@ async def _start_job(request, engine_client, inp: GenerationInput, *, request_id
         prompt=prompt_text,
         messages=inp.messages,
         caller=getattr(request, "api_caller", None),
+        extras={"tools": inp.tools.tools, "tool_choice": inp.tools.choice} if inp.tools is not None else {},
+        tools=inp.tools if inp.tools is not None and inp.tools.active else None,
     )
     prompt_param = "messages" if inp.messages is not None else "prompt"
     try:
@@ -162,7 +164,8 @@ async def chat_completions(request):
     inp = parse_chat(parse_json_body(request))
 
     def prompts(engine_client):
-        text = render_chat(runtime.tokenizer(engine_client), inp.messages)
+        tools = inp.tools.tools if inp.tools is not None and inp.tools.active else None
+        text = render_chat(runtime.tokenizer(engine_client), inp.messages, tools=tools)
         return [(text, text)]
 
     return await _openai_request(request, inp, "chatcmpl", prompts)
@@ -199,6 +202,7 @@ async def _openai_request(request, inp: GenerationInput, prefix: str, make_promp
             echo=inp.echo,
             prompt_texts=[text or tokenizer.decode(job.prompt_token_ids) for (_, text), job in zip(prompts, jobs)],
             show_prompt_logprobs="prompt_logprobs" in inp.given,
+            tools=inp.tools if inp.tools is not None and inp.tools.active else None,
         )
         if inp.stream:
             chunks = response.chat_chunks if prefix == "chatcmpl" else response.completion_chunks

@@ -84,7 +84,7 @@ class SamplingParams:
         _check_int("n", self.n, low=1, high=self.MAX_N)
         if self.structured is not None and (
             not isinstance(self.structured, dict)
-            or self.structured.get("kind") not in ("json_schema", "json_object", "regex", "choice", "grammar")
+            or self.structured.get("kind") not in ("json_schema", "json_object", "regex", "choice", "grammar", "lark")
         ):
             raise SamplingParamsError(
                 "structured", "structured must name a kind: json_schema, json_object, regex, choice, grammar"

@@ -2,7 +2,8 @@
 
 A request asks through `SamplingParams.structured`, {"kind", "value", "param"}: kind is
 json_schema (value: the schema), json_object (any JSON object), regex, choice (a list of
-strings) or grammar (Lark, or llama.cpp's GBNF/EBNF); param is the field the client used, for
+strings), grammar (Lark, or llama.cpp's GBNF/EBNF) or lark (llguidance's Lark, as tool calling
+builds it); param is the field the client used, for
 error messages. llguidance (docs/performance.md says why it, not xgrammar) turns the grammar
 into a matcher per sequence: before each sample the matcher's token mask bans the rest of the
 row's vocabulary, and each sampled token advances it; when the grammar is complete the matcher
@@ -25,7 +26,7 @@ import torch
 
 from .sampling_params import SamplingParamsError
 
-KINDS = ("json_schema", "json_object", "regex", "choice", "grammar")
+KINDS = ("json_schema", "json_object", "regex", "choice", "grammar", "lark")
 # Compact JSON: no optional whitespace between tokens, so a model cannot pad output forever.
 JSON_OPTIONS = {"whitespace_flexible": False}
 
@@ -50,6 +51,8 @@ def grammar_source(kind: str, value) -> str:
         return llguidance.grammar_from("choice", list(value))
     if kind == "grammar":
         return llguidance.grammar_from("grammar", value)
+    if kind == "lark":  # llguidance's Lark, %json included (tool calls: api/tool_calls.py)
+        return LLMatcher.grammar_from_lark(value)
     raise ValueError(f"unknown structured output kind {kind!r}")
 
 

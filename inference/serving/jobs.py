@@ -18,6 +18,7 @@ import weakref
 
 from .. import services
 from ..api.metrics import RequestMetrics
+from ..api.tool_calls import parse_tool_calls
 from ..engine.outputs import RequestOutput, TokenLogprob
 from ..engine.sampling_params import SamplingParams
 from ..models import GenerationRequest
@@ -45,19 +46,24 @@ class Choice:
     completion_tokens: int = 0
     finish_reason: str | None = None
     stop_reason: str | int | None = None
+    tool_calls: list = dataclasses.field(default_factory=list)  # api/tool_calls.ToolCall, read at the end
+    content: str | None = None  # the text outside the tool calls, when there are calls
 
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
 
     def record(self) -> dict:
-        return {
+        record = {
             "index": self.index,
             "text": self.text,
             "finish_reason": self.finish_reason,
             "stop_reason": self.stop_reason,
             "completion_tokens": self.completion_tokens,
         }
+        if self.tool_calls:
+            record["tool_calls"] = [call.body() for call in self.tool_calls]
+        return record
 
 
 class GenerationJob:
@@ -73,6 +79,7 @@ class GenerationJob:
         self.newly_finished: list[Choice] = []  # the choices the last output finished
         self.prompt_logprobs: list[TokenLogprob | None] | None = None
         self.prompt_token_ids: list[int] = []
+        self.tools = None  # api/tool_calls.ToolRequest: each finished choice's text is read for calls
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.finish_reason: str | None = None
@@ -88,6 +95,7 @@ class GenerationJob:
         """The job of a request the engine has taken (serving/submission.py); its row is queued for writing."""
         job = cls(engine_client=engine_client, request_id=record.request_id, stream=stream, params=params, model=record.model)
         job.prompt_token_ids = token_ids
+        job.tools = record.tools
         _live.add(job)
         job._chain(services.request_create, **record.fields(params))
         return job
@@ -162,6 +170,10 @@ class GenerationJob:
 
     def _end_choice(self, choice: Choice, reason: str, stop_reason) -> None:
         choice.finish_reason, choice.stop_reason = reason, stop_reason
+        if self.tools is not None and reason == "stop":
+            choice.content, choice.tool_calls = parse_tool_calls(choice.text, self.tools)
+            if choice.tool_calls:
+                choice.finish_reason = "tool_calls"
         self.newly_finished.append(choice)
 
     def abort(self, reason: str) -> None:

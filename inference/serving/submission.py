@@ -49,6 +49,8 @@ class RequestRecord:
     prompt: str
     messages: list | None
     caller: object = None
+    extras: dict = dataclasses.field(default_factory=dict)  # request fields kept with the sampling params (tools)
+    tools: object = None  # api/tool_calls.ToolRequest when the reply may hold tool calls
 
     def fields(self, params: SamplingParams) -> dict:
         return dict(
@@ -59,7 +61,7 @@ class RequestRecord:
             stream=self.stream,
             prompt=self.prompt,
             messages=self.messages,
-            sampling_params=dataclasses.asdict(params),
+            sampling_params={**dataclasses.asdict(params), **self.extras},
             **services.key_fields(self.caller),
         )
 

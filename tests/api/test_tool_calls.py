@@ -1,0 +1,98 @@
+"""Tool calling's parts: the grammar that forces a call, reading calls out of a reply, and what a
+stream may show before it knows whether a call follows."""
+
+import json
+
+import pytest
+
+from inference.api.errors import ApiError
+from inference.api.stream_renderers import _content_before_calls
+from inference.api.tool_calls import ToolRequest, parse_tool_calls, tool_call_text
+from inference.api.validation import parse_chat
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+ADD = {
+    "type": "function",
+    "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+}
+MSGS = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+def test_required_and_named_choices_constrain_with_a_grammar_auto_does_not():
+    required = parse_chat({"messages": MSGS, "tools": [WEATHER, ADD], "tool_choice": "required"})
+    assert required.params.structured["kind"] == "lark" and required.params.structured["param"] == "tool_choice"
+    assert "get_weather" in required.params.structured["value"] and "add" in required.params.structured["value"]
+    named = parse_chat(
+        {"messages": MSGS, "tools": [WEATHER, ADD], "tool_choice": {"type": "function", "function": {"name": "add"}}}
+    )
+    assert '"add"' in named.params.structured["value"] and "get_weather" not in named.params.structured["value"]
+    assert parse_chat({"messages": MSGS, "tools": [WEATHER]}).params.structured is None  # auto: the model decides
+    assert parse_chat({"messages": MSGS, "tools": [WEATHER], "tool_choice": "none"}).tools.active is False
+
+
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools[0]"),
+        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tools": [WEATHER], "tool_choice": "required", "guided_regex": "a"}, "tool_choice"),
+        ({"functions": [{"name": "x"}]}, "functions"),
+    ],
+)
+def test_bad_tools_are_refused_naming_the_field(extra, param):
+    with pytest.raises(ApiError) as err:
+        parse_chat({"messages": MSGS, **extra})
+    assert err.value.status == 400 and err.value.param == param
+
+
+def test_calls_are_read_out_of_a_reply_and_unknown_or_broken_ones_stay_text():
+    request = ToolRequest([WEATHER, ADD])
+    text = 'Sure.\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>\n<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    content, calls = parse_tool_calls(text, request)
+    assert content == "Sure." and [c.name for c in calls] == ["get_weather", "add"]
+    assert json.loads(calls[0].arguments) == {"city": "Paris"} and calls[0].id.startswith("call_")
+    assert parse_tool_calls('<tool_call>{"name": "rm -rf", "arguments": {}}</tool_call>', request)[1] == []
+    assert parse_tool_calls("<tool_call>not json</tool_call>", request)[1] == []
+    assert parse_tool_calls(tool_call_text("add", {"a": 2}), request)[1][0].arguments == '{"a": 2}'
+
+
+def test_earlier_turns_calls_and_tool_results_are_accepted_back():
+    inp = parse_chat(
+        {
+            "messages": [
+                *MSGS,
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
+            ],
+            "tools": [WEATHER],
+        }
+    )
+    assert "<tool_call>" in inp.messages[1]["content"] and inp.messages[2] == {"role": "tool", "content": "18 C, sunny"}
+
+
+def test_a_stream_shows_content_but_never_the_start_of_a_call():
+    held, calling = {}, set()
+    pieces = ["Let me ", "check. <tool", '_call>{"name"', ': "x"}</tool_call>']
+    shown = [_content_before_calls(0, piece, held, calling) for piece in pieces]
+    assert shown == ["Let me ", "check. ", "", ""] and calling == {0}
+    held, calling = {}, set()
+    assert _content_before_calls(0, "a <to", held, calling) == "a " and held == {0: "<to"}
+    assert _content_before_calls(0, "y box", held, calling) == "<toy box"  # not a call after all

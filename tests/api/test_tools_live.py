@@ -1,0 +1,115 @@
+"""Tools as an agent drives them, through the official `openai` client on the real model: forced
+calls whose arguments validate, a streamed call reassembled by the client's helper, and a second
+turn that sends the call and its result back."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import openai
+import pytest
+
+pytestmark = [pytest.mark.live, pytest.mark.real_model]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "maxLength": 20}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
+ASK = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+
+
+@pytest.fixture(scope="module")
+def server(daphne_server):
+    return daphne_server()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model(client) -> str:
+    return client.models.list().data[0].id
+
+
+def schema_of(name: str) -> dict:
+    return next(t["function"]["parameters"] for t in (WEATHER, TIME) if t["function"]["name"] == name)
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
+def test_a_forced_choice_always_yields_a_call_whose_arguments_validate(client, model, server, tool_choice):
+    reply = client.chat.completions.create(
+        model=model, messages=ASK, tools=[WEATHER, TIME], tool_choice=tool_choice, max_tokens=120, temperature=0.7, seed=3
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    for call in choice.message.tool_calls:
+        assert call.type == "function" and call.id.startswith("call_")
+        jsonschema.validate(json.loads(call.function.arguments), schema_of(call.function.name))
+    if isinstance(tool_choice, dict):
+        assert {call.function.name for call in choice.message.tool_calls} == {"get_time"}
+    row = server.wait_row(reply.id)  # the history has what was offered and what was called
+    assert [t["function"]["name"] for t in json.loads(row["sampling_params"])["tools"]] == ["get_weather", "get_time"]
+    assert json.loads(row["choices"])[0]["tool_calls"][0]["function"]["name"] == choice.message.tool_calls[0].function.name
+
+
+def test_a_streamed_call_reassembles_through_the_clients_helper(client, model):
+    with client.chat.completions.stream(
+        model=model, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=120
+    ) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_completion()
+    [call] = final.choices[0].message.tool_calls[:1]
+    assert final.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), schema_of("get_weather"))
+
+
+def test_a_second_turn_takes_the_call_and_its_result(client, model):
+    first = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=120)
+    call = first.choices[0].message.tool_calls[0]
+    second = client.chat.completions.create(
+        model=model,
+        messages=[
+            *ASK,
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature": 18, "sky": "sunny"})},
+        ],
+        tools=[WEATHER],
+        tool_choice="none",
+        max_tokens=40,
+    )
+    assert second.choices[0].message.content and not second.choices[0].message.tool_calls
+
+
+def test_auto_answers_with_text_or_well_formed_calls(client, model):
+    reply = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], max_tokens=120, temperature=0.0)
+    choice = reply.choices[0]
+    if choice.message.tool_calls:
+        assert choice.finish_reason == "tool_calls"
+        for call in choice.message.tool_calls:
+            assert call.function.name == "get_weather" and isinstance(json.loads(call.function.arguments), dict)
+    else:
+        assert choice.finish_reason in ("stop", "length") and choice.message.content
