@@ -193,13 +193,28 @@ def main(argv=None) -> dict:
     return report
 
 
+KEPT_SECTION = "## Structured outputs"  # written by `python -m bench.structured`, not by the sweep
+
+
+def kept_sections(path: str) -> str:
+    """The part of an existing benchmarks.md that other benches wrote (from KEPT_SECTION on)."""
+    try:
+        text = open(path).read()
+    except FileNotFoundError:
+        return ""
+    at = text.find("\n" + KEPT_SECTION)
+    return text[at:] if at != -1 else ""
+
+
 def write_docs(report: dict, docs_dir: str) -> None:
     from .plots import latency_plot, throughput_plot
     from .tables import render
 
     os.makedirs(docs_dir, exist_ok=True)
-    with open(os.path.join(docs_dir, "benchmarks.md"), "w") as f:
-        f.write(render(report))
+    path = os.path.join(docs_dir, "benchmarks.md")
+    kept = kept_sections(path)
+    with open(path, "w") as f:
+        f.write(render(report) + kept)
     throughput_plot(report, os.path.join(docs_dir, "throughput.png"))
     latency_plot(report, os.path.join(docs_dir, "latency.png"))
 

@@ -295,3 +295,12 @@ def test_latency_server_needs_a_one_client_uniform_run_and_a_server_of_ours():
     assert latency_entries(args, make_plan(args), tokenizer=None, results_dir=None) == ([], None)  # no server started
     with pytest.raises(SystemExit, match="cannot go with --base-url"):
         main(["--base-url", "http://127.0.0.1:1", "--latency-server-env", "MINIVLLM_QUANT=int8"])
+
+
+def test_the_sweeps_report_keeps_the_structured_outputs_section(tmp_path):
+    from bench.report import kept_sections
+
+    path = tmp_path / "benchmarks.md"
+    assert kept_sections(str(path)) == ""
+    path.write_text("# Benchmarks\n\nthe sweep's tables\n\n## Structured outputs\n\nratio 0.89\n")
+    assert kept_sections(str(path)) == "\n## Structured outputs\n\nratio 0.89\n"
