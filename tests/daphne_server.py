@@ -182,3 +182,21 @@ def daphne_server(tmp_path_factory):
     servers = LiveServers(tmp_path_factory)
     yield servers
     servers.close()
+
+
+# The session's default server (make run's settings, the real model) as the OpenAI API's tests use it.
+@pytest.fixture(scope="session")
+def default_server(daphne_server):
+    return daphne_server()
+
+
+@pytest.fixture(scope="session")
+def openai_client(default_server):
+    import openai
+
+    return openai.OpenAI(base_url=f"{default_server.url}/v1", api_key="x", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def served_model(openai_client) -> str:
+    return openai_client.models.list().data[0].id

@@ -17,7 +17,7 @@ from ..engine.prompt import prompt_token_ids
 from ..serving import runtime
 from .chat_template import render as render_chat
 from .errors import bad_request
-from .validation import parse_json_body, parse_messages
+from .validation import check_unknown_fields, parse_json_body, parse_messages
 from .views import api_endpoint, ready_engine_client, resolve_model
 
 TOKENIZE_FIELDS = {
@@ -46,16 +46,10 @@ def _encode(tokenizer, text: str, add_special: bool | None) -> list[int]:
     return list(tokenizer(text, add_special_tokens=add_special).input_ids)
 
 
-def _check_fields(body: dict, allowed: set[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise bad_request(f"unrecognized request argument supplied: {unknown[0]}", param=unknown[0], code="unknown_field")
-
-
 @api_endpoint("POST")
 async def tokenize(request):
     body = parse_json_body(request)
-    _check_fields(body, TOKENIZE_FIELDS)
+    check_unknown_fields(body, TOKENIZE_FIELDS)
     engine_client = ready_engine_client()
     resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, engine_client)
     tokenizer = runtime.tokenizer(engine_client)
@@ -80,7 +74,7 @@ async def tokenize(request):
 @api_endpoint("POST")
 async def detokenize(request):
     body = parse_json_body(request)
-    _check_fields(body, DETOKENIZE_FIELDS)
+    check_unknown_fields(body, DETOKENIZE_FIELDS)
     engine_client = ready_engine_client()
     resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, engine_client)
     ids = body.get("tokens")

@@ -172,7 +172,7 @@ def _without_nulls(body: dict) -> dict:
     return {key: value for key, value in body.items() if value is not None}
 
 
-def _check_unknown(body: dict, allowed: set[str]) -> None:
+def check_unknown_fields(body: dict, allowed: set[str]) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise bad_request(f"unrecognized request argument supplied: {unknown[0]}", param=unknown[0], code="unknown_field")
@@ -386,7 +386,7 @@ def _prompt_text(value: Any, param: str = "prompt") -> str:
 def parse_generate(body: dict, *, default_max_tokens: int) -> GenerationInput:
     """The seed's /generate: {"prompt", "max_new_tokens", "temperature", "top_p", ...}."""
     body = _without_nulls(body)
-    _check_unknown(body, GENERATE_FIELDS)
+    check_unknown_fields(body, GENERATE_FIELDS)
     if "prompt" not in body:
         raise bad_request("prompt is required", param="prompt")
     prompt = _prompt_text(body["prompt"])
@@ -436,7 +436,7 @@ def _token_ids(value: list, param: str) -> list[int]:
 def parse_completion(body: dict) -> GenerationInput:
     """OpenAI's /v1/completions (plus vLLM's extra sampling fields)."""
     body = _without_nulls(body)
-    _check_unknown(body, COMPLETION_FIELDS)
+    check_unknown_fields(body, COMPLETION_FIELDS)
     _reject_unsupported(body)
     if "prompt" not in body:
         raise bad_request("prompt is required", param="prompt")
@@ -533,7 +533,7 @@ def parse_messages(value: Any) -> list[dict]:
 def parse_chat(body: dict) -> GenerationInput:
     """OpenAI's /v1/chat/completions (plus vLLM's extra sampling fields)."""
     body = _without_nulls(body)
-    _check_unknown(body, CHAT_FIELDS)
+    check_unknown_fields(body, CHAT_FIELDS)
     _reject_unsupported(body)
     if "messages" not in body:
         raise bad_request("messages is required", param="messages")

@@ -123,10 +123,6 @@ def _watch_loading(engine_client: EngineThread) -> None:
 
 def model_info(engine_client=None):
     """The served model's ModelInfo, or None before one is loaded."""
-    return _model_info(engine_client)
-
-
-def _model_info(engine_client):
     engine_client = engine_client or _engine_client
     return engine_client.model_info if engine_client is not None else None
 
@@ -135,14 +131,14 @@ def model_name(engine_client=None) -> str | None:
     """The id the API reports and accepts."""
     if settings.MINIVLLM_SERVED_MODEL_NAME:
         return settings.MINIVLLM_SERVED_MODEL_NAME
-    info = _model_info(engine_client)
+    info = model_info(engine_client)
     return info.model_name if info else None
 
 
 def accepted_model_names(engine_client=None) -> set[str]:
     """The names a request's `model` may use: the served id, the engine's name, the configured path."""
     engine_client = engine_client or _engine_client
-    info = _model_info(engine_client)
+    info = model_info(engine_client)
     names = {
         model_name(engine_client),
         info.model_name if info else None,
@@ -152,12 +148,12 @@ def accepted_model_names(engine_client=None) -> set[str]:
 
 
 def tokenizer(engine_client=None):
-    info = _model_info(engine_client)
+    info = model_info(engine_client)
     return info.tokenizer if info else None
 
 
 def max_model_len(engine_client=None) -> int | None:
-    info = _model_info(engine_client)
+    info = model_info(engine_client)
     return info.max_model_len if info else None
 
 

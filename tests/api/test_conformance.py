@@ -15,42 +15,29 @@ GREEDY = {"temperature": 0.0, "max_tokens": 12}
 MESSAGES = [{"role": "user", "content": "Say something about the sea."}]
 
 
-@pytest.fixture(scope="module")
-def server(daphne_server):
-    return daphne_server()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(client) -> str:
-    return client.models.list().data[0].id
-
-
-def test_a_greedy_stream_concatenates_to_the_whole_response(client, model):
-    whole = client.completions.create(model=model, prompt="The ocean is", **GREEDY)
-    streamed = client.completions.create(model=model, prompt="The ocean is", stream=True, **GREEDY)
+def test_a_greedy_stream_concatenates_to_the_whole_response(openai_client, served_model):
+    whole = openai_client.completions.create(model=served_model, prompt="The ocean is", **GREEDY)
+    streamed = openai_client.completions.create(model=served_model, prompt="The ocean is", stream=True, **GREEDY)
     assert "".join(chunk.choices[0].text for chunk in streamed if chunk.choices) == whole.choices[0].text
-    chat = client.chat.completions.create(model=model, messages=MESSAGES, **GREEDY)
-    chat_stream = client.chat.completions.create(model=model, messages=MESSAGES, stream=True, **GREEDY)
+    chat = openai_client.chat.completions.create(model=served_model, messages=MESSAGES, **GREEDY)
+    chat_stream = openai_client.chat.completions.create(model=served_model, messages=MESSAGES, stream=True, **GREEDY)
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chat_stream if chunk.choices)
     assert text == chat.choices[0].message.content
 
 
 @pytest.mark.parametrize("n", [1, 3])
-def test_every_index_gets_exactly_one_finish_reason(client, model, n):
+def test_every_index_gets_exactly_one_finish_reason(openai_client, served_model, n):
     finishes: dict[int, list[str]] = {}
-    for chunk in client.completions.create(model=model, prompt="Once", n=n, stream=True, seed=1, temperature=1.0, max_tokens=8):
+    for chunk in openai_client.completions.create(
+        model=served_model, prompt="Once", n=n, stream=True, seed=1, temperature=1.0, max_tokens=8
+    ):
         for choice in chunk.choices:
             finishes.setdefault(choice.index, [])
             if choice.finish_reason is not None:
                 finishes[choice.index].append(choice.finish_reason)
     assert sorted(finishes) == list(range(n)) and all(len(r) == 1 for r in finishes.values()), finishes
     chat_finishes: dict[int, list[str]] = {}
-    for chunk in client.chat.completions.create(model=model, messages=MESSAGES, n=n, stream=True, max_tokens=8):
+    for chunk in openai_client.chat.completions.create(model=served_model, messages=MESSAGES, n=n, stream=True, max_tokens=8):
         for choice in chunk.choices:
             chat_finishes.setdefault(choice.index, [])
             if choice.finish_reason is not None:
@@ -60,13 +47,13 @@ def test_every_index_gets_exactly_one_finish_reason(client, model, n):
 
 @pytest.mark.parametrize("include_usage", [True, False, None])
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
-def test_the_usage_chunk_comes_only_when_asked_and_adds_up(client, model, include_usage, endpoint):
+def test_the_usage_chunk_comes_only_when_asked_and_adds_up(openai_client, served_model, include_usage, endpoint):
     options = None if include_usage is None else {"include_usage": include_usage}
-    common = dict(model=model, n=2, max_tokens=5, stream=True, stream_options=options, extra_body={"ignore_eos": True})
+    common = dict(model=served_model, n=2, max_tokens=5, stream=True, stream_options=options, extra_body={"ignore_eos": True})
     if endpoint == "chat":
-        chunks = list(client.chat.completions.create(messages=MESSAGES, **common))
+        chunks = list(openai_client.chat.completions.create(messages=MESSAGES, **common))
     else:
-        chunks = list(client.completions.create(prompt="The sea", **common))
+        chunks = list(openai_client.completions.create(prompt="The sea", **common))
     with_usage = [chunk for chunk in chunks if chunk.usage is not None]
     if not include_usage:
         assert with_usage == []
@@ -77,23 +64,23 @@ def test_the_usage_chunk_comes_only_when_asked_and_adds_up(client, model, includ
     assert usage.completion_tokens == 2 * 5 and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
 
-def test_stream_options_without_stream_is_refused(server):
+def test_stream_options_without_stream_is_refused(default_server):
     for path, body in (
         ("/v1/completions", {"prompt": "x", "stream_options": {"include_usage": True}}),
         ("/v1/chat/completions", {"messages": MESSAGES, "stream": False, "stream_options": {"include_usage": True}}),
     ):
-        resp = httpx.post(f"{server.url}{path}", json=body, timeout=30)
+        resp = httpx.post(f"{default_server.url}{path}", json=body, timeout=30)
         assert resp.status_code == 400 and assert_error_shape(resp)["param"] == "stream_options"
 
 
-def test_too_many_logprobs_are_refused_and_the_server_keeps_serving(client, model):
+def test_too_many_logprobs_are_refused_and_the_server_keeps_serving(openai_client, served_model):
     with pytest.raises(openai.BadRequestError) as err:
-        client.completions.create(model=model, prompt="x", max_tokens=1, logprobs=21)
+        openai_client.completions.create(model=served_model, prompt="x", max_tokens=1, logprobs=21)
     assert err.value.body["param"] == "logprobs"
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=1, logprobs=True, top_logprobs=21)
+        openai_client.chat.completions.create(model=served_model, messages=MESSAGES, max_tokens=1, logprobs=True, top_logprobs=21)
     assert err.value.body["param"] == "top_logprobs"
-    assert client.completions.create(model=model, prompt="Still", max_tokens=2).choices[0].finish_reason == "length"
+    assert openai_client.completions.create(model=served_model, prompt="Still", max_tokens=2).choices[0].finish_reason == "length"
 
 
 @pytest.mark.parametrize(
@@ -111,8 +98,8 @@ def test_too_many_logprobs_are_refused_and_the_server_keeps_serving(client, mode
         ("GET", "/v1/unknown", None, 404),
     ],
 )
-def test_every_refusal_uses_the_error_envelope(server, method, path, body, status):
-    resp = httpx.request(method, f"{server.url}{path}", json=body, timeout=30)
+def test_every_refusal_uses_the_error_envelope(default_server, method, path, body, status):
+    resp = httpx.request(method, f"{default_server.url}{path}", json=body, timeout=30)
     assert resp.status_code == status, resp.text
     error = assert_error_shape(resp)
     assert error["type"] == ("not_found_error" if status == 404 else "invalid_request_error")

@@ -8,7 +8,6 @@ import re
 
 import httpx
 import jsonschema
-import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,58 +19,52 @@ pytestmark = [pytest.mark.live, pytest.mark.real_model]
 ASK = [{"role": "user", "content": "Describe a city as JSON."}]
 
 
-@pytest.fixture(scope="module")
-def server(daphne_server):
-    return daphne_server()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(client) -> str:
-    return client.models.list().data[0].id
-
-
 class City(BaseModel):
     name: str
     country: str
     population: int
 
 
-def test_parse_with_a_pydantic_model_returns_the_object(client, model):
-    reply = client.chat.completions.parse(model=model, messages=ASK, response_format=City, max_tokens=120, temperature=0.0)
+def test_parse_with_a_pydantic_model_returns_the_object(openai_client, served_model):
+    reply = openai_client.chat.completions.parse(
+        model=served_model, messages=ASK, response_format=City, max_tokens=120, temperature=0.0
+    )
     city = reply.choices[0].message.parsed
     assert isinstance(city, City) and reply.choices[0].finish_reason == "stop"
 
 
-def test_json_object_mode_always_parses(client, model):
+def test_json_object_mode_always_parses(openai_client, served_model):
     for seed in range(3):
-        reply = client.chat.completions.create(
-            model=model, messages=ASK, response_format={"type": "json_object"}, max_tokens=150, temperature=1.0, seed=seed
+        reply = openai_client.chat.completions.create(
+            model=served_model,
+            messages=ASK,
+            response_format={"type": "json_object"},
+            max_tokens=150,
+            temperature=1.0,
+            seed=seed,
         )
         if reply.choices[0].finish_reason == "stop":
             assert isinstance(json.loads(reply.choices[0].message.content), dict)
 
 
-def test_guided_fields_on_completions_and_generate(client, model, server):
-    choice = client.completions.create(
-        model=model, prompt="Is the sea wet? Answer:", max_tokens=5, extra_body={"guided_choice": ["yes", "no"]}
+def test_guided_fields_on_completions_and_generate(openai_client, served_model, default_server):
+    choice = openai_client.completions.create(
+        model=served_model, prompt="Is the sea wet? Answer:", max_tokens=5, extra_body={"guided_choice": ["yes", "no"]}
     )
     assert choice.choices[0].text in ("yes", "no")
-    date = client.completions.create(
-        model=model, prompt="A date:", max_tokens=20, extra_body={"guided_regex": "20[0-9]{2}-[01][0-9]-[0-3][0-9]"}
+    date = openai_client.completions.create(
+        model=served_model, prompt="A date:", max_tokens=20, extra_body={"guided_regex": "20[0-9]{2}-[01][0-9]-[0-3][0-9]"}
     )
     assert re.fullmatch("20[0-9]{2}-[01][0-9]-[0-3][0-9]", date.choices[0].text)
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
-    with httpx.stream("POST", f"{server.url}/generate", json={"prompt": "Status:", "json_schema": schema}, timeout=60) as resp:
+    with httpx.stream(
+        "POST", f"{default_server.url}/generate", json={"prompt": "Status:", "json_schema": schema}, timeout=60
+    ) as resp:
         events = events_of(resp.iter_lines())
     text = "".join(e.get("text", "") for e in events if e["type"] == "token")
     jsonschema.validate(json.loads(text), schema)
-    streamed = client.chat.completions.create(
-        model=model,
+    streamed = openai_client.chat.completions.create(
+        model=served_model,
         messages=ASK,
         max_tokens=120,
         stream=True,
@@ -101,11 +94,11 @@ def test_guided_fields_on_completions_and_generate(client, model, server):
         ("/generate", {"prompt": "x", "grammar": "root ::= ("}, "grammar"),
     ],
 )
-def test_an_invalid_constraint_is_a_400_naming_it_and_the_server_keeps_serving(server, path, body, param):
-    resp = httpx.post(f"{server.url}{path}", json=body, timeout=30)
+def test_an_invalid_constraint_is_a_400_naming_it_and_the_server_keeps_serving(default_server, path, body, param):
+    resp = httpx.post(f"{default_server.url}{path}", json=body, timeout=30)
     assert resp.status_code == 400, resp.text
     assert assert_error_shape(resp)["param"] == param
-    assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+    assert httpx.get(f"{default_server.url}/health", timeout=10).status_code == 200
 
 
 # Random schemas: objects with nested properties, enums, bounded arrays, required fields, patterns.
@@ -143,9 +136,9 @@ schemas = st.builds(
 
 @settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(schema=schemas, temperature=st.sampled_from([0.0, 0.9]))
-def test_every_completion_under_a_random_schema_validates(client, model, schema, temperature):
-    reply = client.chat.completions.create(
-        model=model,
+def test_every_completion_under_a_random_schema_validates(openai_client, served_model, schema, temperature):
+    reply = openai_client.chat.completions.create(
+        model=served_model,
         messages=ASK,
         max_tokens=400,  # more than any of these bounded schemas needs
         temperature=temperature,

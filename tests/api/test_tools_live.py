@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import jsonschema
-import openai
 import pytest
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
@@ -39,29 +38,20 @@ TIME = {
 ASK = [{"role": "user", "content": "What is the weather in Paris right now?"}]
 
 
-@pytest.fixture(scope="module")
-def server(daphne_server):
-    return daphne_server()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(client) -> str:
-    return client.models.list().data[0].id
-
-
 def schema_of(name: str) -> dict:
     return next(t["function"]["parameters"] for t in (WEATHER, TIME) if t["function"]["name"] == name)
 
 
 @pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
-def test_a_forced_choice_always_yields_a_call_whose_arguments_validate(client, model, server, tool_choice):
-    reply = client.chat.completions.create(
-        model=model, messages=ASK, tools=[WEATHER, TIME], tool_choice=tool_choice, max_tokens=120, temperature=0.7, seed=3
+def test_a_forced_choice_always_yields_a_call_whose_arguments_validate(openai_client, served_model, default_server, tool_choice):
+    reply = openai_client.chat.completions.create(
+        model=served_model,
+        messages=ASK,
+        tools=[WEATHER, TIME],
+        tool_choice=tool_choice,
+        max_tokens=120,
+        temperature=0.7,
+        seed=3,
     )
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
@@ -70,14 +60,14 @@ def test_a_forced_choice_always_yields_a_call_whose_arguments_validate(client, m
         jsonschema.validate(json.loads(call.function.arguments), schema_of(call.function.name))
     if isinstance(tool_choice, dict):
         assert {call.function.name for call in choice.message.tool_calls} == {"get_time"}
-    row = server.wait_row(reply.id)  # the history has what was offered and what was called
+    row = default_server.wait_row(reply.id)  # the history has what was offered and what was called
     assert [t["function"]["name"] for t in json.loads(row["sampling_params"])["tools"]] == ["get_weather", "get_time"]
     assert json.loads(row["choices"])[0]["tool_calls"][0]["function"]["name"] == choice.message.tool_calls[0].function.name
 
 
-def test_a_streamed_call_reassembles_through_the_clients_helper(client, model):
-    with client.chat.completions.stream(
-        model=model, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=120
+def test_a_streamed_call_reassembles_through_the_clients_helper(openai_client, served_model):
+    with openai_client.chat.completions.stream(
+        model=served_model, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=120
     ) as stream:
         for _ in stream:
             pass
@@ -87,11 +77,13 @@ def test_a_streamed_call_reassembles_through_the_clients_helper(client, model):
     jsonschema.validate(json.loads(call.function.arguments), schema_of("get_weather"))
 
 
-def test_a_second_turn_takes_the_call_and_its_result(client, model):
-    first = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=120)
+def test_a_second_turn_takes_the_call_and_its_result(openai_client, served_model):
+    first = openai_client.chat.completions.create(
+        model=served_model, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=120
+    )
     call = first.choices[0].message.tool_calls[0]
-    second = client.chat.completions.create(
-        model=model,
+    second = openai_client.chat.completions.create(
+        model=served_model,
         messages=[
             *ASK,
             {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
@@ -104,8 +96,10 @@ def test_a_second_turn_takes_the_call_and_its_result(client, model):
     assert second.choices[0].message.content and not second.choices[0].message.tool_calls
 
 
-def test_auto_answers_with_text_or_well_formed_calls(client, model):
-    reply = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], max_tokens=120, temperature=0.0)
+def test_auto_answers_with_text_or_well_formed_calls(openai_client, served_model):
+    reply = openai_client.chat.completions.create(
+        model=served_model, messages=ASK, tools=[WEATHER], max_tokens=120, temperature=0.0
+    )
     choice = reply.choices[0]
     if choice.message.tool_calls:
         assert choice.finish_reason == "tool_calls"
