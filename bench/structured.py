@@ -3,6 +3,9 @@ against the same requests unconstrained, on one server with its default settings
 
     .venv/bin/python -m bench.structured [--clients 8] [--requests 32] [--max-tokens 64] [--rounds 2]
 
+The masks are computed on a thread while the model runs; the end line reads /metrics for how long
+they took per row and how much of that the engine loop still waited for after the forward pass.
+
 Every request runs to max_tokens in both modes (the schema's one string field must be longer than
 that), so both produce the same number of tokens and tok/s compares like with like. Rounds
 alternate the two modes; the report is the median ratio (issue 22's target: at least 0.85).
@@ -60,6 +63,19 @@ async def one_pass(url: str, clients: int, requests: int, max_tokens: int, const
     return sum(r.num_output_tokens for r in records) / elapsed
 
 
+def mask_times(url: str) -> dict[str, float]:
+    """The server's grammar mask counters (seconds, waited seconds, rows) from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {"minivllm:grammar_mask_seconds", "minivllm:grammar_mask_wait_seconds", "minivllm:grammar_mask_rows"}
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return {
+        family.name.split(":")[1]: family.samples[0].value
+        for family in text_string_to_metric_families(text)
+        if family.name in wanted and family.samples
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=8)
@@ -78,6 +94,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"round {round_number + 1}: unconstrained {free:.1f} tok/s, JSON schema {schema:.1f} tok/s, ratio {schema / free:.2f}"
             )
         print(f"median ratio over {args.rounds} rounds: {statistics.median(ratios):.2f} (target 0.85)")
+        masks = mask_times(server.base_url)
+        rows = masks["grammar_mask_rows"] or 1
+        print(
+            f"masks: {masks['grammar_mask_rows']:.0f} rows, {1e6 * masks['grammar_mask_seconds'] / rows:.0f} us per row on the mask "
+            f"thread, {1e6 * masks['grammar_mask_wait_seconds'] / rows:.0f} us per row waited after the forward pass"
+        )
 
 
 if __name__ == "__main__":

@@ -139,6 +139,11 @@ class EngineCollector(Collector):
         ("prefix_cache_hits", "prefix_cache_hits", "Prefix-cache hits (blocks)."),
         ("grammar_mask_seconds", "grammar_mask_seconds", "Time computing constrained rows' token masks."),
         ("grammar_mask_rows", "grammar_mask_rows", "Constrained rows a token mask was computed for (one per row per step)."),
+        (
+            "grammar_mask_wait_seconds",
+            "grammar_mask_wait_seconds",
+            "Of the mask time, what the engine loop waited for once the forward pass was done (the rest overlapped it).",
+        ),
     )
 
     def collect(self):

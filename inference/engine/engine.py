@@ -27,7 +27,7 @@ from .sampler import Sampler, SamplingContext, make_generator
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
-from .structured import Grammars
+from .structured import Grammars, PendingMasks
 
 log = logging.getLogger("minivllm.engine")
 
@@ -99,6 +99,7 @@ class LLMEngine:
         self._grammars: Grammars | None = None
         self.grammar_mask_seconds = 0.0
         self.grammar_mask_rows = 0
+        self.grammar_mask_wait_seconds = 0.0  # the part of the masks' time the loop waited, after the forward
         self._grammars_lock = threading.Lock()
         log.info(
             "engine ready: %s on %s (%s), %d KV blocks of %d tokens (%s), %d slots",
@@ -219,6 +220,8 @@ class LLMEngine:
         if batch.is_empty:
             return outputs
         self.num_steps += 1
+        # constrained rows' masks are computed on the mask thread while the model runs
+        masks = self.grammars.start_masks(batch.sampling) if self._grammars is not None else PendingMasks([], None)
         try:
             if self.step_fault_hook is not None:
                 self.step_fault_hook()
@@ -229,9 +232,10 @@ class LLMEngine:
             for seq, first, logits in step.prompt:
                 self._record_prompt_logprobs(seq, first, logits)
             if step.sampling is not None:
-                outputs.extend(self._sample(*self._with_forks(step.sampling, step.sampling_seqs)))
+                outputs.extend(self._sample(*self._with_forks(step.sampling, step.sampling_seqs), masks))
         except Exception as exc:  # a failed forward pass fails its requests, not the engine
             log.exception("model step failed")
+            masks.settle()
             outputs.extend(self._fail(batch, exc))
         return outputs
 
@@ -281,14 +285,19 @@ class LLMEngine:
             top = [(t, text(t), v) for t, v in zip(top_ids[i].tolist(), top_lp[i].tolist())] if want else []
             seq.prompt_logprobs[first + 1 + i] = TokenLogprob(token_id=token_id, token=text(token_id), logprob=lp, top=top)
 
-    def _sample(self, logits, seqs: list[Sequence]) -> list[RequestOutput]:
-        constrained = [seq for seq in seqs if seq.matcher is not None]
-        masks = {}
-        if constrained:
+    def _sample(self, logits, seqs: list[Sequence], pending: PendingMasks) -> list[RequestOutput]:
+        masks, computing, waited = pending.collect()
+        self.grammar_mask_seconds += computing
+        self.grammar_mask_wait_seconds += waited
+        self.grammar_mask_rows += len(masks)
+        late = [seq for seq in seqs if seq.matcher is not None and id(seq) not in masks]
+        if late:  # completions forked this step: fresh matchers, computed now
             started = time.perf_counter()
-            masks = dict(zip(map(id, constrained), self.grammars.allowed([s.matcher for s in constrained])))
-            self.grammar_mask_seconds += time.perf_counter() - started
-            self.grammar_mask_rows += len(constrained)
+            masks.update(zip(map(id, late), self.grammars.allowed([s.matcher for s in late])))
+            spent = time.perf_counter() - started
+            self.grammar_mask_seconds += spent
+            self.grammar_mask_wait_seconds += spent
+            self.grammar_mask_rows += len(late)
         contexts = [
             SamplingContext(
                 params=seq.params,
@@ -450,4 +459,5 @@ class LLMEngine:
             steps=self.num_steps,
             grammar_mask_seconds=self.grammar_mask_seconds,
             grammar_mask_rows=self.grammar_mask_rows,
+            grammar_mask_wait_seconds=self.grammar_mask_wait_seconds,
         )

@@ -30,6 +30,12 @@ class ScheduledBatch:
     def num_tokens(self) -> int:
         return len(self.decodes) + sum(n for _, n in self.prefills)
 
+    @property
+    def sampling(self) -> list[Sequence]:
+        """The sequences that sample this step: every decode, and each prefill whose chunk reaches
+        its last known token (the runner's rule, known before the forward pass)."""
+        return self.decodes + [seq for seq, n in self.prefills if seq.num_computed_tokens + n == len(seq)]
+
 
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):

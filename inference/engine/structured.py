@@ -12,6 +12,11 @@ stops the sequence.
 Grammars are compiled (validated against the tokenizer) once per distinct spec and cached; the
 web side compiles before a request is queued, so an invalid one is a 400 and the engine loop
 only ever builds matchers from cached, valid grammars.
+
+A row's mask depends only on the tokens its matcher has consumed, all known once the step is
+scheduled, so the engine starts the step's masks (`start_masks`) on a worker thread before the
+forward pass and collects them after it: llguidance and our kernels both drop the GIL, so the
+masks are computed while the model runs instead of after it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import copy
 import functools
 import json
 import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -29,6 +36,37 @@ from .sampling_params import SamplingParamsError
 KINDS = ("json_schema", "json_object", "regex", "choice", "grammar", "lark")
 # Compact JSON: no optional whitespace between tokens, so a model cannot pad output forever.
 JSON_OPTIONS = {"whitespace_flexible": False}
+
+
+# Keywords whose value is one sub-schema, a list of them, or a map of them (allOf is left alone:
+# closing each part would refuse the properties the other parts declare).
+_SUBSCHEMA = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "additionalItems")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+
+
+def closed_objects(schema):
+    """A copy of `schema` where an object that lists its properties and says nothing of others
+    allows no others, as vLLM's default grammar back end (xgrammar's strict mode) reads schemas:
+    left open, a small model fills objects with invented keys until max_tokens."""
+    if not isinstance(schema, dict):
+        return schema
+    closed = dict(schema)
+    if "properties" in closed and not any(key in closed for key in _OPEN_KEYWORDS):
+        closed["additionalProperties"] = False
+    for key in _SUBSCHEMA:
+        if isinstance(closed.get(key), dict):
+            closed[key] = closed_objects(closed[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(closed.get(key), list):
+            closed[key] = [closed_objects(item) for item in closed[key]]
+    if isinstance(closed.get("items"), list):
+        closed["items"] = [closed_objects(item) for item in closed["items"]]
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(closed.get(key), dict):
+            closed[key] = {name: closed_objects(sub) for name, sub in closed[key].items()}
+    return closed
 
 
 class GrammarError(SamplingParamsError):
@@ -44,7 +82,7 @@ def grammar_source(kind: str, value) -> str:
         return LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=JSON_OPTIONS)
     if kind == "json_schema":
         schema = json.loads(value) if isinstance(value, str) else value
-        return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
+        return LLMatcher.grammar_from_json_schema(closed_objects(schema), overrides=JSON_OPTIONS)
     if kind == "regex":
         return LLMatcher.grammar_from_regex(value)
     if kind == "choice":
@@ -69,6 +107,8 @@ class Grammars:
         self.tokenizer = llguidance.LLTokenizer(backend.to_str(), n_vocab=vocab_size, eos_token=eos)
         self.vocab_size = vocab_size
         self._lock = threading.Lock()  # the cache is filled from event loops and the engine thread
+        # One thread: masks of a step are computed in order, beside the engine loop's forward pass.
+        self._mask_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-masks")
 
     def compile(self, spec: dict) -> str:
         """The validated grammar for a spec, from the cache after the first time; GrammarError if invalid."""
@@ -94,6 +134,18 @@ class Grammars:
 
         return LLMatcher(self.tokenizer, self.compile(spec), log_level=0)
 
+    def start_masks(self, seqs: list) -> PendingMasks:
+        """Starts computing, on the mask thread, the masks of the constrained sequences among
+        `seqs` (those about to sample); their matchers must not advance until it is collected."""
+        constrained = [seq for seq in seqs if seq.matcher is not None]
+        if not constrained:
+            return PendingMasks([], None)
+        return PendingMasks(constrained, self._mask_worker.submit(self._timed_allowed, [s.matcher for s in constrained]))
+
+    def _timed_allowed(self, matchers: list) -> tuple[torch.Tensor, float]:
+        started = time.perf_counter()
+        return self.allowed(matchers), time.perf_counter() - started
+
     def allowed(self, matchers: list) -> torch.Tensor:
         """[len(matchers), vocab] bool: the tokens each matcher allows next."""
         from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
@@ -101,6 +153,29 @@ class Grammars:
         bitmask = allocate_token_bitmask(len(matchers), self.vocab_size)
         for row, matcher in enumerate(matchers):
             fill_next_token_bitmask(matcher, bitmask, row)
-        words = torch.from_numpy(bitmask.view(np.uint32).astype(np.int64))
-        bits = (words.unsqueeze(-1) >> torch.arange(32)) & 1
-        return bits.view(len(matchers), -1)[:, : self.vocab_size].bool()
+        # numpy, not torch: torch ops from this thread would start a second OpenMP team that spins
+        # against the forward pass's threads on the same cores
+        bits = np.unpackbits(bitmask.view(np.uint8), axis=1, bitorder="little")[:, : self.vocab_size]
+        return torch.from_numpy(bits.view(np.bool_))
+
+
+class PendingMasks:
+    """A step's masks, being computed on the mask thread while the model runs."""
+
+    def __init__(self, seqs: list, future: Future | None):
+        self.seqs = seqs
+        self.future = future
+
+    def collect(self) -> tuple[dict[int, torch.Tensor], float, float]:
+        """({id(seq): allowed [V] bool}, seconds spent computing them, seconds waited for them now)."""
+        if self.future is None:
+            return {}, 0.0, 0.0
+        started = time.perf_counter()
+        allowed, computing = self.future.result()
+        waited = time.perf_counter() - started
+        return {id(seq): allowed[row] for row, seq in enumerate(self.seqs)}, computing, waited
+
+    def settle(self) -> None:
+        """Waits out the computation, whatever its outcome (a failed step must not leave a matcher in use)."""
+        if self.future is not None:
+            self.future.exception()

@@ -3,12 +3,13 @@ grammar allows, every sampled token advances the grammar, and a complete grammar
 
 import json
 import re
+import threading
 
 import jsonschema
 import pytest
 
 from inference.engine.sampling_params import SamplingParams
-from inference.engine.structured import GrammarError
+from inference.engine.structured import GrammarError, closed_objects
 from tests.engine.helpers import engine_for, generated_ids, run_to_completion
 
 SCHEMA = {
@@ -96,3 +97,86 @@ def test_an_invalid_grammar_is_refused_naming_its_field(engine, spec, param):
     with pytest.raises(GrammarError) as err:
         engine.grammars.compile(spec)
     assert err.value.param == param and param in err.value.message
+
+
+def test_masks_are_computed_while_the_model_runs(engine, monkeypatch):
+    """The forward pass waits, inside itself, for the step's mask to be done: that only ends if the
+    mask was started before the forward (on the mask thread), not computed after it."""
+    grammars = engine.grammars
+    mask_done = threading.Event()
+    compute = grammars.allowed
+
+    def allowed(matchers):
+        try:
+            return compute(matchers)
+        finally:
+            if threading.current_thread().name.startswith("grammar-masks"):
+                mask_done.set()
+
+    run_model = engine.model_runner.run
+
+    def run_after_the_mask(batch):
+        mask_done.clear()
+        assert mask_done.wait(timeout=60), "the step's mask was not being computed during the forward pass"
+        return run_model(batch)
+
+    monkeypatch.setattr(grammars, "allowed", allowed)
+    monkeypatch.setattr(engine.model_runner, "run", run_after_the_mask)
+    before = engine.stats()
+    params = SamplingParams(max_tokens=60, temperature=0.0, structured={"kind": "json_schema", "value": SCHEMA})
+    engine.add_request("overlap", engine.tokenize("Answer:"), params)
+    outputs = run_to_completion(engine)["overlap"]
+    jsonschema.validate(json.loads("".join(out.text for out in outputs)), SCHEMA)
+    after = engine.stats()  # one mask per sampled token, all of them from the mask thread
+    assert after.grammar_mask_rows - before.grammar_mask_rows == len(generated_ids(outputs))
+    assert (
+        after.grammar_mask_wait_seconds - before.grammar_mask_wait_seconds
+        <= after.grammar_mask_seconds - before.grammar_mask_seconds
+    )
+
+
+def test_a_failed_step_with_masks_in_flight_fails_only_its_requests(engine):
+    def fail_once():
+        engine.step_fault_hook = None
+        raise RuntimeError("injected")
+
+    engine.add_request(
+        "doomed", engine.tokenize("Answer:"), SamplingParams(max_tokens=20, structured={"kind": "json_schema", "value": SCHEMA})
+    )
+    engine.step_fault_hook = fail_once
+    assert run_to_completion(engine)["doomed"][-1].finish_reason == "error"
+    text, last = run(engine, "after", {"kind": "json_schema", "value": SCHEMA})  # the next request is served
+    jsonschema.validate(json.loads(text), SCHEMA)
+    assert last.finish_reason == "stop"
+
+
+def test_objects_that_list_their_properties_allow_no_others_unless_the_schema_says_so():
+    schema = {
+        "type": "object",
+        "properties": {
+            "properties": {"type": "object", "properties": {"x": {"type": "integer"}}},  # a property named "properties"
+            "free": {"type": "object", "properties": {"y": {}}, "additionalProperties": {"type": "string"}},
+            "list": {"type": "array", "items": {"properties": {"z": {}}}},
+            "either": {"anyOf": [{"properties": {"w": {}}}, {"type": "null"}]},
+            "both": {"allOf": [{"properties": {"p": {}}}, {"properties": {"q": {}}}]},
+        },
+        "$defs": {"thing": {"properties": {"t": {}}}},
+    }
+    closed = closed_objects(schema)
+    assert closed["additionalProperties"] is False and "additionalProperties" not in schema  # a copy
+    properties = closed["properties"]
+    assert set(properties) == set(schema["properties"])  # the map of properties is not itself a schema
+    assert properties["properties"]["additionalProperties"] is False
+    assert properties["free"]["additionalProperties"] == {"type": "string"}
+    assert properties["list"]["items"]["additionalProperties"] is False
+    assert properties["either"]["anyOf"][0]["additionalProperties"] is False
+    assert properties["both"]["allOf"] == schema["properties"]["both"]["allOf"]
+    assert closed["$defs"]["thing"]["additionalProperties"] is False
+    assert closed_objects({"type": "object"}) == {"type": "object"}  # any object stays any object
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_sampled_object_keeps_to_its_listed_keys(engine, seed):
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}, "b": {"type": "boolean"}}}
+    text, last = run(engine, f"keys-{seed}", {"kind": "json_schema", "value": schema}, temperature=1.0, seed=seed)
+    assert last.finish_reason == "stop" and set(json.loads(text)) <= {"a", "b"}, text
