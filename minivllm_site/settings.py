@@ -172,6 +172,9 @@ MINIVLLM_HEALTH_STALL_SECONDS = env_float("MINIVLLM_HEALTH_STALL_SECONDS", 30.0)
 MINIVLLM_STATS_INTERVAL = env_float("MINIVLLM_STATS_INTERVAL", 1.0)
 # The model id the API reports and accepts (default: the engine's model name).
 MINIVLLM_SERVED_MODEL_NAME = env_str("MINIVLLM_SERVED_MODEL_NAME")
+# The tool-call format replies are read in and forced to (api/tool_parsers.py): auto = the chat template's.
+TOOL_CALL_PARSERS = ("hermes", "llama3_json")  # api/tool_parsers.PARSERS' names
+MINIVLLM_TOOL_CALL_PARSER = env_choice("MINIVLLM_TOOL_CALL_PARSER", "auto", ("auto", *TOOL_CALL_PARSERS))
 # max_new_tokens when a /generate body leaves it out.
 MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS = env_int("MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS", 128)
 # Seconds a shutdown waits for in-flight requests to record their final state.

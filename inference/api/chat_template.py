@@ -10,19 +10,28 @@ import logging
 
 from .errors import bad_request
 from .tool_calls import render_tools_prompt
+from .tool_parsers import ToolParser, tool_parser_for
 
 log = logging.getLogger("inference.chat")
 
 
-def render(tokenizer, messages: list[dict], *, add_generation_prompt: bool = True, tools: list[dict] | None = None) -> str:
+def render(
+    tokenizer,
+    messages: list[dict],
+    *,
+    add_generation_prompt: bool = True,
+    tools: list[dict] | None = None,
+    tool_parser: ToolParser | None = None,
+) -> str:
     """The prompt text; `tools` go through the template's own tools section where it has one, else
-    into a system message (api/tool_calls.py's generic prompt)."""
+    into a system message (api/tool_calls.py's generic prompt, asking for `tool_parser`'s format:
+    by default the served model's)."""
     template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
     extra = {}
     if tools and template and "tools" in template:
         extra["tools"] = tools
     elif tools:
-        messages = with_tools_prompt(messages, tools)
+        messages = with_tools_prompt(messages, tools, tool_parser or tool_parser_for(tokenizer))
     if not template:
         return _plain(messages, add_generation_prompt)
     try:
@@ -31,9 +40,9 @@ def render(tokenizer, messages: list[dict], *, add_generation_prompt: bool = Tru
         raise bad_request(f"messages do not fit the model's chat template: {exc}", param="messages") from None
 
 
-def with_tools_prompt(messages: list[dict], tools: list[dict]) -> list[dict]:
+def with_tools_prompt(messages: list[dict], tools: list[dict], tool_parser: ToolParser) -> list[dict]:
     """The tools' description at the end of the system message (one is added if there is none)."""
-    prompt = render_tools_prompt(tools)
+    prompt = render_tools_prompt(tools, tool_parser)
     if messages and messages[0]["role"] == "system":
         return [{"role": "system", "content": messages[0]["content"] + "\n\n" + prompt}, *messages[1:]]
     return [{"role": "system", "content": prompt}, *messages]

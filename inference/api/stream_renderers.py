@@ -15,7 +15,8 @@ from ..engine.outputs import TokenLogprob
 from ..serving.jobs import Choice, GenerationJob
 from . import openai_format as oai
 from . import sse
-from .tool_calls import OPEN, ToolRequest, held_back
+from .tool_calls import ToolRequest
+from .tool_parsers import ToolParser
 
 
 def _generate_logprobs(items: list[TokenLogprob]) -> list[dict]:
@@ -199,12 +200,11 @@ class OpenAIResponse:
         try:
             for choice in job.choices:
                 yield sse.event(oai.chat_chunk(**self._ids(), index=choice.index, delta={"role": "assistant", "content": ""}))
-            held: dict[int, str] = {}  # with tools: text that may begin a call, kept until known
-            calling: set[int] = set()  # choices whose text has reached a call: the rest is the call's
+            content = CallHoldback(self.tools.parser) if self.tools is not None else None
             async for _, _, out, finished in _merged(self.jobs):
                 text = out.text
-                if self.tools is not None and text:
-                    text = _content_before_calls(out.index, text, held, calling)
+                if content is not None and text:
+                    text = content.add(out.index, text)
                 if text or out.logprobs:
                     logprobs = oai.chat_logprobs(out.logprobs) if self.wants_logprobs else None
                     yield sse.event(oai.chat_chunk(**self._ids(), index=out.index, delta={"content": text}, logprobs=logprobs))
@@ -214,9 +214,9 @@ class OpenAIResponse:
                             yield sse.event(
                                 oai.chat_chunk(**self._ids(), index=choice.index, delta={"tool_calls": [call.body(number)]})
                             )
-                    elif held.get(choice.index):
+                    elif content is not None and content.rest(choice.index):  # no call after all: the held text is content
                         yield sse.event(
-                            oai.chat_chunk(**self._ids(), index=choice.index, delta={"content": held.pop(choice.index)})
+                            oai.chat_chunk(**self._ids(), index=choice.index, delta={"content": content.rest(choice.index)})
                         )
                     if choice.finish_reason != "error":
                         yield sse.event(
@@ -235,21 +235,32 @@ class OpenAIResponse:
             await _close(self.jobs)
 
 
-def _content_before_calls(index: int, text: str, held: dict, calling: set) -> str:
-    """The part of a streamed delta that is surely content: nothing once a call has begun, and
-    never a tail that might begin "<tool_call>"."""
-    if index in calling:
-        return ""
-    text = held.pop(index, "") + text
-    at = text.find(OPEN)
-    if at != -1:
-        calling.add(index)
-        return text[:at]
-    keep = held_back(text)
-    if keep:
-        held[index] = text[-keep:]
-        return text[:-keep]
-    return text
+class CallHoldback:
+    """What a streamed chat reply with tools may show as content: the parser decides how much of
+    each choice's text so far is surely not a call; the rest is held until the choice ends, then
+    sent as tool_calls or, if it held no call, as content."""
+
+    def __init__(self, parser: ToolParser):
+        self.parser = parser
+        self.text: dict[int, str] = {}  # each choice's reply so far
+        self.shown: dict[int, int] = {}  # characters of it sent as content
+        self.calling: set[int] = set()  # choices whose reply has reached a call
+
+    def add(self, index: int, delta: str) -> str:
+        """The content this delta lets the stream show now."""
+        text = self.text[index] = self.text.get(index, "") + delta
+        if index in self.calling:
+            return ""
+        safe, calling = self.parser.split(text)
+        if calling:
+            self.calling.add(index)
+        shown = self.shown.get(index, 0)
+        self.shown[index] = max(shown, safe)
+        return text[shown:safe]
+
+    def rest(self, index: int) -> str:
+        """The held end of a choice's reply (for a choice that ended without calls)."""
+        return self.text.get(index, "")[self.shown.get(index, 0) :]
 
 
 async def _merged(jobs: list[GenerationJob]):

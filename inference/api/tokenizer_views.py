@@ -17,6 +17,7 @@ from ..engine.prompt import prompt_token_ids
 from ..serving import runtime
 from .chat_template import render as render_chat
 from .errors import bad_request
+from .tool_parsers import tool_parser_for
 from .validation import check_unknown_fields, parse_json_body, parse_messages
 from .views import api_endpoint, ready_engine_client, resolve_model
 
@@ -63,7 +64,7 @@ async def tokenize(request):
             return JsonResponse({"tokens": [{"id": i, "piece": tokenizer.decode([i])} for i in ids]})
         return JsonResponse({"tokens": ids})
     if given[0] == "messages":
-        messages = parse_messages(body["messages"])
+        messages = parse_messages(body["messages"], tool_parser_for(tokenizer))
         text = render_chat(tokenizer, messages, add_generation_prompt=_flag(body, "add_generation_prompt") is not False)
     else:
         text = _text(body["prompt"], "prompt")

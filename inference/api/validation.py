@@ -17,7 +17,8 @@ from django.core.exceptions import RequestDataTooBig
 
 from ..engine.sampling_params import SamplingParams, SamplingParamsError
 from .errors import ApiError, bad_request
-from .tool_calls import ToolRequest, tool_call_text
+from .tool_calls import ToolRequest
+from .tool_parsers import HermesToolParser, ToolParser
 
 # Sampling fields passed straight to SamplingParams (vLLM-style extras included).
 ENGINE_SAMPLING_FIELDS = {
@@ -285,7 +286,7 @@ def _structured(body: dict, fields: dict[str, str]) -> dict | None:
     return specs[0] if specs else None
 
 
-def _tools(body: dict) -> ToolRequest | None:
+def _tools(body: dict, parser: ToolParser) -> ToolRequest | None:
     """tools, tool_choice and parallel_tool_calls, as OpenAI defines them."""
     tools = _expect(body, "tools", list, "a list of tools")
     choice = body.get("tool_choice", "auto" if tools else "none")
@@ -311,7 +312,10 @@ def _tools(body: dict) -> ToolRequest | None:
     elif choice not in ("none", "auto", "required"):
         raise bad_request("tool_choice must be none, auto, required or {type: function, function: {name}}", param="tool_choice")
     return ToolRequest(
-        [{"type": "function", "function": t["function"]} for t in tools], choice, True if parallel is None else parallel
+        [{"type": "function", "function": t["function"]} for t in tools],
+        choice,
+        True if parallel is None else parallel,
+        parser,
     )
 
 
@@ -489,11 +493,11 @@ def _message_content(content: Any, index: int) -> str:
     raise bad_request(f"{param} must be a string or a list of text parts", param=param)
 
 
-def _tool_calls_text(calls: Any, index: int) -> str:
+def _tool_calls_text(calls: Any, index: int, parser: ToolParser) -> str:
     param = f"messages[{index}].tool_calls"
     if not isinstance(calls, list):
         raise bad_request(f"{param} must be a list", param=param)
-    lines = []
+    parsed_calls = []
     for call in calls:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
@@ -503,12 +507,15 @@ def _tool_calls_text(calls: Any, index: int) -> str:
             parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
         except ValueError:
             raise bad_request(f"{param}: function.arguments must be a JSON object string", param=param) from None
-        lines.append(tool_call_text(function["name"], parsed))
-    return "\n".join(lines)
+        if not isinstance(parsed, dict):
+            raise bad_request(f"{param}: function.arguments must be a JSON object string", param=param)
+        parsed_calls.append((function["name"], parsed))
+    return parser.calls_text(parsed_calls)
 
 
-def parse_messages(value: Any) -> list[dict]:
-    """Chat messages, normalised to [{"role", "content": str}] for the chat template."""
+def parse_messages(value: Any, tool_parser: ToolParser | None = None) -> list[dict]:
+    """Chat messages, normalised to [{"role", "content": str}] for the chat template; an assistant
+    turn's tool_calls become its content, written in the served model's call format."""
     if not isinstance(value, list) or not value:
         raise bad_request("messages must be a non-empty list", param="messages")
     messages = []
@@ -525,20 +532,23 @@ def parse_messages(value: Any) -> list[dict]:
             raise bad_request(f"messages[{index}].content is required", param=f"messages[{index}].content")
         content = _message_content(message.get("content"), index)
         if message.get("tool_calls"):  # an earlier turn's calls, written back as the model wrote them
-            content = (content + "\n" if content else "") + _tool_calls_text(message["tool_calls"], index)
+            calls = _tool_calls_text(message["tool_calls"], index, tool_parser or HermesToolParser())
+            content = (content + "\n" if content else "") + calls
         messages.append({"role": "system" if role == "developer" else role, "content": content})
     return messages
 
 
-def parse_chat(body: dict) -> GenerationInput:
-    """OpenAI's /v1/chat/completions (plus vLLM's extra sampling fields)."""
+def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationInput:
+    """OpenAI's /v1/chat/completions (plus vLLM's extra sampling fields); tools are read, written and
+    forced in `tool_parser`'s format (the served model's: api/tool_parsers.py)."""
+    tool_parser = tool_parser or HermesToolParser()
     body = _without_nulls(body)
     check_unknown_fields(body, CHAT_FIELDS)
     _reject_unsupported(body)
     if "messages" not in body:
         raise bad_request("messages is required", param="messages")
-    messages = parse_messages(body["messages"])
-    tools = _tools(body)
+    messages = parse_messages(body["messages"], tool_parser)
+    tools = _tools(body, tool_parser)
     structured = _structured(body, GUIDED_FIELDS)
     grammar = tools.grammar() if tools is not None else None
     if grammar is not None:  # required / named: the call's shape is forced

@@ -24,6 +24,7 @@ from . import auth, key_limits, sse
 from .chat_template import render as render_chat
 from .errors import ApiError, bad_request, internal_error_response
 from .stream_renderers import OpenAIResponse, generate_events, run_to_end
+from .tool_parsers import tool_parser_for
 from .validation import GenerationInput, parse_chat, parse_completion, parse_generate, parse_json_body
 
 
@@ -161,11 +162,13 @@ async def completions(request):
 
 @api_endpoint("POST")
 async def chat_completions(request):
-    inp = parse_chat(parse_json_body(request))
+    # tools are read, written and forced in the served model's format (None before a model is loaded)
+    inp = parse_chat(parse_json_body(request), tool_parser=tool_parser_for(runtime.tokenizer()))
 
     def prompts(engine_client):
         tools = inp.tools.tools if inp.tools is not None and inp.tools.active else None
-        text = render_chat(runtime.tokenizer(engine_client), inp.messages, tools=tools)
+        parser = inp.tools.parser if inp.tools is not None else None
+        text = render_chat(runtime.tokenizer(engine_client), inp.messages, tools=tools, tool_parser=parser)
         return [(text, text)]
 
     return await _openai_request(request, inp, "chatcmpl", prompts)

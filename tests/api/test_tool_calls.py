@@ -6,8 +6,9 @@ import json
 import pytest
 
 from inference.api.errors import ApiError
-from inference.api.stream_renderers import _content_before_calls
-from inference.api.tool_calls import ToolRequest, parse_tool_calls, tool_call_text
+from inference.api.stream_renderers import CallHoldback
+from inference.api.tool_calls import ToolRequest, parse_tool_calls
+from inference.api.tool_parsers import HermesToolParser, Llama3JsonToolParser
 from inference.api.validation import parse_chat
 
 WEATHER = {
@@ -61,7 +62,7 @@ def test_calls_are_read_out_of_a_reply_and_unknown_or_broken_ones_stay_text():
     assert json.loads(calls[0].arguments) == {"city": "Paris"} and calls[0].id.startswith("call_")
     assert parse_tool_calls('<tool_call>{"name": "rm -rf", "arguments": {}}</tool_call>', request)[1] == []
     assert parse_tool_calls("<tool_call>not json</tool_call>", request)[1] == []
-    assert parse_tool_calls(tool_call_text("add", {"a": 2}), request)[1][0].arguments == '{"a": 2}'
+    assert parse_tool_calls(HermesToolParser().call_text("add", {"a": 2}), request)[1][0].arguments == '{"a": 2}'
 
 
 def test_earlier_turns_calls_and_tool_results_are_accepted_back():
@@ -89,10 +90,37 @@ def test_earlier_turns_calls_and_tool_results_are_accepted_back():
 
 
 def test_a_stream_shows_content_but_never_the_start_of_a_call():
-    held, calling = {}, set()
+    held = CallHoldback(HermesToolParser())
     pieces = ["Let me ", "check. <tool", '_call>{"name"', ': "x"}</tool_call>']
-    shown = [_content_before_calls(0, piece, held, calling) for piece in pieces]
-    assert shown == ["Let me ", "check. ", "", ""] and calling == {0}
-    held, calling = {}, set()
-    assert _content_before_calls(0, "a <to", held, calling) == "a " and held == {0: "<to"}
-    assert _content_before_calls(0, "y box", held, calling) == "<toy box"  # not a call after all
+    assert [held.add(0, piece) for piece in pieces] == ["Let me ", "check. ", "", ""] and held.calling == {0}
+    held = CallHoldback(HermesToolParser())
+    assert held.add(0, "a <to") == "a " and held.rest(0) == "<to"
+    assert held.add(0, "y box") == "<toy box" and held.rest(0) == ""  # not a call after all
+
+
+def test_a_stream_holds_a_call_that_turns_out_malformed_and_sends_it_as_content_at_the_end():
+    held = CallHoldback(HermesToolParser())
+    assert held.add(1, "ok <tool_call>{broken") == "ok " and held.rest(1) == "<tool_call>{broken"
+
+
+def test_a_llama3_stream_holds_a_reply_that_opens_as_json_and_shows_one_that_does_not():
+    held = CallHoldback(Llama3JsonToolParser())
+    assert held.add(0, "  ") == "" and held.add(0, '{"name"') == "" and held.calling == {0}
+    held = CallHoldback(Llama3JsonToolParser())
+    assert held.add(0, "<|py") == "" and held.add(0, "thon_tag|>{") == "" and held.calling == {0}
+    held = CallHoldback(Llama3JsonToolParser())
+    assert held.add(0, "Paris is ") == "Paris is " and held.add(0, "{sunny}") == "{sunny}" and not held.calling
+
+
+def test_an_earlier_turns_calls_are_written_back_in_the_served_models_format():
+    assistant = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}],
+    }
+    inp = parse_chat({"messages": [*MSGS, assistant], "tools": [WEATHER]}, tool_parser=Llama3JsonToolParser())
+    assert json.loads(inp.messages[1]["content"]) == {"name": "get_weather", "parameters": {"city": "Rome"}}
+    assert isinstance(inp.tools.parser, Llama3JsonToolParser)
+    with pytest.raises(ApiError) as err:  # arguments must be an object
+        parse_chat({"messages": [*MSGS, {**assistant, "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}]})
+    assert err.value.param == "messages[1].tool_calls"

@@ -1,0 +1,216 @@
+"""Tool-call formats, one per model family: how the family's models write a call, how a reply is
+read back into calls, what a stream may show before it knows, and the grammar that forces the
+format when tool_choice is "required" or names a function.
+
+A chat model is trained to one format. SmolLM2, Qwen2 / 2.5 / 3 and Hermes write
+`<tool_call>{"name", "arguments"}</tool_call>`; Llama 3.1 to 3.3 write bare JSON objects
+`{"name", "parameters"}`, after `<|python_tag|>` or alone, `;` between several. The served
+model's format is chosen from its chat template (`tool_parser_for`), or named with
+MINIVLLM_TOOL_CALL_PARSER as vLLM's --tool-call-parser names it. Adding a family is one class
+here and one PARSERS line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import ClassVar
+
+from django.conf import settings
+
+from ..engine.structured import closed_objects
+
+# (name, arguments) of one call as read from a reply
+Call = tuple[str, dict]
+
+
+class ToolParser:
+    """One family's format. Subclasses say how a call is written, read and forced."""
+
+    name: ClassVar[str]
+    separator: ClassVar[str] = "\n"  # between calls, as the model writes several
+    # How to call, for the generic system prompt of templates without a tools section.
+    instructions: ClassVar[str]
+
+    def call_text(self, name: str, arguments: dict) -> str:
+        raise NotImplementedError
+
+    def calls_text(self, calls: list[Call]) -> str:
+        """An assistant turn's calls as the model writes them (sent back in the next turn)."""
+        return self.separator.join(self.call_text(name, arguments) for name, arguments in calls)
+
+    def call_rule(self, bodies: list[str]) -> str:
+        """The Lark rule `call`, given the alternatives for a call's JSON object."""
+        raise NotImplementedError
+
+    def call_schema(self, function: dict) -> dict:
+        """The JSON schema of one call to `function` in this format."""
+        raise NotImplementedError
+
+    def parse(self, text: str, names: set[str]) -> tuple[str | None, list[Call]]:
+        """(content outside the calls or None, the calls to known functions) from a whole reply."""
+        raise NotImplementedError
+
+    def split(self, text: str) -> tuple[int, bool]:
+        """For a stream: (how many leading characters of the reply so far are surely content,
+        whether a call has begun). What follows is held back until the reply ends."""
+        raise NotImplementedError
+
+    def grammar(self, functions: list[dict], most: int) -> str:
+        """Lark forcing between one and `most` calls, each to one of `functions` with arguments that
+        fit its parameter schema (llguidance's %json embeds each schema)."""
+        bodies = []
+        for function in functions:
+            schema = {**self.call_schema(function), "x-guidance": {"whitespace_flexible": False}}  # compact: no padding forever
+            bodies.append("%json " + json.dumps(schema))
+        separator = json.dumps(self.separator)
+        calls = " | ".join(f" {separator} ".join(["call"] * count) for count in range(1, most + 1))
+        return f"start: {calls}\n{self.call_rule(bodies)}"
+
+
+def _object_schema(function: dict, arguments_key: str) -> dict:
+    return {
+        "type": "object",
+        "properties": {
+            "name": {"const": function["name"]},
+            arguments_key: closed_objects(function.get("parameters") or {"type": "object"}),
+        },
+        "required": ["name", arguments_key],
+        "additionalProperties": False,
+    }
+
+
+def _tail_that_may_begin(text: str, marker: str) -> int:
+    """How many trailing characters of `text` are a proper prefix of `marker`."""
+    for n in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+class HermesToolParser(ToolParser):
+    """`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one per line (SmolLM2, Qwen, Hermes)."""
+
+    name = "hermes"
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"
+    CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
+    instructions = (
+        "To call one or more of them, reply with one line per call, each exactly\n"
+        '<tool_call>{"name": <function name>, "arguments": <arguments as a JSON object>}</tool_call>\n'
+        "and nothing else."
+    )
+
+    def call_text(self, name: str, arguments: dict) -> str:
+        return f"{self.OPEN}{json.dumps({'name': name, 'arguments': arguments})}{self.CLOSE}"
+
+    def call_schema(self, function: dict) -> dict:
+        return _object_schema(function, "arguments")
+
+    def call_rule(self, bodies: list[str]) -> str:
+        return f'call: "{self.OPEN}" body "{self.CLOSE}"\nbody: ' + " | ".join(bodies)
+
+    def parse(self, text: str, names: set[str]) -> tuple[str | None, list[Call]]:
+        calls, content = [], text
+        for match in self.CALL.finditer(text):
+            call = _call_object(match.group(1), names, "arguments")
+            if call is not None:
+                calls.append(call)
+                content = content.replace(match.group(0), "", 1)
+        if not calls:
+            return text, []
+        return content.strip() or None, calls
+
+    def split(self, text: str) -> tuple[int, bool]:
+        at = text.find(self.OPEN)
+        if at != -1:
+            return at, True
+        return len(text) - _tail_that_may_begin(text, self.OPEN), False
+
+
+class Llama3JsonToolParser(ToolParser):
+    """Llama 3.1-3.3's JSON calls: the reply is `{"name": ..., "parameters": {...}}` (optionally
+    after `<|python_tag|>`), several separated by `;`. A reply that starts otherwise is content."""
+
+    name = "llama3_json"
+    TAG = "<|python_tag|>"
+    separator = "; "
+    instructions = (
+        "To call one or more of them, reply with only the calls, each a JSON object\n"
+        '{"name": <function name>, "parameters": <arguments as a JSON object>}\n'
+        "separated by '; ', and nothing else."
+    )
+
+    def call_text(self, name: str, arguments: dict) -> str:
+        return json.dumps({"name": name, "parameters": arguments})
+
+    def call_schema(self, function: dict) -> dict:
+        return _object_schema(function, "parameters")
+
+    def call_rule(self, bodies: list[str]) -> str:
+        return "call: " + " | ".join(bodies)
+
+    def parse(self, text: str, names: set[str]) -> tuple[str | None, list[Call]]:
+        rest = text.strip()
+        if rest.startswith(self.TAG):
+            rest = rest[len(self.TAG) :].lstrip()
+        if not rest.startswith("{"):
+            return text, []
+        decoder, calls = json.JSONDecoder(), []
+        while rest:
+            try:
+                value, end = decoder.raw_decode(rest)
+            except ValueError:
+                return text, []  # not wholly calls: the reply is content, as vLLM reads it
+            call = _call_value(value, names, ("parameters", "arguments"))
+            if call is None:
+                return text, []
+            calls.append(call)
+            rest = rest[end:].lstrip().removeprefix(";").lstrip()
+        return None, calls
+
+    def split(self, text: str) -> tuple[int, bool]:
+        start = text.lstrip()
+        if not start:
+            return 0, False  # leading blanks wait: a call may follow them
+        if start.startswith("{") or start.startswith(self.TAG):
+            return 0, True
+        if self.TAG.startswith(start):
+            return 0, False
+        return len(text), False
+
+
+def _call_object(text: str, names: set[str], *argument_keys: str) -> Call | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return _call_value(value, names, argument_keys)
+
+
+def _call_value(value, names: set[str], argument_keys) -> Call | None:
+    """(name, arguments) when `value` is a call to a known function with an object of arguments."""
+    if not isinstance(value, dict) or value.get("name") not in names:
+        return None
+    key = next((k for k in argument_keys if k in value), None)
+    arguments = value[key] if key else {}
+    return (value["name"], arguments) if isinstance(arguments, dict) else None
+
+
+PARSERS: dict[str, type[ToolParser]] = {parser.name: parser for parser in (HermesToolParser, Llama3JsonToolParser)}
+DEFAULT = HermesToolParser.name  # the generic prompt's format, for templates that name none
+
+
+def parser_for_template(template: str | None) -> ToolParser:
+    """The format a chat template teaches its model: Llama 3's JSON where the template speaks of
+    `<|python_tag|>`, else the `<tool_call>` tags of SmolLM2, Qwen and Hermes (and of our generic prompt)."""
+    if template and Llama3JsonToolParser.TAG in str(template):  # str: some tokenizers keep a dict of templates
+        return Llama3JsonToolParser()
+    return HermesToolParser()
+
+
+def tool_parser_for(tokenizer) -> ToolParser:
+    """The served model's parser: MINIVLLM_TOOL_CALL_PARSER when it names one, else its template's."""
+    named = settings.MINIVLLM_TOOL_CALL_PARSER
+    if named != "auto":
+        return PARSERS[named]()
+    return parser_for_template(getattr(tokenizer, "chat_template", None) if tokenizer is not None else None)

@@ -1,0 +1,100 @@
+"""Each model family's tool-call format: calls written and read back, replies that are not calls
+left as content, the served model's parser chosen from its template or the setting, and each
+format's grammar forcing, in the engine, calls that its own parser reads and whose arguments
+validate."""
+
+import json
+
+import jsonschema
+import pytest
+
+from inference.api.tool_calls import ToolRequest, parse_tool_calls
+from inference.api.tool_parsers import PARSERS, HermesToolParser, Llama3JsonToolParser, parser_for_template, tool_parser_for
+from inference.engine.sampling_params import SamplingParams
+from tests.engine.helpers import engine_for, run_to_completion
+
+WEATHER = {
+    "name": "get_weather",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"],
+        "additionalProperties": False,
+    },
+}
+ADD = {
+    "name": "add",
+    "parameters": {
+        "type": "object",
+        "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["a"],
+        "additionalProperties": False,
+    },
+}
+NAMES = {"get_weather", "add"}
+CALLS = [("get_weather", {"city": "Paris", "unit": "celsius"}), ("add", {"a": 2})]
+
+
+@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+def test_calls_written_in_a_format_read_back_the_same(parser):
+    assert parser.parse(parser.calls_text(CALLS), NAMES) == (None, CALLS)
+    assert parser.parse(parser.call_text("rm", {}), NAMES)[1] == []  # not one of the request's functions
+    assert parser.parse("It is sunny in Paris.", NAMES) == ("It is sunny in Paris.", [])
+
+
+def test_llama3_reads_the_python_tag_and_parameters_and_leaves_other_json_as_content():
+    parser = Llama3JsonToolParser()
+    text = '<|python_tag|>{"name": "add", "parameters": {"a": 1}}; {"name": "add", "arguments": {"a": 3}}'
+    assert parser.parse(text, NAMES) == (None, [("add", {"a": 1}), ("add", {"a": 3})])
+    half = '{"name": "add", "parameters": {"a": 1}} and then some words'
+    assert parser.parse(half, NAMES) == (half, [])  # not wholly calls: content, as vLLM reads it
+    assert parser.parse('{"city": "Paris"}', NAMES) == ('{"city": "Paris"}', [])
+
+
+def test_hermes_keeps_the_text_around_its_calls_as_content():
+    parser = HermesToolParser()
+    text = "Let me look.\n" + parser.call_text("add", {"a": 1})
+    assert parser.parse(text, NAMES) == ("Let me look.", [("add", {"a": 1})])
+
+
+def test_the_served_models_parser_comes_from_its_template_or_the_setting(smollm_tokenizer, settings):
+    assert isinstance(parser_for_template(smollm_tokenizer.chat_template), HermesToolParser)
+    llama3 = "{%- if tools %}...<|python_tag|>{{ tool_call | tojson }}{%- endif %}"
+    assert isinstance(parser_for_template(llama3), Llama3JsonToolParser)
+    assert isinstance(parser_for_template(None), HermesToolParser)
+    assert isinstance(tool_parser_for(smollm_tokenizer), HermesToolParser)
+    settings.MINIVLLM_TOOL_CALL_PARSER = "llama3_json"
+    assert isinstance(tool_parser_for(smollm_tokenizer), Llama3JsonToolParser)
+
+
+def test_the_setting_offers_every_parser(settings):
+    assert set(settings.TOOL_CALL_PARSERS) == set(PARSERS)
+    assert settings.MINIVLLM_TOOL_CALL_PARSER in ("auto", *PARSERS)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_hf, smollm_tokenizer):
+    return engine_for(tiny_hf, smollm_tokenizer, num_kv_blocks=512)
+
+
+@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_forced_call_in_each_format_is_read_back_by_its_parser(engine, parser, temperature):
+    """A random model says nothing sensible, yet under the format's grammar every reply is calls
+    that the same format's parser reads, with arguments that fit their schemas."""
+    request = ToolRequest([{"type": "function", "function": f} for f in (WEATHER, ADD)], "required", True, parser)
+    spec = {"kind": "lark", "value": request.grammar(), "param": "tool_choice"}
+    engine.grammars.compile(spec)
+    rid = f"{parser.name}-{temperature}"
+    engine.add_request(
+        rid, engine.tokenize("Call:"), SamplingParams(max_tokens=200, temperature=temperature, seed=5, structured=spec)
+    )
+    outputs = run_to_completion(engine)[rid]
+    text = "".join(out.text for out in outputs)
+    assert outputs[-1].finish_reason == "stop", text
+    content, calls = parse_tool_calls(text, request)
+    assert calls and content is None, text
+    schemas = {"get_weather": WEATHER["parameters"], "add": ADD["parameters"]}
+    for call in calls:
+        jsonschema.validate(json.loads(call.arguments), schemas[call.name])
+    assert len(calls) <= 2  # at most as many calls as there are functions
