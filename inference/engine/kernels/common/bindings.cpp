@@ -53,10 +53,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                     return p;
                   })
       .def_static("onednn_bf16",
-                  [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
+                  [](torch::Tensor packed, std::optional<torch::Tensor> bias, bool pair_single_rows) {
                     Projection p{Projection::Kind::OneDnnBf16};
                     p.packed = std::move(packed);
                     p.bias = std::move(bias);
+                    p.pair_single_rows = pair_single_rows;
                     return p;
                   })
       .def_static("mkl",
@@ -67,6 +68,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                     p.bias = std::move(bias);
                     return p;
                   })
+      .def("__call__", [](const Projection& p, const torch::Tensor& x) { return p(x); }, nogil(), "x @ W.T (+ bias), float32")
       .def_property_readonly("kind", [](const Projection& p) {
         switch (p.kind) {
           case Projection::Kind::Int8: return "int8";

@@ -18,6 +18,12 @@ weight is reordered once into the blocked layout oneDNN's kernel reads: left in 
 order, its AMX kernel re-packed it on every call, half the speed at 1-32 rows on a Xeon with AMX
 for the same bits (docs/performance.md, section 33).
 
+oneDNN multiplies one row with another bf16 kernel than two or more, and on some CPUs (an EPYC
+with AVX512-BF16 and no AMX) that kernel sums in another order, so a row alone and the same row
+in a batch differ in their last bits (every count from 2 to 300 rows agrees there). Each bf16
+weight shape is probed once per process (`onednn_bf16_single_row_differs`); where it differs, a
+lone row goes in twice (here and in the C++ layer): batching never changes a request's tokens.
+
 The packed weights are plain attributes, not parameters or buffers: load the model onto its
 device before packing, and do not move it afterwards.
 """
@@ -81,6 +87,31 @@ def _bf16_onednn_weight(weight: torch.Tensor) -> torch.Tensor:
         return bf16.to_mkldnn()
 
 
+BF16_PROBE_ROWS = 256  # rows the probe compares: a differing row is 1 in 2-60 where the kernels differ
+
+
+def _onednn_bf16(rows: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(rows.to(torch.bfloat16), packed, None, "none", [], "")
+
+
+@functools.cache
+def onednn_bf16_single_row_differs(out_features: int, in_features: int) -> bool:
+    """Whether oneDNN's bf16 GEMM on a weight of this shape gives some row, alone, other bits than
+    the same row among others; measured once per shape on random data."""
+    generator = torch.Generator().manual_seed(0)
+    packed = _bf16_onednn_weight(torch.randn(out_features, in_features, generator=generator))
+    x = torch.randn(BF16_PROBE_ROWS, in_features, generator=generator)
+    together = _onednn_bf16(x, packed)
+    return any(not torch.equal(_onednn_bf16(x[i : i + 1], packed), together[i : i + 1]) for i in range(len(x)))
+
+
+def onednn_bf16_linear(rows: torch.Tensor, packed: torch.Tensor, pair_single_rows: bool) -> torch.Tensor:
+    """float32 rows through oneDNN's bf16 GEMM, float32 out; a lone row twice where its kernel differs."""
+    if pair_single_rows and rows.shape[0] == 1:
+        return _onednn_bf16(rows.expand(2, -1).contiguous(), packed)[:1].float()
+    return _onednn_bf16(rows, packed).float()
+
+
 class PackedLinear(nn.Module):
     def __init__(self, linear: nn.Linear, backend: str | None = None):
         super().__init__()
@@ -92,6 +123,7 @@ class PackedLinear(nn.Module):
         elif self.backend == "onednn_bf16":
             self.weight = None
             self.packed_weight = _bf16_onednn_weight(weight)
+            self.pair_single_rows = onednn_bf16_single_row_differs(*weight.shape)
         else:
             self.weight = None
             self.packed_weight = weight.to_mkldnn()
@@ -104,7 +136,7 @@ class PackedLinear(nn.Module):
         if self.backend == "mkl":
             out = torch.ops.mkl._mkl_linear(rows, self.packed_weight, self.weight, self.bias, rows.shape[0])
         elif self.backend == "onednn_bf16":  # the same ops, in the same order, as Projection in llama_layer.cpp
-            out = torch.ops.mkldnn._linear_pointwise(rows.to(torch.bfloat16), self.packed_weight, None, "none", [], "").float()
+            out = onednn_bf16_linear(rows, self.packed_weight, self.pair_single_rows)
             if self.bias is not None:
                 out = out + self.bias
         else:
@@ -113,7 +145,7 @@ class PackedLinear(nn.Module):
 
     def projection(self, cpp):
         if self.backend == "onednn_bf16":
-            return cpp.Projection.onednn_bf16(self.packed_weight, self.bias)
+            return cpp.Projection.onednn_bf16(self.packed_weight, self.bias, self.pair_single_rows)
         if self.backend == "mkl":
             return cpp.Projection.mkl(self.packed_weight, self.weight, self.bias)
         return cpp.Projection.onednn(self.packed_weight, self.bias)
