@@ -142,7 +142,7 @@ class EngineCollector(Collector):
         (
             "grammar_mask_wait_seconds",
             "grammar_mask_wait_seconds",
-            "Of the mask time, what the engine loop waited for once the forward pass was done (the rest overlapped it).",
+            "Time the engine loop waited for token masks once the forward pass was done (masks are computed during it).",
         ),
     )
 

@@ -251,10 +251,10 @@ class CallHoldback:
         text = self.text[index] = self.text.get(index, "") + delta
         if index in self.calling:
             return ""
-        safe, calling = self.parser.split(text)
+        shown = self.shown.get(index, 0)
+        safe, calling = self.parser.split(text, shown)
         if calling:
             self.calling.add(index)
-        shown = self.shown.get(index, 0)
         self.shown[index] = max(shown, safe)
         return text[shown:safe]
 

@@ -7,7 +7,7 @@ A chat model is trained to one format. SmolLM2, Qwen2 / 2.5 / 3 and Hermes write
 `{"name", "parameters"}`, after `<|python_tag|>` or alone, `;` between several. The served
 model's format is chosen from its chat template (`tool_parser_for`), or named with
 MINIVLLM_TOOL_CALL_PARSER as vLLM's --tool-call-parser names it. Adding a family is one class
-here and one PARSERS line.
+here, one PARSERS line and its name in settings.TOOL_CALL_PARSERS (a test holds the two equal).
 """
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ class ToolParser:
         """(content outside the calls or None, the calls to known functions) from a whole reply."""
         raise NotImplementedError
 
-    def split(self, text: str) -> tuple[int, bool]:
+    def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
         """For a stream: (how many leading characters of the reply so far are surely content,
-        whether a call has begun). What follows is held back until the reply ends."""
+        whether a call has begun), given that its first `shown` characters were content. What
+        follows is held back until the reply ends."""
         raise NotImplementedError
 
     def grammar(self, functions: list[dict], most: int) -> str:
@@ -120,8 +121,8 @@ class HermesToolParser(ToolParser):
             return text, []
         return content.strip() or None, calls
 
-    def split(self, text: str) -> tuple[int, bool]:
-        at = text.find(self.OPEN)
+    def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
+        at = text.find(self.OPEN, shown)  # what was shown holds no start of a call: search on from there
         if at != -1:
             return at, True
         return len(text) - _tail_that_may_begin(text, self.OPEN), False
@@ -159,7 +160,7 @@ class Llama3JsonToolParser(ToolParser):
         while rest:
             try:
                 value, end = decoder.raw_decode(rest)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return text, []  # not wholly calls: the reply is content, as vLLM reads it
             call = _call_value(value, names, ("parameters", "arguments"))
             if call is None:
@@ -168,7 +169,9 @@ class Llama3JsonToolParser(ToolParser):
             rest = rest[end:].lstrip().removeprefix(";").lstrip()
         return None, calls
 
-    def split(self, text: str) -> tuple[int, bool]:
+    def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
+        if shown:
+            return len(text), False  # the reply began as content: calls come only at its start
         start = text.lstrip()
         if not start:
             return 0, False  # leading blanks wait: a call may follow them
@@ -182,14 +185,14 @@ class Llama3JsonToolParser(ToolParser):
 def _call_object(text: str, names: set[str], *argument_keys: str) -> Call | None:
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return _call_value(value, names, argument_keys)
 
 
 def _call_value(value, names: set[str], argument_keys) -> Call | None:
     """(name, arguments) when `value` is a call to a known function with an object of arguments."""
-    if not isinstance(value, dict) or value.get("name") not in names:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or value["name"] not in names:
         return None
     key = next((k for k in argument_keys if k in value), None)
     arguments = value[key] if key else {}
@@ -200,10 +203,16 @@ PARSERS: dict[str, type[ToolParser]] = {parser.name: parser for parser in (Herme
 DEFAULT = HermesToolParser.name  # the generic prompt's format, for templates that name none
 
 
+# What a Llama 3 template says: 3.1 and 3.3 name the python tag; 3.2's lightweight models only ask
+# for {"name", "parameters"} objects.
+LLAMA3_MARKERS = (Llama3JsonToolParser.TAG, '"parameters": dictionary of argument name')
+
+
 def parser_for_template(template: str | None) -> ToolParser:
     """The format a chat template teaches its model: Llama 3's JSON where the template speaks of
-    `<|python_tag|>`, else the `<tool_call>` tags of SmolLM2, Qwen and Hermes (and of our generic prompt)."""
-    if template and Llama3JsonToolParser.TAG in str(template):  # str: some tokenizers keep a dict of templates
+    it, else the `<tool_call>` tags of SmolLM2, Qwen and Hermes (and of our generic prompt)."""
+    text = str(template or "")  # str: some tokenizers keep a dict of named templates
+    if any(marker in text for marker in LLAMA3_MARKERS):
         return Llama3JsonToolParser()
     return HermesToolParser()
 

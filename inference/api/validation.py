@@ -550,7 +550,10 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
     messages = parse_messages(body["messages"], tool_parser)
     tools = _tools(body, tool_parser)
     structured = _structured(body, GUIDED_FIELDS)
-    grammar = tools.grammar() if tools is not None else None
+    try:
+        grammar = tools.grammar() if tools is not None else None
+    except RecursionError:
+        raise bad_request("a function's parameters are nested too deeply", param="tools") from None
     if grammar is not None:  # required / named: the call's shape is forced
         if structured is not None:
             raise bad_request("tool_choice required or named cannot be combined with another constraint", param="tool_choice")

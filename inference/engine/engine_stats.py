@@ -42,7 +42,7 @@ class EngineStats:
     steps: int | None = _summed()
     grammar_mask_seconds: float | None = _summed()  # time spent computing constrained rows' token masks
     grammar_mask_rows: int | None = _summed()  # constrained rows those masks were computed for
-    grammar_mask_wait_seconds: float | None = _summed()  # of that, what the loop waited for after the forward
+    grammar_mask_wait_seconds: float | None = _summed()  # time the loop waited for masks after the forward
     last_step_at: float | None = None  # the loop's last pass, on the reader's monotonic clock
     gpu_memory_used_mb: float | None = _summed()  # measured where the GPU is: remote workers only
     gpu_memory_total_mb: float | None = _summed()

@@ -38,22 +38,40 @@ KINDS = ("json_schema", "json_object", "regex", "choice", "grammar", "lark")
 JSON_OPTIONS = {"whitespace_flexible": False}
 
 
-# Keywords whose value is one sub-schema, a list of them, or a map of them (allOf is left alone:
-# closing each part would refuse the properties the other parts declare).
-_SUBSCHEMA = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "additionalItems")
+# Keywords whose value is one sub-schema, a list of them, or a map of them. allOf, not and
+# if/then/else are left alone: closing a part of allOf would refuse what the other parts declare,
+# and closing inside not or if would turn their meaning round.
+_SUBSCHEMA = ("items", "additionalProperties", "contains", "additionalItems")
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
-_OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+# An object beside any of these may hold keys its own properties do not list: it stays open.
+_OPEN_KEYWORDS = (
+    "additionalProperties",
+    "patternProperties",
+    "unevaluatedProperties",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "$ref",
+    "if",
+    "dependentSchemas",
+)
 
 
 def closed_objects(schema):
     """A copy of `schema` where an object that lists its properties and says nothing of others
     allows no others, as vLLM's default grammar back end (xgrammar's strict mode) reads schemas:
-    left open, a small model fills objects with invented keys until max_tokens."""
+    left open, a small model fills objects with invented keys until max_tokens. Objects whose
+    required keys are not all listed, or that combine with other schemas, are left as they are."""
     if not isinstance(schema, dict):
         return schema
     closed = dict(schema)
-    if "properties" in closed and not any(key in closed for key in _OPEN_KEYWORDS):
+    properties = closed.get("properties")
+    if (
+        isinstance(properties, dict)
+        and not any(key in closed for key in _OPEN_KEYWORDS)
+        and all(key in properties for key in closed.get("required") or [] if isinstance(key, str))
+    ):
         closed["additionalProperties"] = False
     for key in _SUBSCHEMA:
         if isinstance(closed.get(key), dict):
@@ -94,6 +112,11 @@ def grammar_source(kind: str, value) -> str:
     raise ValueError(f"unknown structured output kind {kind!r}")
 
 
+# One thread for the process: a step's masks are computed in order, beside the engine loop's
+# forward pass (it starts on first use; engines restarted over the same weights share it).
+MASK_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-masks")
+
+
 class Grammars:
     """The tokenizer as llguidance sees it, the compiled-grammar cache, and the per-step masks."""
 
@@ -107,8 +130,6 @@ class Grammars:
         self.tokenizer = llguidance.LLTokenizer(backend.to_str(), n_vocab=vocab_size, eos_token=eos)
         self.vocab_size = vocab_size
         self._lock = threading.Lock()  # the cache is filled from event loops and the engine thread
-        # One thread: masks of a step are computed in order, beside the engine loop's forward pass.
-        self._mask_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-masks")
 
     def compile(self, spec: dict) -> str:
         """The validated grammar for a spec, from the cache after the first time; GrammarError if invalid."""
@@ -124,6 +145,8 @@ class Grammars:
             grammar = grammar_source(kind, json.loads(value_json))
         except (ValueError, TypeError) as exc:
             raise GrammarError(param, f"{param} is not a valid {kind.replace('_', ' ')}: {exc}") from None
+        except RecursionError:
+            raise GrammarError(param, f"{param} is nested too deeply") from None
         is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, self.tokenizer)
         if is_error:
             raise GrammarError(param, f"{param} is not a valid {kind.replace('_', ' ')}: {messages[0]}")
@@ -136,11 +159,12 @@ class Grammars:
 
     def start_masks(self, seqs: list) -> PendingMasks:
         """Starts computing, on the mask thread, the masks of the constrained sequences among
-        `seqs` (those about to sample); their matchers must not advance until it is collected."""
+        `seqs` (those about to sample); their matchers must not be used at all (llguidance holds
+        them while it computes) until the masks are collected or settled."""
         constrained = [seq for seq in seqs if seq.matcher is not None]
         if not constrained:
             return PendingMasks([], None)
-        return PendingMasks(constrained, self._mask_worker.submit(self._timed_allowed, [s.matcher for s in constrained]))
+        return PendingMasks(constrained, MASK_WORKER.submit(self._timed_allowed, [s.matcher for s in constrained]))
 
     def _timed_allowed(self, matchers: list) -> tuple[torch.Tensor, float]:
         started = time.perf_counter()

@@ -23,6 +23,9 @@ ADD = {
     "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}},
 }
 MSGS = [{"role": "user", "content": "Weather in Paris?"}]
+DEEP: dict = {"type": "object"}
+for _ in range(900):
+    DEEP = {"type": "object", "properties": {"x": DEEP}}
 
 
 def test_required_and_named_choices_constrain_with_a_grammar_auto_does_not():
@@ -46,6 +49,13 @@ def test_required_and_named_choices_constrain_with_a_grammar_auto_does_not():
         ({"tool_choice": "required"}, "tool_choice"),
         ({"tools": [WEATHER], "tool_choice": "required", "guided_regex": "a"}, "tool_choice"),
         ({"functions": [{"name": "x"}]}, "functions"),
+        (  # parameters nested past what the grammar builder recurses through
+            {
+                "tools": [{"type": "function", "function": {"name": "deep", "parameters": DEEP}}],
+                "tool_choice": "required",
+            },
+            "tools",
+        ),
     ],
 )
 def test_bad_tools_are_refused_naming_the_field(extra, param):

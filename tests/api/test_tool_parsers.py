@@ -49,6 +49,9 @@ def test_llama3_reads_the_python_tag_and_parameters_and_leaves_other_json_as_con
     half = '{"name": "add", "parameters": {"a": 1}} and then some words'
     assert parser.parse(half, NAMES) == (half, [])  # not wholly calls: content, as vLLM reads it
     assert parser.parse('{"city": "Paris"}', NAMES) == ('{"city": "Paris"}', [])
+    for odd in ('{"name": ["add"], "parameters": {}}', '{"name": {"a": 1}}', "[" * 5000 + "]" * 5000):
+        assert parser.parse(odd, NAMES) == (odd, [])  # whatever the model writes, never an exception
+    assert HermesToolParser().parse('<tool_call>{"name": ["add"]}</tool_call>', NAMES)[1] == []
 
 
 def test_hermes_keeps_the_text_around_its_calls_as_content():
@@ -62,6 +65,8 @@ def test_the_served_models_parser_comes_from_its_template_or_the_setting(smollm_
     llama3 = "{%- if tools %}...<|python_tag|>{{ tool_call | tojson }}{%- endif %}"
     assert isinstance(parser_for_template(llama3), Llama3JsonToolParser)
     assert isinstance(parser_for_template(None), HermesToolParser)
+    llama32 = 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.'
+    assert isinstance(parser_for_template(llama32), Llama3JsonToolParser)  # 3.2's lightweight template names no tag
     assert isinstance(tool_parser_for(smollm_tokenizer), HermesToolParser)
     settings.MINIVLLM_TOOL_CALL_PARSER = "llama3_json"
     assert isinstance(tool_parser_for(smollm_tokenizer), Llama3JsonToolParser)

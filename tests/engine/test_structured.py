@@ -116,8 +116,8 @@ def test_masks_are_computed_while_the_model_runs(engine, monkeypatch):
     run_model = engine.model_runner.run
 
     def run_after_the_mask(batch):
-        mask_done.clear()
         assert mask_done.wait(timeout=60), "the step's mask was not being computed during the forward pass"
+        mask_done.clear()  # the next step's mask starts only after this step's forward
         return run_model(batch)
 
     monkeypatch.setattr(grammars, "allowed", allowed)
@@ -129,10 +129,6 @@ def test_masks_are_computed_while_the_model_runs(engine, monkeypatch):
     jsonschema.validate(json.loads("".join(out.text for out in outputs)), SCHEMA)
     after = engine.stats()  # one mask per sampled token, all of them from the mask thread
     assert after.grammar_mask_rows - before.grammar_mask_rows == len(generated_ids(outputs))
-    assert (
-        after.grammar_mask_wait_seconds - before.grammar_mask_wait_seconds
-        <= after.grammar_mask_seconds - before.grammar_mask_seconds
-    )
 
 
 def test_a_failed_step_with_masks_in_flight_fails_only_its_requests(engine):
@@ -171,6 +167,9 @@ def test_objects_that_list_their_properties_allow_no_others_unless_the_schema_sa
     assert properties["list"]["items"]["additionalProperties"] is False
     assert properties["either"]["anyOf"][0]["additionalProperties"] is False
     assert properties["both"]["allOf"] == schema["properties"]["both"]["allOf"]
+    assert "additionalProperties" not in closed_objects({"properties": {"a": {}}, "anyOf": [{"properties": {"b": {}}}]})
+    assert "additionalProperties" not in closed_objects({"properties": {"a": {}}, "required": ["a", "b"]})
+    assert closed_objects({"not": {"properties": {"a": {}}}}) == {"not": {"properties": {"a": {}}}}
     assert closed["$defs"]["thing"]["additionalProperties"] is False
     assert closed_objects({"type": "object"}) == {"type": "object"}  # any object stays any object
 
