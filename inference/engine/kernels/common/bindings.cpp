@@ -46,10 +46,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                     return p;
                   })
       .def_static("onednn",
-                  [](torch::Tensor packed, std::optional<torch::Tensor> bias) {
+                  [](torch::Tensor packed, std::optional<torch::Tensor> bias, bool pair_single_rows) {
                     Projection p{Projection::Kind::OneDnn};
                     p.packed = std::move(packed);
                     p.bias = std::move(bias);
+                    p.pair_single_rows = pair_single_rows;
                     return p;
                   })
       .def_static("onednn_bf16",

@@ -44,7 +44,7 @@ struct Projection {
   torch::Tensor group;                                   // Group: group_pack_weight's blocks
   int64_t group_out_features = 0, group_bits = 0;
   torch::Tensor packed, dense;  // OneDnn / OneDnnBf16 / Mkl: the packed weight; Mkl: the plain one too
-  bool pair_single_rows = false;  // OneDnnBf16: a lone row goes in twice (oneDNN's one-row kernel sums in another order)
+  bool pair_single_rows = false;  // OneDnn(Bf16): a lone row goes in twice (oneDNN's one-row kernel sums in another order)
   std::optional<torch::Tensor> bias;
   torch::Tensor operator()(const torch::Tensor& x) const;
 };

@@ -72,13 +72,17 @@ void write_kv(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& k_c
   write_rows_into<float>(k, v, k_cache, v_cache, row);
 }
 
-// oneDNN's bf16 GEMM. Where its one-row kernel sums in another order than its many-row one
-// (layers/linear/packed.py), a lone row goes in twice, so a row's result never depends on its batch.
-torch::Tensor onednn_bf16_rows(const torch::Tensor& x, const torch::Tensor& packed, bool pair_single_rows) {
-  if (pair_single_rows && x.size(0) == 1) {
-    return onednn_linear(x.expand({2, x.size(1)}).to(torch::kBFloat16).contiguous(), packed, std::nullopt).narrow(0, 0, 1).to(torch::kFloat);
-  }
-  return onednn_linear(x.to(torch::kBFloat16), packed, std::nullopt).to(torch::kFloat);
+// oneDNN's GEMM (bf16: rows rounded in, float32 out). Where its one-row kernel sums in another order
+// than its many-row one (layers/linear/packed.py), a lone row goes in twice, so a row's result never
+// depends on its batch.
+torch::Tensor onednn_rows(const torch::Tensor& x, const torch::Tensor& packed, const std::optional<torch::Tensor>& bias,
+                          bool bf16, bool pair_single_rows) {
+  const bool pair = pair_single_rows && x.size(0) == 1;
+  auto rows = pair ? x.expand({2, x.size(1)}) : x;
+  if (bf16) rows = rows.to(torch::kBFloat16);
+  auto out = onednn_linear(pair ? rows.contiguous() : rows, packed, bias);
+  if (pair) out = out.narrow(0, 0, 1);
+  return bf16 ? out.to(torch::kFloat) : out;
 }
 
 }  // namespace
@@ -89,9 +93,9 @@ torch::Tensor Projection::operator()(const torch::Tensor& x) const {
     case Kind::Mkl:
       return mkl_linear(x, packed, dense, bias);
     case Kind::OneDnn:
-      return onednn_linear(x, packed, bias);
+      return onednn_rows(x, packed, bias, false, pair_single_rows);
     case Kind::OneDnnBf16:
-      out = onednn_bf16_rows(x, packed, pair_single_rows);
+      out = onednn_rows(x, packed, std::nullopt, true, pair_single_rows);
       break;
     case Kind::Group:
       out = group_linear(x.contiguous(), group, group_out_features, group_bits, "auto");

@@ -18,11 +18,12 @@ weight is reordered once into the blocked layout oneDNN's kernel reads: left in 
 order, its AMX kernel re-packed it on every call, half the speed at 1-32 rows on a Xeon with AMX
 for the same bits (docs/performance.md, section 33).
 
-oneDNN multiplies one row with another bf16 kernel than two or more, and on some CPUs (an EPYC
-with AVX512-BF16 and no AMX) that kernel sums in another order, so a row alone and the same row
-in a batch differ in their last bits (every count from 2 to 300 rows agrees there). Each bf16
-weight shape is probed once per process (`onednn_bf16_single_row_differs`); where it differs, a
-lone row goes in twice (here and in the C++ layer): batching never changes a request's tokens.
+oneDNN multiplies one row with another kernel than two or more, and on some CPUs (an EPYC with
+AVX-512, no AMX) that kernel sums in another order, in float32 and in bf16 alike, so a row alone
+and the same row in a batch differ in their last bits (every count from 2 to 300 rows agrees
+there). Each oneDNN weight shape is probed once per process (`onednn_single_row_differs`); where
+it differs, a lone row goes in twice (here and in the C++ layer): batching never changes a
+request's tokens.
 
 The packed weights are plain attributes, not parameters or buffers: load the model onto its
 device before packing, and do not move it afterwards.
@@ -87,29 +88,33 @@ def _bf16_onednn_weight(weight: torch.Tensor) -> torch.Tensor:
         return bf16.to_mkldnn()
 
 
-BF16_PROBE_ROWS = 256  # rows the probe compares: a differing row is 1 in 2-60 where the kernels differ
+PROBE_ROWS = 256  # rows the probe compares: a differing row is 1 in 2-60 where the kernels differ
 
 
-def _onednn_bf16(rows: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(rows.to(torch.bfloat16), packed, None, "none", [], "")
+def _onednn(rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, bf16: bool) -> torch.Tensor:
+    if bf16:
+        rows = rows.to(torch.bfloat16)
+    return torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
 
 
 @functools.cache
-def onednn_bf16_single_row_differs(out_features: int, in_features: int) -> bool:
-    """Whether oneDNN's bf16 GEMM on a weight of this shape gives some row, alone, other bits than
-    the same row among others; measured once per shape on random data."""
+def onednn_single_row_differs(out_features: int, in_features: int, bf16: bool) -> bool:
+    """Whether oneDNN's GEMM on a weight of this shape (float32, or bf16) gives some row, alone,
+    other bits than the same row among others; measured once per shape on random data."""
     generator = torch.Generator().manual_seed(0)
-    packed = _bf16_onednn_weight(torch.randn(out_features, in_features, generator=generator))
-    x = torch.randn(BF16_PROBE_ROWS, in_features, generator=generator)
-    together = _onednn_bf16(x, packed)
-    return any(not torch.equal(_onednn_bf16(x[i : i + 1], packed), together[i : i + 1]) for i in range(len(x)))
+    weight = torch.randn(out_features, in_features, generator=generator)
+    packed = _bf16_onednn_weight(weight) if bf16 else weight.to_mkldnn()
+    x = torch.randn(PROBE_ROWS, in_features, generator=generator)
+    together = _onednn(x, packed, None, bf16)
+    return any(not torch.equal(_onednn(x[i : i + 1], packed, None, bf16), together[i : i + 1]) for i in range(len(x)))
 
 
-def onednn_bf16_linear(rows: torch.Tensor, packed: torch.Tensor, pair_single_rows: bool) -> torch.Tensor:
-    """float32 rows through oneDNN's bf16 GEMM, float32 out; a lone row twice where its kernel differs."""
+def onednn_linear(rows: torch.Tensor, packed: torch.Tensor, bias, bf16: bool, pair_single_rows: bool) -> torch.Tensor:
+    """float32 rows through oneDNN's GEMM (bf16: rounded in), float32 out; a lone row goes in
+    twice where its kernel differs."""
     if pair_single_rows and rows.shape[0] == 1:
-        return _onednn_bf16(rows.expand(2, -1).contiguous(), packed)[:1].float()
-    return _onednn_bf16(rows, packed).float()
+        return _onednn(rows.expand(2, -1).contiguous(), packed, bias, bf16)[:1].float()
+    return _onednn(rows, packed, bias, bf16).float()
 
 
 class PackedLinear(nn.Module):
@@ -123,10 +128,11 @@ class PackedLinear(nn.Module):
         elif self.backend == "onednn_bf16":
             self.weight = None
             self.packed_weight = _bf16_onednn_weight(weight)
-            self.pair_single_rows = onednn_bf16_single_row_differs(*weight.shape)
+            self.pair_single_rows = onednn_single_row_differs(*weight.shape, bf16=True)
         else:
             self.weight = None
             self.packed_weight = weight.to_mkldnn()
+            self.pair_single_rows = onednn_single_row_differs(*weight.shape, bf16=False)
         self.bias = linear.bias
         self.in_features = linear.in_features
         self.out_features = linear.out_features
@@ -136,11 +142,11 @@ class PackedLinear(nn.Module):
         if self.backend == "mkl":
             out = torch.ops.mkl._mkl_linear(rows, self.packed_weight, self.weight, self.bias, rows.shape[0])
         elif self.backend == "onednn_bf16":  # the same ops, in the same order, as Projection in llama_layer.cpp
-            out = onednn_bf16_linear(rows, self.packed_weight, self.pair_single_rows)
+            out = onednn_linear(rows, self.packed_weight, None, True, self.pair_single_rows)
             if self.bias is not None:
                 out = out + self.bias
         else:
-            out = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
+            out = onednn_linear(rows, self.packed_weight, self.bias, False, self.pair_single_rows)
         return out.view(*x.shape[:-1], self.out_features)
 
     def projection(self, cpp):
@@ -148,7 +154,7 @@ class PackedLinear(nn.Module):
             return cpp.Projection.onednn_bf16(self.packed_weight, self.bias, self.pair_single_rows)
         if self.backend == "mkl":
             return cpp.Projection.mkl(self.packed_weight, self.weight, self.bias)
-        return cpp.Projection.onednn(self.packed_weight, self.bias)
+        return cpp.Projection.onednn(self.packed_weight, self.bias, self.pair_single_rows)
 
 
 def pack_linears(model: nn.Module, backend: str | None = None) -> nn.Module:

@@ -92,14 +92,15 @@ def test_loader_packs_float32_models_but_not_int8_ones(tiny_llama_dir, quantizat
     assert type(bundle.model.lm_head).__name__ == expected
 
 
+@pytest.mark.parametrize("backend", ["onednn_bf16", "onednn"])
 @pytest.mark.parametrize("shape", [(576, 1536), (960, 576)])  # SmolLM2's down and QKV projections
-def test_a_bf16_row_alone_gets_the_bits_it_gets_in_a_batch(shape):
-    """oneDNN's one-row bf16 kernel sums in another order on some CPUs: where the probe finds it
-    does, a lone row goes in twice, in Python and in the C++ layer alike."""
+def test_a_onednn_row_alone_gets_the_bits_it_gets_in_a_batch(shape, backend):
+    """oneDNN's one-row kernel sums in another order on some CPUs: where the probe finds it does,
+    a lone row goes in twice, in Python and in the C++ layer alike."""
     from inference.engine.kernels import kernels
 
     torch.manual_seed(2)
-    packed = PackedLinear(nn.Linear(shape[1], shape[0], bias=False), "onednn_bf16")
+    packed = PackedLinear(nn.Linear(shape[1], shape[0], bias=backend == "onednn"), backend)
     projection = packed.projection(kernels())
     x = torch.randn(256, shape[1])
     batch = packed(x)
