@@ -27,7 +27,7 @@ from .sampler import Sampler, SamplingContext, make_generator
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
-from .structured import Grammars, PendingMasks
+from .structured import NO_MASKS, Grammars, PendingMasks
 
 log = logging.getLogger("minivllm.engine")
 
@@ -221,7 +221,7 @@ class LLMEngine:
             return outputs
         self.num_steps += 1
         # constrained rows' masks are computed on the mask thread while the model runs
-        masks = self.grammars.start_masks(batch.sampling) if self._grammars is not None else PendingMasks([], None)
+        masks = self._grammars.start_masks(batch.sampling) if self._grammars is not None else NO_MASKS
         try:
             if self.step_fault_hook is not None:
                 self.step_fault_hook()

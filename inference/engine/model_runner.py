@@ -8,7 +8,7 @@ import torch
 
 from .kv_pool import allocate_kv_pool
 from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
-from .scheduler import ScheduledBatch
+from .scheduler import ScheduledBatch, samples_after
 from .sequence import Sequence
 
 
@@ -59,7 +59,7 @@ class ModelRunner:
             input_ids.extend(seq.token_ids[start : start + n])
             positions.extend(range(start, start + n))
             slots.extend(self._slot(seq, p) for p in range(start, start + n))
-            if start + n == len(seq):
+            if samples_after(seq, n):
                 sampling_rows.append(len(input_ids) - 1)
                 sampling_seqs.append(seq)
 

@@ -16,6 +16,12 @@ from .block_manager import BlockManager
 from .sequence import Sequence, SequenceStatus
 
 
+def samples_after(seq: Sequence, n: int) -> bool:
+    """Whether computing the sequence's next n tokens reaches its last known token, so that it
+    samples in that step (every decode; only a prefill's final chunk)."""
+    return seq.num_computed_tokens + n == len(seq)
+
+
 @dataclass
 class ScheduledBatch:
     decodes: list[Sequence] = field(default_factory=list)  # one token each
@@ -34,7 +40,7 @@ class ScheduledBatch:
     def sampling(self) -> list[Sequence]:
         """The sequences that sample this step: every decode, and each prefill whose chunk reaches
         its last known token (the runner's rule, known before the forward pass)."""
-        return self.decodes + [seq for seq, n in self.prefills if seq.num_computed_tokens + n == len(seq)]
+        return self.decodes + [seq for seq, n in self.prefills if samples_after(seq, n)]
 
 
 class Scheduler:

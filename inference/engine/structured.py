@@ -42,7 +42,7 @@ JSON_OPTIONS = {"whitespace_flexible": False}
 # if/then/else are left alone: closing a part of allOf would refuse what the other parts declare,
 # and closing inside not or if would turn their meaning round.
 _SUBSCHEMA = ("items", "additionalProperties", "contains", "additionalItems")
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems", "items")  # items: a list in older drafts
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
 # An object beside any of these may hold keys its own properties do not list: it stays open.
 _OPEN_KEYWORDS = (
@@ -79,8 +79,6 @@ def closed_objects(schema):
     for key in _SUBSCHEMA_LISTS:
         if isinstance(closed.get(key), list):
             closed[key] = [closed_objects(item) for item in closed[key]]
-    if isinstance(closed.get("items"), list):
-        closed["items"] = [closed_objects(item) for item in closed["items"]]
     for key in _SUBSCHEMA_MAPS:
         if isinstance(closed.get(key), dict):
             closed[key] = {name: closed_objects(sub) for name, sub in closed[key].items()}
@@ -163,7 +161,7 @@ class Grammars:
         them while it computes) until the masks are collected or settled."""
         constrained = [seq for seq in seqs if seq.matcher is not None]
         if not constrained:
-            return PendingMasks([], None)
+            return NO_MASKS
         return PendingMasks(constrained, MASK_WORKER.submit(self._timed_allowed, [s.matcher for s in constrained]))
 
     def _timed_allowed(self, matchers: list) -> tuple[torch.Tensor, float]:
@@ -203,3 +201,6 @@ class PendingMasks:
         """Waits out the computation, whatever its outcome (a failed step must not leave a matcher in use)."""
         if self.future is not None:
             self.future.exception()
+
+
+NO_MASKS = PendingMasks([], None)  # a step without constrained rows

@@ -49,24 +49,16 @@ def test_n_choices_are_reproducible_and_the_prompt_is_prefilled_once(openai_clie
 
 
 def test_n_streams_every_index_to_exactly_one_finish(openai_client, served_model):
-    whole = openai_client.chat.completions.create(
-        model=served_model,
-        messages=[{"role": "user", "content": "Name a colour."}],
-        n=2,
-        seed=3,
-        max_tokens=10,
-        temperature=0.8,
-    )
-    stream = openai_client.chat.completions.create(
-        model=served_model,
-        messages=[{"role": "user", "content": "Name a colour."}],
-        n=2,
-        seed=3,
-        max_tokens=10,
-        temperature=0.8,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
+    ask = {
+        "model": served_model,
+        "messages": [{"role": "user", "content": "Name a colour."}],
+        "n": 2,
+        "seed": 3,
+        "max_tokens": 10,
+        "temperature": 0.8,
+    }
+    whole = openai_client.chat.completions.create(**ask)
+    stream = openai_client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True})
     texts, finishes, usage = {0: "", 1: ""}, {0: [], 1: []}, None
     for chunk in stream:
         if chunk.usage is not None:
