@@ -20,6 +20,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("bits"), py::arg("isa") = "auto");
   m.def("group_pack_weight", &group_pack_weight, "4- or 8-bit levels, scales and minimums packed for group_linear");
   m.def("gguf_groups", &gguf_groups, nogil(), "a GGUF matrix's q4_0 / q4_1 / q8_0 blocks as levels, scales and minimums");
+  m.def("block_pack", &block_pack, nogil(), "a GGUF matrix's raw k-quant / 5-bit / IQ4 blocks packed for block_linear");
+  m.def("block_linear", &block_linear, nogil(), "x @ W.T for packed GGUF blocks, int8 activation blocks",
+        py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("kind"), py::arg("isa") = "auto");
+  m.def("gguf_dequantize_rows", &gguf_dequantize_rows, nogil(), "rows of a GGUF matrix of any type as float32, from its raw bytes");
   m.def("group_dequantize_rows", &group_dequantize_rows, nogil(), "rows of a packed group weight as float32 (an embedding lookup)");
   m.def("paged_attention_scores", &paged_attention_scores, nogil(), "decode q.k scores read from the paged cache");
   m.def("paged_attention_values", &paged_attention_values, nogil(), "decode probs @ V read from the paged cache");
@@ -42,6 +46,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                     p.group = std::move(packed);
                     p.group_out_features = out_features;
                     p.group_bits = bits;
+                    p.bias = std::move(bias);
+                    return p;
+                  })
+      .def_static("block",
+                  [](torch::Tensor packed, int64_t out_features, std::string kind, std::optional<torch::Tensor> bias) {
+                    Projection p{Projection::Kind::Block};
+                    p.group = std::move(packed);
+                    p.group_out_features = out_features;
+                    p.block_kind = std::move(kind);
+                    p.bias = std::move(bias);
+                    return p;
+                  })
+      .def_static("parts",
+                  [](std::vector<Projection> parts, std::optional<torch::Tensor> bias) {
+                    Projection p{Projection::Kind::Parts};
+                    p.parts = std::move(parts);
                     p.bias = std::move(bias);
                     return p;
                   })
@@ -74,6 +94,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         switch (p.kind) {
           case Projection::Kind::Int8: return "int8";
           case Projection::Kind::Group: return "group";
+          case Projection::Kind::Block: return "block";
+          case Projection::Kind::Parts: return "parts";
           case Projection::Kind::OneDnn: return "onednn";
           case Projection::Kind::OneDnnBf16: return "onednn_bf16";
           case Projection::Kind::Mkl: return "mkl";

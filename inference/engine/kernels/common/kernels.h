@@ -27,6 +27,14 @@ torch::Tensor group_linear(const torch::Tensor& x, const torch::Tensor& packed, 
 std::vector<torch::Tensor> gguf_groups(const torch::Tensor& raw, int64_t rows, int64_t columns, const std::string& kind);
 // Rows `ids` of the packed weight, de-quantized: an embedding table kept in its packed form.
 torch::Tensor group_dequantize_rows(const torch::Tensor& packed, const torch::Tensor& ids, int64_t in_features, int64_t bits);
+// GGUF's k-quant, 5-bit and IQ4 block types (blocks/block_dot.h): a matrix's raw blocks (uint8, rows
+// whole rows of the file) packed into block_linear's layout, and x @ W.T over it.
+torch::Tensor block_pack(const torch::Tensor& raw, int64_t rows, int64_t columns, const std::string& kind);
+torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& kind,
+                           const std::string& isa);
+// Rows `ids` of a GGUF matrix of any block type (or f32 / f16 / bf16) as float32, from its raw
+// bytes: the file's values as gguf-py de-quantizes them (embedding lookups read the file this way).
+torch::Tensor gguf_dequantize_rows(const torch::Tensor& raw, int64_t columns, const std::string& kind, const torch::Tensor& ids);
 torch::Tensor paged_attention_scores(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& block_tables,
                                      const torch::Tensor& lengths, double scale);
 torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Tensor& v_cache, const torch::Tensor& block_tables,
@@ -35,14 +43,17 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 void rotary_inplace(torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // One projection as the loader left it (layers/linear/: each format builds its own kind): int8
-// levels with their scales, packed 4- or 8-bit groups, or a packed float32 weight for oneDNN, for
-// oneDNN in bf16 (rows go in as bf16, outputs come back float32), or for MKL (with the plain weight).
+// levels with their scales, packed 4- or 8-bit groups, packed GGUF blocks, or a packed float32
+// weight for oneDNN, for oneDNN in bf16 (rows go in as bf16, outputs come back float32), or for
+// MKL (with the plain weight); or parts side by side (a fused Q/K/V whose tensors differ in type).
 struct Projection {
-  enum class Kind { Int8, Group, OneDnn, OneDnnBf16, Mkl };
+  enum class Kind { Int8, Group, Block, Parts, OneDnn, OneDnnBf16, Mkl };
   Kind kind;
   std::vector<torch::Tensor> int8_weights, int8_scales;  // Int8
-  torch::Tensor group;                                   // Group: group_pack_weight's blocks
-  int64_t group_out_features = 0, group_bits = 0;
+  torch::Tensor group;                                   // Group: group_pack_weight's blocks; Block: block_pack's
+  int64_t group_out_features = 0, group_bits = 0;        // Group and Block (out features)
+  std::string block_kind;                                // Block: the GGUF type
+  std::vector<Projection> parts;                         // Parts: each part's outputs, concatenated
   torch::Tensor packed, dense;  // OneDnn / OneDnnBf16 / Mkl: the packed weight; Mkl: the plain one too
   bool pair_single_rows = false;  // OneDnn(Bf16): a lone row goes in twice (oneDNN's one-row kernel sums in another order)
   std::optional<torch::Tensor> bias;

@@ -100,6 +100,15 @@ torch::Tensor Projection::operator()(const torch::Tensor& x) const {
     case Kind::Group:
       out = group_linear(x.contiguous(), group, group_out_features, group_bits, "auto");
       break;
+    case Kind::Block:
+      out = block_linear(x.contiguous(), group, group_out_features, block_kind, "auto");
+      break;
+    case Kind::Parts: {
+      std::vector<torch::Tensor> outs;
+      for (const auto& part : parts) outs.push_back(part(x));
+      out = at::cat(outs, -1);
+      break;
+    }
     case Kind::Int8:
       out = int8_linear(x.contiguous(), int8_weights, int8_scales, "auto");
       break;

@@ -1,0 +1,195 @@
+// Linear layers over GGUF block types (block_dot.h): the packer from a file's raw blocks, the
+// de-quantizer of raw blocks (embedding rows, the tests' reference), and y = x @ W.T with x's rows
+// quantized per block. A row's result never depends on the rows beside it, and every ISA's version
+// gives the same bits.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "blocks/block_dot.h"
+#include "common/cpu_isa.h"
+#include "common/kernels.h"
+
+namespace minivllm {
+namespace {
+
+int64_t row_bytes(const BlockTraits& t, int64_t columns) {
+  TORCH_CHECK(columns % t.weights == 0, "a ", t.name, " row is whole blocks of ", t.weights, " weights, not ", columns);
+  return columns / t.weights * t.bytes;
+}
+
+void check_raw(const torch::Tensor& raw, int64_t bytes) {
+  TORCH_CHECK(raw.device().is_cpu() && raw.scalar_type() == torch::kByte && raw.is_contiguous() && raw.numel() == bytes,
+              "raw: the tensor's ", bytes, " bytes of GGUF blocks, contiguous uint8");
+}
+
+const BlockTraits& kernel_traits(BlockType type) {
+  const BlockTraits& t = traits(type);
+  TORCH_CHECK(t.levels != LevelBits::Byte && type != BlockType::Q4_0 && type != BlockType::Q4_1,
+              t.name, " weights run through the group kernel (gguf_groups, group_linear)");
+  return t;
+}
+
+uint8_t table_index(uint8_t level) {
+  return static_cast<uint8_t>(std::find(kIq4Levels, kIq4Levels + 16, level) - kIq4Levels);
+}
+
+// Channel c's decoded block into its super-block of the packed layout (block_dot.h).
+void place(const BlockTraits& t, const DecodedBlock& b, int64_t c, uint8_t* to) {
+  const int64_t units = t.weights / 32, subs = t.weights / t.sub, ub = unit_bytes(t.levels);
+  const bool table = t.levels == LevelBits::NibbleTable, minimum = t.offset == 0;
+  for (int64_t u = 0; u < units; ++u) {
+    uint8_t* unit = to + u * ub;
+    const uint8_t* level = b.level + 32 * u;
+    auto nibble = [&](int64_t i) { return static_cast<uint8_t>((table ? table_index(level[i]) : level[i]) & 15); };
+    for (int64_t p = 0; p < 4; ++p)
+      for (int64_t j = 0; j < 4; ++j) unit[64 * p + 4 * c + j] = nibble(4 * p + j) | nibble(16 + 4 * p + j) << 4;
+    for (int64_t j = 0; j < 4; ++j) {
+      if (t.levels == LevelBits::Nibble1) {
+        uint8_t bits = 0;
+        for (int64_t s = 0; s < 8; ++s) bits |= ((level[4 * s + j] >> 4) & 1) << s;
+        unit[256 + 4 * c + j] = bits;
+      } else if (t.levels == LevelBits::Nibble2) {
+        for (int64_t h = 0; h < 2; ++h) {
+          uint8_t bits = 0;
+          for (int64_t s = 0; s < 4; ++s) bits |= ((level[4 * (4 * h + s) + j] >> 4) & 3) << (2 * s);
+          unit[256 + 64 * h + 4 * c + j] = bits;
+        }
+      }
+    }
+  }
+  uint8_t* sc = to + units * ub;
+  for (int64_t j = 0; j < subs; ++j) sc[j * kBlockChannels + c] = static_cast<uint8_t>(b.sc[j]);
+  uint8_t* d = sc + subs * kBlockChannels;
+  if (minimum) {
+    for (int64_t j = 0; j < subs; ++j) d[j * kBlockChannels + c] = static_cast<uint8_t>(b.mn[j]);
+    d += subs * kBlockChannels;
+  }
+  std::memcpy(d + 2 * c, &b.d, 2);
+  if (minimum) std::memcpy(d + 2 * kBlockChannels + 2 * c, &b.dmin, 2);
+}
+
+}  // namespace
+
+void quantize_blocks_int8(const float* x, int64_t rows, int64_t K, int64_t S, int64_t sub, int8_t* q, float* scale, int32_t* bsum) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < K / S; ++b) {
+      const float* p = x + r * K + b * S;
+      float top = 0.0f;
+      for (int64_t i = 0; i < S; ++i) top = std::max(top, std::fabs(p[i]));
+      const float inverse = top > 0.0f ? 127.0f / top : 0.0f;
+      scale[r * (K / S) + b] = top / 127.0f;
+      int8_t* to = q + r * K + b * S;
+      for (int64_t i = 0; i < S; ++i) to[i] = static_cast<int8_t>(std::nearbyint(p[i] * inverse));
+      for (int64_t j = 0; j < S / sub; ++j) {
+        int32_t sum = 0;
+        for (int64_t i = 0; i < sub; ++i) sum += to[j * sub + i];
+        bsum[r * (K / sub) + b * (S / sub) + j] = sum;
+      }
+    }
+  }
+}
+
+torch::Tensor block_pack(const torch::Tensor& raw, int64_t rows, int64_t columns, const std::string& kind) {
+  const BlockType type = block_type(kind);
+  const BlockTraits& t = kernel_traits(type);
+  const int64_t bytes = row_bytes(t, columns), blocks = columns / t.weights, sb = superblock_bytes(t);
+  check_raw(raw, rows * bytes);
+  auto packed = torch::zeros({(rows + kBlockChannels - 1) / kBlockChannels, blocks * sb}, raw.options());  // padding channels: all zero
+  const uint8_t* from = raw.data_ptr<uint8_t>();
+  uint8_t* to = packed.data_ptr<uint8_t>();
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    DecodedBlock decoded;
+    for (int64_t n = begin; n < end; ++n)
+      for (int64_t b = 0; b < blocks; ++b) {
+        decode_block(type, from + n * bytes + b * t.bytes, decoded);
+        place(t, decoded, n % kBlockChannels, to + (n / kBlockChannels) * blocks * sb + b * sb);
+      }
+  });
+  return packed;
+}
+
+torch::Tensor gguf_dequantize_rows(const torch::Tensor& raw, int64_t columns, const std::string& kind, const torch::Tensor& ids) {
+  TORCH_CHECK(ids.device().is_cpu() && ids.scalar_type() == torch::kLong, "ids: int64 on CPU");
+  TORCH_CHECK(raw.device().is_cpu() && raw.scalar_type() == torch::kByte && raw.is_contiguous(), "raw: contiguous uint8 GGUF blocks");
+  const auto flat = ids.contiguous().view(-1);
+  const int64_t T = flat.numel();
+  auto out = torch::empty({T, columns}, torch::TensorOptions().dtype(torch::kFloat));
+  const int64_t* idp = flat.data_ptr<int64_t>();
+  const uint8_t* from = raw.data_ptr<uint8_t>();
+  float* op = out.data_ptr<float>();
+  const bool plain = kind == "f32" || kind == "f16" || kind == "bf16";
+  const int64_t element = kind == "f32" ? 4 : 2;
+  const BlockType type = plain ? BlockType::Q4_0 : block_type(kind);
+  const int64_t bytes = plain ? columns * element : row_bytes(traits(type), columns), rows = raw.numel() / bytes;
+  TORCH_CHECK(raw.numel() % bytes == 0, "raw is not whole rows of ", columns, " ", kind, " weights");
+  for (int64_t i = 0; i < T; ++i) TORCH_CHECK(idp[i] >= 0 && idp[i] < rows, "row id ", idp[i], " outside the tensor's ", rows, " rows");
+  at::parallel_for(0, T, 1, [&](int64_t begin, int64_t end) {
+    DecodedBlock decoded;
+    for (int64_t i = begin; i < end; ++i) {
+      const uint8_t* row = from + idp[i] * bytes;
+      float* o = op + i * columns;
+      if (kind == "f32") {
+        std::memcpy(o, row, columns * 4);
+      } else if (plain) {
+        for (int64_t k = 0; k < columns; ++k) {
+          uint16_t bits;
+          std::memcpy(&bits, row + 2 * k, 2);
+          o[k] = kind == "f16" ? static_cast<float>(c10::Half(bits, c10::Half::from_bits()))
+                               : static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits()));
+        }
+      } else {
+        const BlockTraits& t = traits(type);
+        for (int64_t b = 0; b < columns / t.weights; ++b) {
+          decode_block(type, row + b * t.bytes, decoded);
+          dequantize_block(type, decoded, o + b * t.weights);
+        }
+      }
+    }
+  });
+  auto shape = ids.sizes().vec();
+  shape.push_back(columns);
+  return out.view(shape);
+}
+
+torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& kind,
+                           const std::string& isa) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.scalar_type() == torch::kFloat && x.is_contiguous(),
+              "x: contiguous float32 [M, K] on CPU");
+  const BlockType type = block_type(kind);
+  const BlockTraits& t = kernel_traits(type);
+  const int64_t M = x.size(0), K = x.size(1), N = out_features, S = t.weights, sub = t.sub;
+  TORCH_CHECK(K % S == 0, "a ", t.name, " weight's K is whole blocks of ", S, ", not ", K);
+  TORCH_CHECK(packed.device().is_cpu() && packed.dim() == 2 && packed.scalar_type() == torch::kByte && packed.is_contiguous() &&
+                  packed.size(0) == (N + kBlockChannels - 1) / kBlockChannels && packed.size(1) == K / S * superblock_bytes(t),
+              "packed: block_pack's blocks of this ", t.name, " [", N, ", ", K, "] weight");
+  const BlockDotFn dot = by_isa<BlockDotFn>(isa, block_dot_avx2, block_dot_avx512bw, block_dot_avx512_vnni);
+  const int64_t prefetch = weight_prefetch_bytes();
+
+  std::vector<int8_t> q(M * K);
+  std::vector<float> scale(M * K / S);
+  std::vector<int32_t> bsum(M * K / sub);
+  const float* xp = x.data_ptr<float>();
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+    quantize_blocks_int8(xp + begin * K, end - begin, K, S, sub, q.data() + begin * K, scale.data() + begin * (K / S),
+                         bsum.data() + begin * (K / sub));
+  });
+  const ActivationBlocks activations{q.data(), scale.data(), bsum.data(), K};
+
+  auto out = torch::empty({M, N}, x.options());
+  float* op = out.data_ptr<float>();
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  const int64_t block_bytes = packed.size(1);
+  at::parallel_for(0, packed.size(0), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b)
+      dot(type, activations, M, wp + b * block_bytes, prefetch, op + b * kBlockChannels, N, std::min(kBlockChannels, N - b * kBlockChannels));
+  });
+  return out;
+}
+
+}  // namespace minivllm
