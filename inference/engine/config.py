@@ -9,7 +9,7 @@ import torch
 
 from .env import env_bool, env_float, env_int, env_str
 
-QUANT_METHODS = ("auto", "none", "int4", "q8_0", "int8", "bf16")  # layers/linear/__init__.py
+QUANT_METHODS = ("auto", "none", "gguf", "int4", "q8_0", "int8", "bf16")  # layers/linear/__init__.py
 
 
 CPU_ISAS = ("auto", "avx2", "avx512bw", "avx512_vnni", "amx")  # kernels/common/cpu_isa.cpp, the best last
@@ -31,7 +31,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None  # None: the model's own context length
     enable_prefix_caching: bool = True
-    quantization: str = "auto"  # auto | none | int4 | q8_0 | int8 | bf16 (layers/linear/__init__.py)
+    quantization: str = "auto"  # auto | none | gguf | int4 | q8_0 | int8 | bf16 (layers/linear/__init__.py)
     num_kv_blocks: int | None = None  # exact pool size, overriding the memory-based plan (tests, tuning)
     kv_cache_dtype: str = "auto"  # auto (kv_dtype_for) | float32 | float16 | bfloat16
     cpu_isa: str = "auto"  # caps the kernels' instruction set: auto | avx2 | avx512bw | avx512_vnni | amx (the loader applies it)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import mmap
 import os
 import shutil
 from dataclasses import dataclass
@@ -47,7 +48,8 @@ class GGUFCheckpoint:
         self.hf_config = hf_config
         self.tokenizer = tokenizer
         self.tensors = tensors
-        self._file = np.memmap(path, dtype=np.uint8, mode="r")
+        # copy-on-write: torch takes views of it without a copy or a read-only warning; nothing writes it
+        self._file = np.memmap(path, dtype=np.uint8, mode="c")
 
     @classmethod
     def open(cls, path: str) -> GGUFCheckpoint:
@@ -79,17 +81,36 @@ class GGUFCheckpoint:
         most = max(sorted(set(types)), key=types.count) if types else "f32"
         return {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}.get(most, most)
 
+    @property
+    def only_grouped_types(self) -> bool:
+        """Whether every matrix is Q4_0 / Q4_1 / Q8_0, the group kernel's types."""
+        return all(t.type in GROUPED_TYPES for t in self.tensors.values() if len(t.shape) == 2)
+
     def raw(self, name: str) -> np.ndarray:
         entry = self.tensors[name]
         return self._file[entry.offset : entry.offset + entry.nbytes]
 
+    def raw_tensor(self, name: str) -> torch.Tensor:
+        """The tensor's bytes in the mapped file, as a uint8 tensor (no copy)."""
+        return torch.from_numpy(self.raw(name))
+
     def float_tensor(self, name: str) -> torch.Tensor:
-        """An f32 / f16 tensor (norms, biases), copied out of the file as float32."""
+        """An f32 / f16 / bf16 tensor (norms, biases), copied out of the file as float32."""
         entry = self.tensors[name]
+        if entry.type == "bf16":
+            return self.raw_tensor(name).view(torch.bfloat16).float().reshape(entry.shape)
         dtype = {"f32": np.float32, "f16": np.float16}.get(entry.type)
         if dtype is None:
             raise ValueError(f"{name} is {entry.type}, not a float tensor")
         return torch.from_numpy(np.array(self.raw(name).view(dtype).reshape(entry.shape), dtype=np.float32))
+
+    def release_pages(self) -> None:
+        """Hands the mapped file's pages back (they count as the process's memory while mapped): after
+        the load packed the weights, only the rows an embedding lookup reads come back, on demand."""
+        try:
+            self._file._mmap.madvise(mmap.MADV_DONTNEED)
+        except (AttributeError, OSError, ValueError):  # no madvise here: the kernel reclaims them under pressure
+            pass
 
     def groups(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """A Q4_0 / Q4_1 / Q8_0 matrix as levels (uint8 [N, K]), float16 scales and minimums

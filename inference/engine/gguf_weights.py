@@ -1,48 +1,108 @@
-"""Our model built straight from a GGUF's 4- and 8-bit blocks (gguf_checkpoint.py): every linear a
-GroupLinear over the file's own levels, scales and minimums, the tied embedding reading the
-lm_head's packed rows, norms copied as float32. No float32 copy of a weight exists at any point.
+"""Our model built straight from a GGUF's own tensors (gguf_checkpoint.py), each linear in its own
+tensor's type: Q4_0 / Q4_1 / Q8_0 as GroupLinear (the file's levels, scales and minimums), the
+k-quant, 5-bit and IQ4 types as BlockLinear (the file's blocks re-packed for the block kernel), a
+fused Q/K/V or gate/up of mixed types as PartsLinear; the embedding read from the file's rows;
+norms and biases copied as float32. No float32 copy of a weight exists at any point, and
+transformers de-quantizes nothing.
 
-Used when the chosen format keeps the checkpoint's groups (`auto` on a Q4 / Q8_0 GGUF, or
-MINIVLLM_QUANT=int4 / q8_0) and the model family says where its tensors are (`gguf_layout`);
-otherwise the loader takes transformers' de-quantized weights instead.
+Used when the chosen format keeps the checkpoint's blocks (`auto` on a quantized GGUF, or
+MINIVLLM_QUANT=int4 / q8_0 on a file of those groups) and the model family says where its tensors
+are (`gguf_layout`); otherwise the loader takes transformers' de-quantized weights instead.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
 import torch
 from torch import nn
 
 from .gguf_checkpoint import GROUPED_TYPES, GGUFCheckpoint
+from .layers.linear.base import RowKernelLinear
+from .layers.linear.blocks import BlockLinear, FileEmbedding, PartsLinear
+from .layers.linear import GGUF_BLOCK_TYPES
 from .layers.linear.groups import GroupLinear
 from .layers.linear.prefetch import prefetch_for
 from .models.no_init import WithoutWeightInit
 
+KERNELS = {**{t: "group" for t in GROUPED_TYPES}, **{t: "block" for t in GGUF_BLOCK_TYPES}}
+KEPT_FORMATS = ("int4", "q8_0", "gguf")  # the formats that keep a GGUF's own blocks (layers/linear/__init__.py)
+
 
 def can_build(model_class, hf_config, checkpoint: GGUFCheckpoint, fmt: str) -> bool:
-    """Whether `build` applies: a layout for this family and every matrix in 4- or 8-bit groups, as `fmt` keeps them."""
-    if fmt not in ("int4", "q8_0") or hf_config.model_type not in getattr(model_class, "GGUF_ARCHITECTURES", ()):
+    """Whether `build` applies: a layout for this family, every matrix of a type our kernels read,
+    and a format that keeps them (int4 and q8_0 only for files of those groups, as before)."""
+    if fmt not in KEPT_FORMATS or hf_config.model_type not in getattr(model_class, "GGUF_ARCHITECTURES", ()):
         return False
-    wanted = ("q4_0", "q4_1", "q8_0") if fmt == "int4" else ("q8_0",)
     matrices = [e for e in checkpoint.tensors.values() if len(e.shape) == 2]
-    return bool(matrices) and all(e.type in GROUPED_TYPES for e in matrices) and checkpoint.weight_type in wanted
+    if not matrices or not all(e.type in KERNELS for e in matrices):
+        return False
+    if fmt == "gguf":
+        return True
+    wanted = ("q4_0", "q4_1", "q8_0") if fmt == "int4" else ("q8_0",)
+    return all(e.type in GROUPED_TYPES for e in matrices) and checkpoint.weight_type in wanted
 
 
-def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int) -> nn.Module:
+def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int) -> tuple[nn.Module, Counter]:
+    """The model and, per tensor type, how many of its matrices each kernel runs ({"q4_k block": 112, ...})."""
     with WithoutWeightInit():  # allocated, never written: untouched pages cost no memory, and each is replaced below
         model = model_class(hf_config, max_positions=max_model_len)
     linears, floats = model.gguf_layout()
-    tied = model.cfg.tie_word_embeddings
+    kernels_used: Counter = Counter()
     for path, parts in linears.items():
-        _set(model, path, _group_linear(checkpoint, parts))
+        if not path.endswith(".weight"):
+            continue
+        bias_parts = linears.get(path.removesuffix(".weight") + ".bias")
+        bias = _float_rows(checkpoint, bias_parts) if bias_parts and bias_parts[0][0] in checkpoint.tensors else None
+        _set(model, path.removesuffix(".weight"), _linear(checkpoint, parts, bias, kernels_used))
     for path, name in floats.items():
         _set(model, path, nn.Parameter(checkpoint.float_tensor(name), requires_grad=False))
-    table = model.lm_head if tied else _group_linear(checkpoint, [("token_embd.weight", None)])
-    model.embed_tokens = table.embedding()
-    prefetch_for([m for m in model.modules() if isinstance(m, GroupLinear)])
-    return model.eval()
+    _set_rope_factors(model, checkpoint)
+    table = checkpoint.tensors["token_embd.weight"]
+    model.embed_tokens = FileEmbedding(checkpoint.raw_tensor("token_embd.weight"), table.shape[1], table.type)
+    prefetch_for([m for m in model.modules() if isinstance(m, (GroupLinear, BlockLinear))])
+    checkpoint.release_pages()  # the packed copies are what the model reads from now on
+    return model.eval(), kernels_used
 
 
-def _group_linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]]) -> GroupLinear:
+def _linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], bias, kernels_used: Counter) -> RowKernelLinear:
+    types = [checkpoint.tensors[name].type for name, _ in parts]
+    for kind in types:
+        kernels_used[f"{kind} {KERNELS[kind]}"] += 1
+    if all(kind in GROUPED_TYPES for kind in types):
+        return _group_linear(checkpoint, parts, bias)
+    runs: list[list[tuple[str, int | None]]] = []  # neighbouring tensors of one type are packed as one
+    for part, kind in zip(parts, types):
+        if runs and checkpoint.tensors[runs[-1][0][0]].type == kind:
+            runs[-1].append(part)
+        else:
+            runs.append([part])
+    linears = [_run_linear(checkpoint, run) for run in runs]
+    if len(linears) == 1:
+        linears[0].bias = bias
+        return linears[0]
+    return PartsLinear(linears, bias)
+
+
+def _run_linear(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]]) -> RowKernelLinear:
+    kind = checkpoint.tensors[run[0][0]].type
+    if kind in GROUPED_TYPES:
+        return _group_linear(checkpoint, run, None)
+    rows = [_raw_rows(checkpoint, name, heads) for name, heads in run]
+    raw = torch.from_numpy(np.concatenate(rows) if len(rows) > 1 else np.ascontiguousarray(rows[0]))
+    columns = checkpoint.tensors[run[0][0]].shape[1]
+    return BlockLinear(raw.reshape(-1), sum(len(r) for r in rows), columns, kind)
+
+
+def _raw_rows(checkpoint: GGUFCheckpoint, name: str, heads: int | None) -> np.ndarray:
+    """The tensor's raw bytes as [rows, row bytes], in our row order."""
+    entry = checkpoint.tensors[name]
+    rows = checkpoint.raw(name).reshape(entry.shape[0], -1)
+    return rows[_uninterleave_rows(entry.shape[0], heads).numpy()] if heads is not None else rows
+
+
+def _group_linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], bias) -> GroupLinear:
     pieces, bits = [], set()
     for name, heads in parts:
         levels, scales, minimums, piece_bits = checkpoint.groups(name)
@@ -53,7 +113,23 @@ def _group_linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]
         bits.add(piece_bits)
     levels, scales, minimums = (torch.cat(column) for column in zip(*pieces))
     # a fused Q/K/V of 4- and 8-bit tensors goes 8-bit: a 4-bit level is an 8-bit level of the same value
-    return GroupLinear(levels, scales, minimums, max(bits))
+    return GroupLinear(levels, scales, minimums, max(bits), bias)
+
+
+def _float_rows(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]]) -> torch.Tensor:
+    """Float vectors (biases) of the parts, concatenated in our row order."""
+    pieces = []
+    for name, heads in parts:
+        values = checkpoint.float_tensor(name)
+        pieces.append(values[_uninterleave_rows(len(values), heads)] if heads is not None else values)
+    return torch.cat(pieces)
+
+
+def _set_rope_factors(model: nn.Module, checkpoint: GGUFCheckpoint) -> None:
+    """Llama 3.x files keep their rope scaling as per-frequency factors (`rope_freqs.weight`, as
+    llama.cpp's converter writes it): each frequency is divided by its factor."""
+    if "rope_freqs.weight" in checkpoint.tensors and hasattr(model, "rotary"):
+        model.rotary.scale_frequencies(checkpoint.float_tensor("rope_freqs.weight"))
 
 
 def _uninterleave_rows(rows: int, heads: int) -> torch.Tensor:

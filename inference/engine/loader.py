@@ -126,14 +126,18 @@ def load_model(config: EngineConfig) -> ModelBundle:
         gguf = _open_gguf(source)
         model_class = model_class_for(gguf.hf_config)
         choice = choose_format(config.quantization, checkpoint=gguf.weight_type, device=device)
+        if config.quantization == "auto" and choice.format in ("int4", "q8_0") and not gguf.only_grouped_types:
+            # llama.cpp's Q4_0 / Q8_0 files keep some tensors in k-quants (the output layer in Q6_K)
+            choice = choose_format(config.quantization, checkpoint="q6_k", device=device)
         if (
             device.type == "cpu"
             and dtype == torch.float32
             and gguf_weights.can_build(model_class, gguf.hf_config, gguf, choice.format)
         ):
             max_model_len = _context_length(gguf.hf_config, config.max_model_len)
-            model = gguf_weights.build(model_class, gguf.hf_config, gguf, max_model_len)
+            model, kernels_used = gguf_weights.build(model_class, gguf.hf_config, gguf, max_model_len)
             _return_freed_memory()
+            per_type = ", ".join(f"{n} {kind}" for kind, n in sorted(kernels_used.items()))
             return _bundle(
                 model,
                 gguf.hf_config,
@@ -143,7 +147,7 @@ def load_model(config: EngineConfig) -> ModelBundle:
                 dtype,
                 max_model_len,
                 choice,
-                "from the GGUF's own blocks",
+                f"from the GGUF's own blocks (tensors per type and kernel: {per_type})",
             )
         state = _read_weights(source)  # transformers de-quantizes what our groups cannot take as they are
         return build_bundle(

@@ -83,3 +83,82 @@ def write_tiny_gguf(path, kind: str = "q4_1", *, embedding: str = "q8_0", tied: 
     writer.write_tensors_to_file()
     writer.close()
     return str(path)
+
+
+def write_block_gguf(
+    path, arch: str = "llama", *, types: dict[str, str] | None = None, tied: bool = True, rope_freqs: bool = False, seed: int = 0
+) -> str:
+    """A 2-layer GGUF of `arch` ("llama", "qwen2": Q/K/V biases, "qwen3": Q/K norms) 256 wide, every
+    matrix random blocks of its role's type (`types`: "attn_q", "attn_k", "attn_v", "attn_output",
+    "ffn_gate", "ffn_up", "ffn_down", "token_embd", "output"; default q4_k, and q6_k for attn_v,
+    ffn_down and the embedding, as a Q4_K_M mix), scaled to weights of about 0.05; `rope_freqs`:
+    Llama 3's per-frequency rope factors."""
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    from tests.engine.gguf_blocks import dequantized, random_blocks
+
+    kinds = {"attn_v": "q6_k", "ffn_down": "q6_k", "token_embd": "q6_k", "output": "q6_k", **(types or {})}
+    hidden, intermediate = 256, 512
+    heads, kv_heads = (2, 1) if arch == "qwen3" else (4, 2)  # Qwen3's heads are 128 wide (transformers assumes it)
+    head_dim = hidden // heads
+    rng = np.random.default_rng(seed)
+    writer = GGUFWriter(str(path), arch)
+    for key, value, vtype, element in embedded_fields():
+        writer.add_key_value(key, value, vtype, element)
+    for key, value in [
+        ("block_count", LAYERS),
+        ("context_length", 512),
+        ("embedding_length", hidden),
+        ("feed_forward_length", intermediate),
+        ("attention.head_count", heads),
+        ("attention.head_count_kv", kv_heads),
+        ("vocab_size", VOCAB),
+        ("rope.dimension_count", head_dim),
+        ("attention.key_length", head_dim),
+        ("attention.value_length", head_dim),
+    ]:
+        writer.add_uint32(f"{arch}.{key}", value)
+    writer.add_float32(f"{arch}.rope.freq_base", 10000.0)
+    writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
+
+    def matrix(name: str, rows: int, columns: int) -> None:
+        kind = kinds.get(name.split(".")[-2], "q4_k")
+        if kind in ("f16", "f32"):
+            values = rng.normal(0.0, 0.05, size=(rows, columns))
+            writer.add_tensor(name, values.astype(np.float16 if kind == "f16" else np.float32))
+            return
+        unit = dequantized(kind, random_blocks(kind, 4, columns, seed=int(rng.integers(1 << 30)), scale=1.0), columns).std()
+        raw = random_blocks(kind, rows, columns, seed=int(rng.integers(1 << 30)), scale=0.05 / unit)
+        writer.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=GGMLQuantizationType[kind.upper()])
+
+    def vector(name: str, size: int, mean: float = 1.0) -> None:
+        writer.add_tensor(name, (mean + rng.normal(0.0, 0.1, size=size)).astype(np.float32))
+
+    matrix("token_embd.weight", VOCAB, hidden)
+    for i in range(LAYERS):
+        blk = f"blk.{i}."
+        vector(blk + "attn_norm.weight", hidden)
+        vector(blk + "ffn_norm.weight", hidden)
+        matrix(blk + "attn_q.weight", hidden, hidden)
+        matrix(blk + "attn_k.weight", kv_heads * head_dim, hidden)
+        matrix(blk + "attn_v.weight", kv_heads * head_dim, hidden)
+        if arch == "qwen2":
+            for part, size in (("q", hidden), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
+                vector(f"{blk}attn_{part}.bias", size, mean=0.0)
+        if arch == "qwen3":
+            vector(blk + "attn_q_norm.weight", head_dim)
+            vector(blk + "attn_k_norm.weight", head_dim)
+        matrix(blk + "attn_output.weight", hidden, hidden)
+        matrix(blk + "ffn_gate.weight", intermediate, hidden)
+        matrix(blk + "ffn_up.weight", intermediate, hidden)
+        matrix(blk + "ffn_down.weight", hidden, intermediate)
+    vector("output_norm.weight", hidden)
+    if not tied:
+        matrix("output.weight", VOCAB, hidden)
+    if rope_freqs:
+        writer.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, head_dim // 2).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(path)

@@ -19,6 +19,7 @@ from inference.engine.config import EngineConfig
 from inference.engine.kernels import kernels
 from inference.engine.layers import linear as formats
 from inference.engine.layers.linear import GroupLinear, choose_format
+from inference.engine.layers.linear.blocks import FileEmbedding
 from inference.engine.loader import load_model
 from tests.engine.gguf_files import LAYERS, write_tiny_gguf
 
@@ -94,8 +95,8 @@ def test_q4_0_blocks_and_an_untied_output_give_transformers_weights_bit_for_bit(
     path = gguf_file("q4_0", tied=False)
     bundle = load_model(EngineConfig(model=path, device="cpu"))
     assert_same_weights(bundle.model, hf_reference(path), LAYERS)
-    table = bundle.model.embed_tokens.table[0]  # a Q8_0 embedding of its own beside the Q4_0 output
-    assert bundle.model.lm_head.bits == 4 and table is not bundle.model.lm_head and table.bits == 8
+    embedding = bundle.model.embed_tokens  # a Q8_0 embedding of its own beside the Q4_0 output, read from the file
+    assert bundle.model.lm_head.bits == 4 and isinstance(embedding, FileEmbedding) and embedding.kind == "q8_0"
 
 
 def large_float32_tensors(smallest: int) -> dict[int, tuple[int, ...]]:

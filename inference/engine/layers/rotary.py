@@ -51,11 +51,24 @@ class RotaryEmbedding(torch.nn.Module):
 
     def __init__(self, head_dim: int, max_positions: int, params: dict):
         super().__init__()
-        inv_freq = inverse_frequencies(head_dim, params)
-        angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
+        self.max_positions = max_positions
+        self.inv_freq = inverse_frequencies(head_dim, params)
+        self._fill_tables()
+        self._cpp = None  # the kernels, once bind_kernels found they apply
+
+    def _fill_tables(self) -> None:
+        angles = torch.outer(torch.arange(self.max_positions, dtype=torch.float64), self.inv_freq)
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
-        self._cpp = None  # the kernels, once bind_kernels found they apply
+
+    def scale_frequencies(self, factors: torch.Tensor) -> None:
+        """Divides each frequency by its factor: a GGUF's `rope_freqs` (Llama 3.x's scaling, as llama.cpp applies it)."""
+        if factors.shape != self.inv_freq.shape:
+            raise ValueError(
+                f"rope_freqs has {tuple(factors.shape)} factors, the rotary {tuple(self.inv_freq.shape)} frequencies"
+            )
+        self.inv_freq = self.inv_freq / factors.double()
+        self._fill_tables()
 
     def bind_kernels(self, device: torch.device, dtype: torch.dtype) -> None:
         """Chosen once at load: on CPU float32 our kernel rotates in one op instead of nine (any even head_dim)."""

@@ -80,6 +80,7 @@ class LlamaArgs:
         self.rms_norm_eps = hf_config.rms_norm_eps
         self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
         is_qwen2 = hf_config.model_type == "qwen2"
+        self.interleaved_rope_in_gguf = hf_config.model_type in ("llama", "mistral")
         self.qkv_bias = is_qwen2 or bool(getattr(hf_config, "attention_bias", False))
         self.o_bias = bool(getattr(hf_config, "attention_bias", False))
         self.mlp_bias = bool(getattr(hf_config, "mlp_bias", False))
@@ -124,27 +125,32 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
 
-    # llama.cpp's converter interleaves Q's and K's rotary halves per head (HF's GGUF reader undoes it too).
-    GGUF_ARCHITECTURES = ("llama",)
+    # The GGUF architectures whose files this class reads in place (gguf_weights.py).
+    GGUF_ARCHITECTURES = ("llama", "mistral", "qwen2")
 
     def gguf_layout(self) -> tuple[dict[str, list[tuple[str, int | None]]], dict[str, str]]:
-        """Where a llama GGUF keeps our weights: each linear's tensors (rows fused in this order, each
-        with the head count whose rotary halves to un-interleave, or None), and each float parameter's."""
+        """Where a GGUF keeps our weights: each linear's tensors (rows fused in this order, each with
+        the head count whose rotary halves to un-interleave, or None) and each float parameter's;
+        a linear's bias is a linear entry of its own ("...qkv_proj.bias"), fused the same way.
+        llama.cpp's converter interleaves Q's and K's rotary halves per head for Llama and Mistral
+        (their GGUF architecture is "llama"), not for Qwen2 / Qwen3, which rotate halves as HF does."""
         linears, floats = {}, {"norm.weight": "output_norm.weight"}
         cfg = self.cfg
+        q_heads, k_heads = (cfg.num_attention_heads, cfg.num_key_value_heads) if cfg.interleaved_rope_in_gguf else (None, None)
         for i in range(cfg.num_hidden_layers):
             blk, ours = f"blk.{i}.", f"layers.{i}."
-            linears[ours + "self_attn.qkv_proj"] = [
-                (blk + "attn_q.weight", cfg.num_attention_heads),
-                (blk + "attn_k.weight", cfg.num_key_value_heads),
-                (blk + "attn_v.weight", None),
-            ]
-            linears[ours + "self_attn.o_proj"] = [(blk + "attn_output.weight", None)]
-            linears[ours + "mlp.gate_up_proj"] = [(blk + "ffn_gate.weight", None), (blk + "ffn_up.weight", None)]
-            linears[ours + "mlp.down_proj"] = [(blk + "ffn_down.weight", None)]
+            for kind in ("weight", "bias"):
+                linears[f"{ours}self_attn.qkv_proj.{kind}"] = [
+                    (f"{blk}attn_q.{kind}", q_heads),
+                    (f"{blk}attn_k.{kind}", k_heads),
+                    (f"{blk}attn_v.{kind}", None),
+                ]
+                linears[f"{ours}self_attn.o_proj.{kind}"] = [(f"{blk}attn_output.{kind}", None)]
+                linears[f"{ours}mlp.gate_up_proj.{kind}"] = [(f"{blk}ffn_gate.{kind}", None), (f"{blk}ffn_up.{kind}", None)]
+                linears[f"{ours}mlp.down_proj.{kind}"] = [(f"{blk}ffn_down.{kind}", None)]
             floats[ours + "input_layernorm.weight"] = blk + "attn_norm.weight"
             floats[ours + "post_attention_layernorm.weight"] = blk + "ffn_norm.weight"
-        linears["lm_head"] = [("token_embd.weight" if cfg.tie_word_embeddings else "output.weight", None)]
+        linears["lm_head.weight"] = [("token_embd.weight" if cfg.tie_word_embeddings else "output.weight", None)]
         return linears, floats
 
     def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:

@@ -2,8 +2,7 @@
 
 Everything else (fused QKV and gate/up, the paged attention, the loaders, the linear formats) is
 Llama's. The fused C++ CPU step computes Llama's layers exactly, without the Q/K norms, so Qwen3
-keeps the modules (FUSED_CPU_STEP). GGUF files of Qwen3 take transformers' de-quantized
-weights (no `gguf_layout` for its norms yet).
+keeps the modules (FUSED_CPU_STEP); its GGUF files add the two norms to Llama's layout.
 """
 
 from __future__ import annotations
@@ -41,4 +40,11 @@ class Qwen3DecoderLayer(LlamaDecoderLayer):
 class Qwen3ForCausalLM(LlamaForCausalLM):
     decoder_layer_class = Qwen3DecoderLayer
     FUSED_CPU_STEP = False
-    GGUF_ARCHITECTURES = ()
+    GGUF_ARCHITECTURES = ("qwen3",)
+
+    def gguf_layout(self):
+        linears, floats = super().gguf_layout()
+        for i in range(self.cfg.num_hidden_layers):
+            for norm in ("q_norm", "k_norm"):
+                floats[f"layers.{i}.self_attn.{norm}.weight"] = f"blk.{i}.attn_{norm}.weight"
+        return linears, floats

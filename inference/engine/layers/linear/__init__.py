@@ -7,6 +7,9 @@ that format. The formats:
 - `int4`: 4-bit groups of 32 (llama.cpp's Q4_1 / Q4_0), the lm_head in 8-bit groups (Q8_0),
   through our int8-activation kernel (groups.py). A Q4 GGUF's own format, so `auto` keeps it.
 - `q8_0`: 8-bit groups of 32 (llama.cpp's Q8_0), the same kernel. `auto` for a Q8_0 GGUF.
+- `gguf`: every tensor of a GGUF in its own type, read in place (gguf_weights.py): the k-quants,
+  Q5_0 / Q5_1 and IQ4 through the block kernel (blocks.py), Q4_0 / Q4_1 / Q8_0 as groups. `auto`
+  for any other quantized GGUF (Q4_K_M, Q5_K_M, Q6_K, ... and their mixes).
 - `int8`: int8 per output channel with int16 activations (int8.py): on a CPU with AMX tiles.
 - `bf16`: bf16 weights through oneDNN's GEMM (packed.py), where the CPU multiplies bf16 natively.
   `auto` for a bf16 or float16 checkpoint on such a CPU.
@@ -31,6 +34,7 @@ from .packed import PackedLinear, can_pack, pack_linears, packing_backend
 from .prefetch import prefetch_for
 
 GROUP_BITS = {"int4": 4, "q8_0": 8}
+GGUF_BLOCK_TYPES = ("q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs")  # kernels/blocks/
 
 __all__ = [
     "FORMATS",
@@ -71,6 +75,10 @@ def choose_format(requested: str, *, checkpoint: str, device: torch.device) -> F
         )
     if checkpoint == "q8_0":
         return FormatChoice("q8_0", f"the checkpoint's own Q8_0 groups, int8 activation groups ({kernels().vector_isa()})")
+    if checkpoint in GGUF_BLOCK_TYPES:
+        return FormatChoice(
+            "gguf", f"the checkpoint's own blocks, each tensor in its type, int8 activation blocks ({kernels().vector_isa()})"
+        )
     if checkpoint in ("bfloat16", "float16") and bf16_weights_run_natively():
         return FormatChoice("bf16", f"{checkpoint} weights, and this CPU multiplies bf16 natively")
     return FormatChoice("none", f"{checkpoint} weights: float32 with weights packed for {packing_backend() or 'torch'}")
@@ -89,6 +97,10 @@ def prepare_linears(model: nn.Module, choice: FormatChoice, device: torch.device
         if not bf16_weights_run_natively():
             raise ValueError("MINIVLLM_QUANT=bf16 needs a CPU with AVX512-BF16 and torch's oneDNN; use MINIVLLM_QUANT=none here")
         return pack_linears(model, backend="onednn_bf16")
+    if fmt == "gguf":
+        raise ValueError(
+            "MINIVLLM_QUANT=gguf keeps a GGUF file's own blocks; this checkpoint is no GGUF our loader reads in place"
+        )
     if fmt not in FORMATS:
         raise ValueError(f"quantization {fmt!r} is not supported (supported: {', '.join(FORMATS)})")
     if device.type != "cpu":

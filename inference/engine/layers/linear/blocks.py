@@ -1,0 +1,66 @@
+"""Linears over a GGUF file's own k-quant, 5-bit and IQ4 blocks (kernels/blocks/), and what lets
+a fused projection mix tensor types.
+
+A Q4_K_M file mixes Q4_K and Q6_K tensors (and Q5_0 / Q8_0 where a row is not whole 256-weight
+blocks), so every linear keeps its own tensor's type: `BlockLinear` for the block kernel's types,
+`GroupLinear` (groups.py) for Q4_0 / Q4_1 / Q8_0, and `PartsLinear` where a fused Q/K/V or
+gate/up joins tensors of different types (each part's outputs side by side). The blocks are
+re-packed at load into the kernel's 16-channel layout, about the file's own size; no float copy
+of a weight is made. `FileEmbedding` reads token rows straight from the mapped file.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...kernels import kernels
+from .base import RowKernelLinear
+
+
+class BlockLinear(RowKernelLinear):
+    """A linear whose weight is one GGUF block type, packed once for the block kernel."""
+
+    def __init__(self, raw: torch.Tensor, rows: int, columns: int, kind: str, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.kind = kind
+        self.register_buffer("packed", kernels().block_pack(raw, rows, columns, kind))
+        self.bias = bias
+        self.out_features, self.in_features = rows, columns
+
+    def matmul(self, rows: torch.Tensor) -> torch.Tensor:
+        return kernels().block_linear(rows, self.packed, self.out_features, self.kind)
+
+    def projection(self, cpp):
+        return cpp.Projection.block(self.packed, self.out_features, self.kind, self.bias)
+
+
+class PartsLinear(RowKernelLinear):
+    """Linears of different weight formats over the same input, their outputs concatenated:
+    a fused projection whose tensors the file stores in different types."""
+
+    def __init__(self, parts: list[RowKernelLinear], bias: torch.Tensor | None = None):
+        super().__init__()
+        self.parts = nn.ModuleList(parts)
+        self.bias = bias
+        self.in_features = parts[0].in_features
+        self.out_features = sum(part.out_features for part in parts)
+
+    def matmul(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.cat([part.matmul(rows) for part in self.parts], dim=-1)
+
+    def projection(self, cpp):
+        return cpp.Projection.parts([part.projection(cpp) for part in self.parts], self.bias)
+
+
+class FileEmbedding(nn.Module):
+    """A token embedding read from the file's own rows of any type (gguf-py's values, bit for bit):
+    only the rows a step looks up are de-quantized, and only their pages of the mapped file are read."""
+
+    def __init__(self, raw: torch.Tensor, columns: int, kind: str):
+        super().__init__()
+        self.raw, self.kind = raw, kind  # a view of the mapped file, not a buffer: nothing to copy or save
+        self.embedding_dim = columns
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return kernels().gguf_dequantize_rows(self.raw, self.embedding_dim, self.kind, ids)
