@@ -48,7 +48,7 @@ def quantizer() -> Path:
 
 
 def write_f16(path: Path, seed: int = 0) -> None:
-    from gguf import GGUFReader, GGUFWriter, GGUFValueType
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
     reader = GGUFReader(embedded_gguf())
     writer = GGUFWriter(str(path), "qwen2")

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from .gguf_checkpoint import GROUPED_TYPES, GGUFCheckpoint
+from .layers.linear import GGUF_BLOCK_TYPES
 from .layers.linear.base import RowKernelLinear
 from .layers.linear.blocks import BlockLinear, FileEmbedding, PartsLinear
-from .layers.linear import GGUF_BLOCK_TYPES
 from .layers.linear.groups import GroupLinear
 from .layers.linear.prefetch import prefetch_for
 from .models.no_init import WithoutWeightInit

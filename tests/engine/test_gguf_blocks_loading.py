@@ -13,10 +13,10 @@ import torch
 
 from inference.engine import gguf_checkpoint
 from inference.engine.config import EngineConfig
+from inference.engine.engine import LLMEngine
 from inference.engine.errors import UnsupportedModelError
 from inference.engine.layers.attention import AttentionMetadata, PrefillChunk
 from inference.engine.layers.linear.blocks import BlockLinear, FileEmbedding, PartsLinear
-from inference.engine.engine import LLMEngine
 from inference.engine.loader import ModelLoadError, load_model
 from tests.engine.gguf_files import write_block_gguf
 
