@@ -111,7 +111,9 @@ class EngineServer:
 
     def __enter__(self) -> Self:
         self._tmp = tempfile.TemporaryDirectory(prefix="minivllm-bench-")
-        env = {**os.environ, **self.env, "MINIVLLM_SQLITE_PATH": os.path.join(self._tmp.name, "db.sqlite3")}
+        # "no settings" means none: the shell's MINIVLLM_* variables do not reach the server, only self.env's
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("MINIVLLM_")}
+        env = {**inherited, **self.env, "MINIVLLM_SQLITE_PATH": os.path.join(self._tmp.name, "db.sqlite3")}
         env.setdefault("MINIVLLM_SECRET_KEY", secrets.token_urlsafe(32))  # a throwaway server's own key
         subprocess.run(
             [sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO_ROOT, env=env, check=True, capture_output=True

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -49,6 +48,7 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
     with WithoutWeightInit():  # allocated, never written: untouched pages cost no memory, and each is replaced below
         model = model_class(hf_config, max_positions=max_model_len)
     linears, floats = model.gguf_layout()
+    checkpoint.populate()
     kernels_used: Counter = Counter()
     for path, parts in linears.items():
         if not path.endswith(".weight"):
@@ -89,17 +89,14 @@ def _run_linear(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]]) -
     kind = checkpoint.tensors[run[0][0]].type
     if kind in GROUPED_TYPES:
         return _group_linear(checkpoint, run, None)
-    rows = [_raw_rows(checkpoint, name, heads) for name, heads in run]
-    raw = torch.from_numpy(np.concatenate(rows) if len(rows) > 1 else np.ascontiguousarray(rows[0]))
+    orders, first = [], 0  # each part's rows in our order, as indices into the run's rows
+    for name, heads in run:
+        rows = checkpoint.tensors[name].shape[0]
+        orders.append(first + (_uninterleave_rows(rows, heads) if heads is not None else torch.arange(rows)))
+        first += rows
+    order = torch.cat(orders) if any(heads is not None for _, heads in run) else None
     columns = checkpoint.tensors[run[0][0]].shape[1]
-    return BlockLinear(raw.reshape(-1), sum(len(r) for r in rows), columns, kind)
-
-
-def _raw_rows(checkpoint: GGUFCheckpoint, name: str, heads: int | None) -> np.ndarray:
-    """The tensor's raw bytes as [rows, row bytes], in our row order."""
-    entry = checkpoint.tensors[name]
-    rows = checkpoint.raw(name).reshape(entry.shape[0], -1)
-    return rows[_uninterleave_rows(entry.shape[0], heads).numpy()] if heads is not None else rows
+    return BlockLinear([checkpoint.raw_tensor(name) for name, _ in run], columns, kind, order)
 
 
 def _group_linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], bias) -> GroupLinear:

@@ -51,7 +51,7 @@ def test_products_match_a_float64_reference_on_every_isa(cpp, kind, rows, vector
     S = SCALE_FIELDS[kind][0]
     channels, K = 21, 2 * 256  # 21: a last block of 5 channels
     raw = random_blocks(kind, channels, K, seed=rows)
-    packed = cpp.block_pack(raw_tensor(raw), channels, K, kind)
+    packed = cpp.block_pack([raw_tensor(raw)], K, kind)
     torch.manual_seed(rows)
     x = torch.randn(rows, K)
     exact = activation_blocks(x, S) @ torch.from_numpy(dequantized(kind, raw, K)).double().T
@@ -68,7 +68,7 @@ def test_products_match_a_float64_reference_on_every_isa(cpp, kind, rows, vector
 def test_each_row_is_bit_identical_alone_and_in_any_batch(cpp, kind, vector_isas):
     K = 512
     raw = random_blocks(kind, 37, K, seed=4)
-    packed = cpp.block_pack(raw_tensor(raw), 37, K, kind)
+    packed = cpp.block_pack([raw_tensor(raw)], K, kind)
     torch.manual_seed(0)
     x = torch.randn(19, K)
     for isa in vector_isas:
@@ -76,6 +76,17 @@ def test_each_row_is_bit_identical_alone_and_in_any_batch(cpp, kind, vector_isas
         for rows in (1, 2, 7, 9):
             assert torch.equal(cpp.block_linear(x[:rows].contiguous(), packed, 37, kind, isa), whole[:rows]), (isa, rows)
         assert torch.equal(cpp.block_linear(x[5:16].contiguous(), packed, 37, kind, isa), whole[5:16]), isa
+
+
+def test_parts_pack_as_their_rows_fused_in_the_given_order(cpp):
+    """A fused gate/up (two tensors) or a Q with its rotary halves un-interleaved: the same weight as the rows fused by hand."""
+    K = 256
+    first, second = random_blocks("q6_k", 5, K, seed=1), random_blocks("q6_k", 3, K, seed=2)
+    order = torch.tensor([7, 0, 2, 1, 3, 4, 6, 5])
+    by_hand = np.concatenate([first, second])[order.numpy()]
+    x = torch.randn(3, K)
+    fused = cpp.block_linear(x, cpp.block_pack([raw_tensor(first), raw_tensor(second)], K, "q6_k", order), 8, "q6_k")
+    assert torch.equal(fused, cpp.block_linear(x, cpp.block_pack([raw_tensor(by_hand)], K, "q6_k"), 8, "q6_k"))
 
 
 def test_extreme_levels_and_activations_stay_exact(cpp, vector_isas):
@@ -88,19 +99,23 @@ def test_extreme_levels_and_activations_stay_exact(cpp, vector_isas):
     x[1] = -1
     reference = activation_blocks(x, 256) @ torch.from_numpy(dequantized("q6_k", raw, 256)).double().T
     for isa in vector_isas:
-        out = cpp.block_linear(x, cpp.block_pack(raw_tensor(raw), 16, 256, "q6_k"), 16, "q6_k", isa)
+        out = cpp.block_linear(x, cpp.block_pack([raw_tensor(raw)], 256, "q6_k"), 16, "q6_k", isa)
         assert torch.allclose(out.double(), reference, rtol=1e-6), isa
 
 
 def test_rejects_what_it_cannot_compute(cpp):
     raw = raw_tensor(random_blocks("q4_k", 4, 256))
     with pytest.raises(RuntimeError, match="whole blocks"):
-        cpp.block_pack(raw, 4, 128, "q4_k")
+        cpp.block_pack([raw], 128, "q4_k")
+    with pytest.raises(RuntimeError, match="whole"):
+        cpp.block_pack([raw[:100]], 256, "q4_k")
     with pytest.raises(RuntimeError, match="group kernel"):
-        cpp.block_pack(raw_tensor(random_blocks("q8_0", 4, 256)), 4, 256, "q8_0")
+        cpp.block_pack([raw_tensor(random_blocks("q8_0", 4, 256))], 256, "q8_0")
     with pytest.raises(RuntimeError, match="no kernel reads"):
-        cpp.block_pack(raw, 4, 256, "iq2_xxs")
-    packed = cpp.block_pack(raw, 4, 256, "q4_k")
+        cpp.block_pack([raw], 256, "iq2_xxs")
+    with pytest.raises(RuntimeError, match="outside"):
+        cpp.block_pack([raw], 256, "q4_k", torch.tensor([0, 1, 2, 4]))
+    packed = cpp.block_pack([raw], 256, "q4_k")
     with pytest.raises(RuntimeError, match="packed"):
         cpp.block_linear(torch.randn(1, 256), packed, 17, "q4_k")
     with pytest.raises(RuntimeError, match="AMX"):

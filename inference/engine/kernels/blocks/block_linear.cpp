@@ -46,9 +46,10 @@ void place(const BlockTraits& t, const DecodedBlock& b, int64_t c, uint8_t* to) 
   for (int64_t u = 0; u < units; ++u) {
     uint8_t* unit = to + u * ub;
     const uint8_t* level = b.level + 32 * u;
-    auto nibble = [&](int64_t i) { return static_cast<uint8_t>((table ? table_index(level[i]) : level[i]) & 15); };
+    uint8_t low[32];
+    for (int64_t i = 0; i < 32; ++i) low[i] = (table ? table_index(level[i]) : level[i]) & 15;
     for (int64_t p = 0; p < 4; ++p)
-      for (int64_t j = 0; j < 4; ++j) unit[64 * p + 4 * c + j] = nibble(4 * p + j) | nibble(16 + 4 * p + j) << 4;
+      for (int64_t j = 0; j < 4; ++j) unit[64 * p + 4 * c + j] = low[4 * p + j] | low[16 + 4 * p + j] << 4;
     for (int64_t j = 0; j < 4; ++j) {
       if (t.levels == LevelBits::Nibble1) {
         uint8_t bits = 0;
@@ -95,19 +96,38 @@ void quantize_blocks_int8(const float* x, int64_t rows, int64_t K, int64_t S, in
   }
 }
 
-torch::Tensor block_pack(const torch::Tensor& raw, int64_t rows, int64_t columns, const std::string& kind) {
+torch::Tensor block_pack(const std::vector<torch::Tensor>& raws, int64_t columns, const std::string& kind,
+                         const std::optional<torch::Tensor>& order) {
   const BlockType type = block_type(kind);
   const BlockTraits& t = kernel_traits(type);
   const int64_t bytes = row_bytes(t, columns), blocks = columns / t.weights, sb = superblock_bytes(t);
-  check_raw(raw, rows * bytes);
-  auto packed = torch::zeros({(rows + kBlockChannels - 1) / kBlockChannels, blocks * sb}, raw.options());  // padding channels: all zero
-  const uint8_t* from = raw.data_ptr<uint8_t>();
+  std::vector<const uint8_t*> source;  // each output row's bytes in the parts, in our row order
+  for (const auto& raw : raws) {
+    TORCH_CHECK(raw.device().is_cpu() && raw.scalar_type() == torch::kByte && raw.is_contiguous() && raw.numel() % bytes == 0,
+                "raws: contiguous uint8 tensors of whole ", t.name, " rows of ", columns, " weights (", bytes, " bytes)");
+    for (int64_t r = 0; r < raw.numel() / bytes; ++r) source.push_back(raw.data_ptr<uint8_t>() + r * bytes);
+  }
+  const int64_t rows = static_cast<int64_t>(source.size());
+  if (order) {
+    TORCH_CHECK(order->scalar_type() == torch::kLong && order->dim() == 1 && order->numel() == rows, "order: int64 [rows]");
+    const auto o = order->contiguous();
+    std::vector<const uint8_t*> ordered(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t from = o.data_ptr<int64_t>()[r];
+      TORCH_CHECK(from >= 0 && from < rows, "order: row ", from, " outside the ", rows, " rows");
+      ordered[r] = source[from];
+    }
+    source.swap(ordered);
+  }
+  auto packed = torch::empty({(rows + kBlockChannels - 1) / kBlockChannels, blocks * sb}, torch::dtype(torch::kByte));
   uint8_t* to = packed.data_ptr<uint8_t>();
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, (rows + kBlockChannels - 1) / kBlockChannels, 1, [&](int64_t begin, int64_t end) {
+    // each thread first touches its own blocks (padding channels stay zero): no single-threaded zeroing pass
+    std::memset(to + begin * blocks * sb, 0, (end - begin) * blocks * sb);
     DecodedBlock decoded;
-    for (int64_t n = begin; n < end; ++n)
+    for (int64_t n = begin * kBlockChannels; n < std::min(rows, end * kBlockChannels); ++n)
       for (int64_t b = 0; b < blocks; ++b) {
-        decode_block(type, from + n * bytes + b * t.bytes, decoded);
+        decode_block(type, source[n] + b * t.bytes, decoded);
         place(t, decoded, n % kBlockChannels, to + (n / kBlockChannels) * blocks * sb + b * sb);
       }
   });

@@ -20,7 +20,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("bits"), py::arg("isa") = "auto");
   m.def("group_pack_weight", &group_pack_weight, "4- or 8-bit levels, scales and minimums packed for group_linear");
   m.def("gguf_groups", &gguf_groups, nogil(), "a GGUF matrix's q4_0 / q4_1 / q8_0 blocks as levels, scales and minimums");
-  m.def("block_pack", &block_pack, nogil(), "a GGUF matrix's raw k-quant / 5-bit / IQ4 blocks packed for block_linear");
+  m.def("block_pack", &block_pack, nogil(), "GGUF matrices' raw k-quant / 5-bit / IQ4 blocks packed as one weight for block_linear",
+        py::arg("raws"), py::arg("columns"), py::arg("kind"), py::arg("order") = py::none());
   m.def("block_linear", &block_linear, nogil(), "x @ W.T for packed GGUF blocks, int8 activation blocks",
         py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("kind"), py::arg("isa") = "auto");
   m.def("gguf_dequantize_rows", &gguf_dequantize_rows, nogil(), "rows of a GGUF matrix of any type as float32, from its raw bytes");

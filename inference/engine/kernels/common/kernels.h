@@ -27,9 +27,12 @@ torch::Tensor group_linear(const torch::Tensor& x, const torch::Tensor& packed, 
 std::vector<torch::Tensor> gguf_groups(const torch::Tensor& raw, int64_t rows, int64_t columns, const std::string& kind);
 // Rows `ids` of the packed weight, de-quantized: an embedding table kept in its packed form.
 torch::Tensor group_dequantize_rows(const torch::Tensor& packed, const torch::Tensor& ids, int64_t in_features, int64_t bits);
-// GGUF's k-quant, 5-bit and IQ4 block types (blocks/block_dot.h): a matrix's raw blocks (uint8, rows
-// whole rows of the file) packed into block_linear's layout, and x @ W.T over it.
-torch::Tensor block_pack(const torch::Tensor& raw, int64_t rows, int64_t columns, const std::string& kind);
+// GGUF's k-quant, 5-bit and IQ4 block types (blocks/block_dot.h): one or more matrices' raw blocks
+// (uint8, whole rows of the file, e.g. a fused gate and up) packed as one weight into block_linear's
+// layout, rows taken in `order` (indices into the parts' rows one after the other) where given;
+// and x @ W.T over it.
+torch::Tensor block_pack(const std::vector<torch::Tensor>& raws, int64_t columns, const std::string& kind,
+                         const std::optional<torch::Tensor>& order);
 torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& kind,
                            const std::string& isa);
 // Rows `ids` of a GGUF matrix of any block type (or f32 / f16 / bf16) as float32, from its raw

@@ -28,13 +28,14 @@ from ...config import QUANT_METHODS as FORMATS
 from ...device import cpu_flags
 from ...kernels import kernels
 from .base import RowKernelLinear, replace_linears
+from .blocks import BLOCK_SHAPES
 from .groups import GROUP, GroupLinear
 from .int8 import Int8Linear, quantize_int8
 from .packed import PackedLinear, can_pack, pack_linears, packing_backend
 from .prefetch import prefetch_for
 
 GROUP_BITS = {"int4": 4, "q8_0": 8}
-GGUF_BLOCK_TYPES = ("q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs")  # kernels/blocks/
+GGUF_BLOCK_TYPES = tuple(BLOCK_SHAPES)  # the block kernel's (kernels/blocks/)
 
 __all__ = [
     "FORMATS",

@@ -17,16 +17,43 @@ from torch import nn
 from ...kernels import kernels
 from .base import RowKernelLinear
 
+BLOCK_SHAPES = {  # GGUF type: (weights a block, bytes a block)
+    "q5_0": (32, 22),
+    "q5_1": (32, 24),
+    "iq4_nl": (32, 18),
+    "q2_k": (256, 84),
+    "q3_k": (256, 110),
+    "q4_k": (256, 144),
+    "q5_k": (256, 176),
+    "q6_k": (256, 210),
+    "iq4_xs": (256, 136),
+}
+
+
+def bytes_per_row(kind: str, columns: int) -> int:
+    weights, size = BLOCK_SHAPES[kind]
+    return columns // weights * size
+
 
 class BlockLinear(RowKernelLinear):
     """A linear whose weight is one GGUF block type, packed once for the block kernel."""
 
-    def __init__(self, raw: torch.Tensor, rows: int, columns: int, kind: str, bias: torch.Tensor | None = None):
+    def __init__(
+        self,
+        raws: list[torch.Tensor],
+        columns: int,
+        kind: str,
+        order: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+    ):
+        """`raws`: the file's bytes of one or more tensors of `kind` fused along the rows (each a
+        uint8 view of the mapped file); `order`: the rows' order, where it is not the file's."""
         super().__init__()
         self.kind = kind
-        self.register_buffer("packed", kernels().block_pack(raw, rows, columns, kind))
+        self.register_buffer("packed", kernels().block_pack(raws, columns, kind, order))
         self.bias = bias
-        self.out_features, self.in_features = rows, columns
+        self.out_features = sum(raw.numel() for raw in raws) // bytes_per_row(kind, columns)
+        self.in_features = columns
 
     def matmul(self, rows: torch.Tensor) -> torch.Tensor:
         return kernels().block_linear(rows, self.packed, self.out_features, self.kind)

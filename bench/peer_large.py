@@ -1,0 +1,129 @@
+"""The model class people download: a 1.5B Q4_K_M (bench/shaped_model.py) served by our defaults
+and by llama.cpp's llama-server from the same file, in alternating rounds, each figure a ratio to
+llama-server's and judged against issue 28's targets.
+
+Memory is compared at an equal KV pool: llama-server's `-c 32768` holds 32,768 tokens of float16
+K/V (it logs the buffer's size); ours is started with MINIVLLM_KV_CACHE_MB set to the same bytes
+for that one figure (the speed figures run with no settings at all, the planned pool).
+
+    python -m bench.peer_large                 # one round, ~10 min on 2 cores; writes bench/results/peer-large.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+
+from .llama_server import LlamaServer, build, build_that_runs
+from .peer import _measure
+from .server import EngineServer
+from .shaped_model import shaped_model
+
+LOADS = (  # name, concurrency, prompts, input tokens, output tokens
+    ("1 client", 1, 4, "8-40", "32"),
+    ("8 clients", 8, 16, "8-40", "32"),
+    ("32 clients", 32, 32, "8-40", "32"),
+)
+PREFILL = ("2,000-token prompt", 1, 2, "2000", "1")
+TARGETS = {  # (load, figure): (target ratio to llama-server, higher is better)
+    ("1 client", "tok/s"): (1.3, True),
+    ("8 clients", "tok/s"): (1.5, True),
+    ("8 clients", "TTFT p50"): (1.0, False),
+    ("32 clients", "tok/s"): (2.0, True),
+    ("2,000-token prompt", "prefill tok/s"): (1.5, True),
+    ("start", "ready s"): (1.5, False),
+    ("start", "resident MB less the KV pool"): (1.25, False),
+}
+KV_BYTES_PER_TOKEN = 28 * 2 * 2 * 128 * 2  # layers x (K, V) x KV heads x head_dim x float16
+
+
+def llama_kv_mb(log_path: str) -> float:
+    """The KV buffer llama-server logs at start ("... KV buffer size = 896.00 MiB")."""
+    with open(log_path, errors="replace") as log:
+        sizes = [float(m) for m in re.findall(r"KV buffer size =\s+([\d.]+) MiB", log.read())]
+    return sum(sizes) if sizes else math.nan
+
+
+def one_round(tokenizer, gguf: str, r: int, results_dir: str) -> dict:
+    row = {}
+    with EngineServer({"MINIVLLM_MODEL": gguf}, log_path=os.path.join(results_dir, f"large-ours-{r}.log")) as ours:
+        row["ours"] = {load[0]: _measure(ours.base_url, tokenizer, load, seed=200 + r) for load in (*LOADS, PREFILL)}
+        row["ours"]["start"] = {"ready s": ours.ready_s, "command": ours.command}
+    pool_mb = 32768 * KV_BYTES_PER_TOKEN / 2**20
+    env = {"MINIVLLM_MODEL": gguf, "MINIVLLM_KV_CACHE_MB": str(int(pool_mb))}
+    with EngineServer(env, log_path=os.path.join(results_dir, f"large-ours-memory-{r}.log")) as ours:
+        row["ours"]["start"]["resident MB less the KV pool"] = ours.resident_after_load_mb() - (
+            ours.stats.get("kv_pool_mb") or math.nan
+        )
+        row["ours"]["start"]["kv_pool_mb"] = ours.stats.get("kv_pool_mb")
+    log = os.path.join(results_dir, f"large-llama-{r}.log")
+    with LlamaServer(gguf, log_path=log) as peer:
+        rss = peer.resident_after_load_mb()
+        row["llama-server"] = {load[0]: _measure(peer.base_url, tokenizer, load, seed=200 + r) for load in LOADS}
+        row["llama-server"]["start"] = {"ready s": peer.ready_s, "command": peer.command, "kv_pool_mb": llama_kv_mb(log)}
+        row["llama-server"]["start"]["resident MB less the KV pool"] = rss - row["llama-server"]["start"]["kv_pool_mb"]
+    with LlamaServer(gguf, slots=1, context=8192, log_path=os.path.join(results_dir, f"large-llama-prefill-{r}.log")) as peer:
+        row["llama-server"][PREFILL[0]] = _measure(peer.base_url, tokenizer, PREFILL, seed=200 + r)
+    return row
+
+
+def render(result: dict) -> list[str]:
+    rounds = result["rounds"]
+    lines = [
+        "## The model class people download: a 1.5B Q4_K_M against llama-server",
+        "",
+        f"`{os.path.basename(result['gguf'])}` (Qwen2.5-1.5B's shape, random weights, quantized by llama.cpp's "
+        f"`llama-quantize`), CPU flags: {result.get('isa', '?')}. Ours with no settings; llama-server: "
+        f"`{rounds[0]['llama-server']['start']['command']}`. Memory: resident after load less each server's own KV pool.",
+        "",
+        "| load | figure | llama-server | ours | ratio | target | verdict |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for (load, figure), (target, higher) in TARGETS.items():
+        theirs = [r["llama-server"][load].get(figure) for r in rounds]
+        ours = [r["ours"][load].get(figure) for r in rounds]
+        ratios = [o / t if o is not None and t else math.nan for o, t in zip(ours, theirs)]
+        met = [x >= target if higher else x <= target for x in ratios if not math.isnan(x)]
+        verdict = "met" if met and all(met) else "not met" if met else "–"
+        fmt = ", ".join
+        lines.append(
+            f"| {load} | {figure} | {fmt(f'{t:,.2f}' for t in theirs)} | {fmt(f'{o:,.2f}' for o in ours)} | "
+            f"{fmt(f'{x:.2f}' for x in ratios)}x | {'>=' if higher else '<='} {target}x | {verdict} |"
+        )
+    for load in LOADS:  # the latencies beside the targets
+        theirs, ours = (r["llama-server"][load[0]] for r in rounds), (r["ours"][load[0]] for r in rounds)
+        lines.append(
+            f"| {load[0]} | ITL p50 / TTFT p50 ms | "
+            + ", ".join(f"{t['ITL p50']:.0f} / {t['TTFT p50']:.0f}" for t in theirs)
+            + " | "
+            + ", ".join(f"{o['ITL p50']:.0f} / {o['TTFT p50']:.0f}" for o in ours)
+            + " | | | |"
+        )
+    return lines + [""]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--results-dir", default="bench/results")
+    args = p.parse_args(argv)
+    from .machine import machine_info
+    from .model_files import load_tokenizer
+
+    os.makedirs(args.results_dir, exist_ok=True)
+    build(build_that_runs())
+    gguf = str(shaped_model())
+    tokenizer = load_tokenizer()
+    result = {"gguf": gguf, "rounds": [], "isa": " ".join(machine_info()["isa_flags"])}
+    for r in range(args.rounds):
+        result["rounds"].append(one_round(tokenizer, gguf, r, args.results_dir))
+    with open(os.path.join(args.results_dir, "peer-large.json"), "w") as out:
+        json.dump(result, out, indent=1)
+    print("\n".join(render(result)))
+
+
+if __name__ == "__main__":
+    main()

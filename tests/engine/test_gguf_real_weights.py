@@ -1,0 +1,133 @@
+"""The embedded SmolLM2's real weights requantized by llama.cpp's own `llama-quantize` to the mixes
+people download (Q4_K_M, Q5_K_M, Q6_K, Q8_0): teacher-forced greedy tokens agree with transformers'
+float32 model of the same de-quantized weights on >= 95% of positions, and with llama.cpp's
+llama-server on the same file on >= 90%.
+
+llama-quantize and llama-server are built by `make bench` (bench/llama_server.py, ~6 min, once, in
+~/.cache/minivllm/llama.cpp); where they have not been built these tests say so and skip.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import httpx
+import pytest
+import torch
+
+from bench.llama_server import CRASHES, LlamaServer, binary_path
+from inference.engine.config import EngineConfig
+from inference.engine.engine import LLMEngine
+from inference.engine.loader import embedded_model_source
+from tests.engine.helpers import generated_ids, greedy, run_to_completion
+from tests.engine.layers.linear.test_quality import PROMPTS
+from tests.engine.test_gguf_blocks_loading import our_logits
+
+pytestmark = pytest.mark.real_model
+
+MIXES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0")
+PROMPT_COUNT, POSITIONS = 10, 32  # 320 teacher-forced positions a file
+
+
+def quantizer():
+    binary = binary_path("native").parent / "llama-quantize"
+    if not binary.is_file():
+        pytest.skip("llama.cpp's llama-quantize is not built here (make bench builds it)")
+    return binary
+
+
+@pytest.fixture(scope="module")
+def requantized(tmp_path_factory):
+    folder, made = tmp_path_factory.mktemp("requantized"), {}
+
+    def get(mix: str) -> str:
+        if mix not in made:
+            source = embedded_model_source()
+            out = folder / f"smollm2-{mix}.gguf"
+            subprocess.run(
+                [str(quantizer()), "--allow-requantize", os.path.join(source.path, source.gguf_file), str(out), mix],
+                check=True,
+                capture_output=True,
+            )
+            made[mix] = str(out)
+        return made[mix]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def texts():
+    """Each prompt with a greedy continuation to teacher-force (our own, on the embedded model)."""
+    engine = LLMEngine(EngineConfig(device="cpu", kv_cache_mb=64, max_num_seqs=PROMPT_COUNT))
+    for i, prompt in enumerate(PROMPTS[:PROMPT_COUNT]):
+        engine.add_request(str(i), engine.tokenize(prompt), greedy(POSITIONS))
+    results = run_to_completion(engine)
+    return [engine.tokenize(p) + generated_ids(results[str(i)]) for i, p in enumerate(PROMPTS[:PROMPT_COUNT])]
+
+
+def positions(ids: list[int]) -> slice:
+    return slice(len(ids) - POSITIONS - 1, len(ids) - 1)
+
+
+def ours(path: str, texts) -> list[list[int]]:
+    engine = LLMEngine(EngineConfig(model=path, device="cpu", kv_cache_mb=64, max_num_seqs=4))
+    assert engine.bundle.weights_format in ("gguf", "q8_0")
+    return [our_logits(engine, torch.tensor(ids)).argmax(-1)[positions(ids)].tolist() for ids in texts]
+
+
+def agreement(a: list[list[int]], b: list[list[int]]) -> float:
+    pairs = [(x, y) for row_a, row_b in zip(a, b) for x, y in zip(row_a, row_b)]
+    assert len(pairs) == PROMPT_COUNT * POSITIONS
+    return sum(x == y for x, y in pairs) / len(pairs)
+
+
+@pytest.mark.parametrize("mix", MIXES)
+def test_greedy_tokens_agree_with_transformers_float32_model(requantized, texts, mix):
+    from transformers import AutoModelForCausalLM
+
+    path = requantized(mix)
+    folder, name = os.path.split(path)
+    hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    with torch.no_grad():
+        reference = [hf(torch.tensor([ids])).logits[0].argmax(-1)[positions(ids)].tolist() for ids in texts]
+    share = agreement(ours(path, texts), reference)
+    assert share >= 0.95, f"{mix}: {share:.1%} of positions agree with transformers' float32 model"
+
+
+def llama_server_choices(path: str, texts) -> list[list[int]]:
+    """llama-server's greedy next token after every prefix (its prompt cache keeps each request short)."""
+    if not binary_path("native").is_file():
+        pytest.skip("llama.cpp's llama-server is not built here (make bench builds it)")
+    try:
+        server = LlamaServer(path, slots=1, context=2048).__enter__()
+    except RuntimeError as error:
+        pytest.skip(f"llama-server does not start here: {error}")
+    try:
+        choices = []
+        with httpx.Client(base_url=server.base_url, timeout=60) as client:
+            for ids in texts:
+                row = []
+                for end in range(positions(ids).start, positions(ids).stop):
+                    body = {
+                        "prompt": ids[: end + 1],
+                        "n_predict": 1,
+                        "temperature": 0,
+                        "cache_prompt": True,
+                        "return_tokens": True,
+                    }
+                    row.append(client.post("/completion", json=body).json()["tokens"][0])
+                choices.append(row)
+        return choices
+    finally:
+        server.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("mix", MIXES)
+def test_greedy_tokens_agree_with_llama_server_on_the_same_file(requantized, texts, mix):
+    path = requantized(mix)
+    share = agreement(ours(path, texts), llama_server_choices(path, texts))
+    assert share >= 0.90, f"{mix}: {share:.1%} of positions agree with llama-server"
+
+
+assert CRASHES  # LlamaServer falls back to the build without AMX where the native one crashes starting
