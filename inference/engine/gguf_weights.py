@@ -1,7 +1,7 @@
 """Our model built straight from a GGUF's own tensors (gguf_checkpoint.py), each linear in its own
 tensor's type: Q4_0 / Q4_1 / Q8_0 as GroupLinear (the file's levels, scales and minimums), the
-k-quant, 5-bit and IQ4 types as BlockLinear (the file's blocks re-packed for the block kernel), a
-fused Q/K/V or gate/up of mixed types as PartsLinear; the embedding read from the file's rows;
+k-quant, 5-bit and IQ4 types as BlockLinear (the file's blocks re-packed for the block kernel),
+F16 / BF16 / F32 matrices as FloatLinear, a fused Q/K/V or gate/up of mixed types as PartsLinear; the embedding read from the file's rows;
 norms and biases copied as float32. No float32 copy of a weight exists at any point, and
 transformers de-quantizes nothing.
 
@@ -20,12 +20,13 @@ from torch import nn
 from .gguf_checkpoint import GROUPED_TYPES, GGUFCheckpoint
 from .layers.linear import GGUF_BLOCK_TYPES
 from .layers.linear.base import RowKernelLinear
-from .layers.linear.blocks import BlockLinear, FileEmbedding, PartsLinear
+from .layers.linear.blocks import BlockLinear, FileEmbedding, FloatLinear, PartsLinear
 from .layers.linear.groups import GroupLinear
 from .layers.linear.prefetch import prefetch_for
 from .models.no_init import WithoutWeightInit
 
-KERNELS = {**{t: "group" for t in GROUPED_TYPES}, **{t: "block" for t in GGUF_BLOCK_TYPES}}
+FLOAT_TYPES = ("f16", "bf16", "f32")
+KERNELS = {**{t: "group" for t in GROUPED_TYPES}, **{t: "block" for t in GGUF_BLOCK_TYPES}, **{t: "float" for t in FLOAT_TYPES}}
 KEPT_FORMATS = ("int4", "q8_0", "gguf")  # the formats that keep a GGUF's own blocks (layers/linear/__init__.py)
 
 
@@ -61,7 +62,7 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
     _set_rope_factors(model, checkpoint)
     table = checkpoint.tensors["token_embd.weight"]
     model.embed_tokens = FileEmbedding(checkpoint.raw_tensor("token_embd.weight"), table.shape[1], table.type)
-    prefetch_for([m for m in model.modules() if isinstance(m, (GroupLinear, BlockLinear))])
+    prefetch_for([m for m in model.modules() if isinstance(m, (GroupLinear, BlockLinear, FloatLinear))])
     checkpoint.release_pages()  # the packed copies are what the model reads from now on
     return model.eval(), kernels_used
 
@@ -96,7 +97,8 @@ def _run_linear(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]]) -
         first += rows
     order = torch.cat(orders) if any(heads is not None for _, heads in run) else None
     columns = checkpoint.tensors[run[0][0]].shape[1]
-    return BlockLinear([checkpoint.raw_tensor(name) for name, _ in run], columns, kind, order)
+    linear = FloatLinear if kind in FLOAT_TYPES else BlockLinear
+    return linear([checkpoint.raw_tensor(name) for name, _ in run], columns, kind, order)
 
 
 def _group_linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], bias) -> GroupLinear:

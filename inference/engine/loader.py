@@ -21,7 +21,7 @@ from .generation_config import sampling_defaults
 from .gguf_checkpoint import GGUFCheckpoint
 from .kernels import kernels
 from .layers.cpu_kernels import bind_cpu_kernels
-from .layers.linear import choose_format, prepare_linears
+from .layers.linear import FormatChoice, choose_format, prepare_linears
 from .models import model_class_for
 from .models.cpu_step import install_cpu_step
 from .models.no_init import WithoutWeightInit
@@ -129,6 +129,13 @@ def load_model(config: EngineConfig) -> ModelBundle:
         if config.quantization == "auto" and choice.format in ("int4", "q8_0") and not gguf.only_grouped_types:
             # llama.cpp's Q4_0 / Q8_0 files keep some tensors in k-quants (the output layer in Q6_K)
             choice = choose_format(config.quantization, checkpoint="q6_k", device=device)
+        if (
+            config.quantization == "auto"
+            and gguf.weight_type in ("float16", "bfloat16")
+            and device.type == "cpu"
+            and kernels() is not None
+        ):
+            choice = FormatChoice("gguf", f"the checkpoint's own {gguf.weight_type} matrices, widened to float32 as they load")
         if (
             device.type == "cpu"
             and dtype == torch.float32

@@ -79,6 +79,10 @@ CASES = {  # name: (arch, write_block_gguf's keywords)
         },
     ),
     "group and block types in one fused projection": ("llama", {"types": {"attn_v": "q8_0", "ffn_up": "q4_0"}}),
+    "float16 matrices": (
+        "llama",
+        {"types": {k: "f16" for k in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up")}},
+    ),
 }
 
 

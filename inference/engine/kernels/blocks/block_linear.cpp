@@ -77,6 +77,19 @@ void place(const BlockTraits& t, const DecodedBlock& b, int64_t c, uint8_t* to) 
 
 }  // namespace
 
+std::vector<const uint8_t*> ordered_rows(const std::vector<const uint8_t*>& rows, const torch::Tensor& order) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  TORCH_CHECK(order.scalar_type() == torch::kLong && order.dim() == 1 && order.numel() == n, "order: int64 [rows]");
+  const auto o = order.contiguous();
+  std::vector<const uint8_t*> ordered(n);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t from = o.data_ptr<int64_t>()[r];
+    TORCH_CHECK(from >= 0 && from < n, "order: row ", from, " outside the ", n, " rows");
+    ordered[r] = rows[from];
+  }
+  return ordered;
+}
+
 void quantize_blocks_int8(const float* x, int64_t rows, int64_t K, int64_t S, int64_t sub, int8_t* q, float* scale, int32_t* bsum) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < K / S; ++b) {
@@ -108,17 +121,7 @@ torch::Tensor block_pack(const std::vector<torch::Tensor>& raws, int64_t columns
     for (int64_t r = 0; r < raw.numel() / bytes; ++r) source.push_back(raw.data_ptr<uint8_t>() + r * bytes);
   }
   const int64_t rows = static_cast<int64_t>(source.size());
-  if (order) {
-    TORCH_CHECK(order->scalar_type() == torch::kLong && order->dim() == 1 && order->numel() == rows, "order: int64 [rows]");
-    const auto o = order->contiguous();
-    std::vector<const uint8_t*> ordered(rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t from = o.data_ptr<int64_t>()[r];
-      TORCH_CHECK(from >= 0 && from < rows, "order: row ", from, " outside the ", rows, " rows");
-      ordered[r] = source[from];
-    }
-    source.swap(ordered);
-  }
+  if (order) source = ordered_rows(source, *order);
   auto packed = torch::empty({(rows + kBlockChannels - 1) / kBlockChannels, blocks * sb}, torch::dtype(torch::kByte));
   uint8_t* to = packed.data_ptr<uint8_t>();
   at::parallel_for(0, (rows + kBlockChannels - 1) / kBlockChannels, 1, [&](int64_t begin, int64_t end) {

@@ -24,6 +24,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("raws"), py::arg("columns"), py::arg("kind"), py::arg("order") = py::none());
   m.def("block_linear", &block_linear, nogil(), "x @ W.T for packed GGUF blocks, int8 activation blocks",
         py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("kind"), py::arg("isa") = "auto");
+  m.def("float_pack", &float_pack, nogil(), "GGUF matrices' f16 / bf16 / f32 rows packed as one weight for float_linear",
+        py::arg("raws"), py::arg("columns"), py::arg("kind"), py::arg("order") = py::none());
+  m.def("float_linear", &float_linear, nogil(), "x @ W.T for packed f16 / bf16 / f32 weights, float32 sums",
+        py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("kind"), py::arg("isa") = "auto");
   m.def("gguf_dequantize_rows", &gguf_dequantize_rows, nogil(), "rows of a GGUF matrix of any type as float32, from its raw bytes");
   m.def("group_dequantize_rows", &group_dequantize_rows, nogil(), "rows of a packed group weight as float32 (an embedding lookup)");
   m.def("paged_attention_scores", &paged_attention_scores, nogil(), "decode q.k scores read from the paged cache");
@@ -53,6 +57,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_static("block",
                   [](torch::Tensor packed, int64_t out_features, std::string kind, std::optional<torch::Tensor> bias) {
                     Projection p{Projection::Kind::Block};
+                    p.group = std::move(packed);
+                    p.group_out_features = out_features;
+                    p.block_kind = std::move(kind);
+                    p.bias = std::move(bias);
+                    return p;
+                  })
+      .def_static("float_weights",
+                  [](torch::Tensor packed, int64_t out_features, std::string kind, std::optional<torch::Tensor> bias) {
+                    Projection p{Projection::Kind::Float};
                     p.group = std::move(packed);
                     p.group_out_features = out_features;
                     p.block_kind = std::move(kind);
@@ -96,6 +109,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           case Projection::Kind::Int8: return "int8";
           case Projection::Kind::Group: return "group";
           case Projection::Kind::Block: return "block";
+          case Projection::Kind::Float: return "float";
           case Projection::Kind::Parts: return "parts";
           case Projection::Kind::OneDnn: return "onednn";
           case Projection::Kind::OneDnnBf16: return "onednn_bf16";

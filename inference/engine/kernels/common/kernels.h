@@ -35,6 +35,14 @@ torch::Tensor block_pack(const std::vector<torch::Tensor>& raws, int64_t columns
                          const std::optional<torch::Tensor>& order);
 torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& kind,
                            const std::string& isa);
+// A GGUF's float16 / bfloat16 / float32 matrices (floats/float_dot.h): their rows packed as one
+// weight for float_linear, and x @ W.T over it, widening the weights as they load.
+torch::Tensor float_pack(const std::vector<torch::Tensor>& raws, int64_t columns, const std::string& kind,
+                         const std::optional<torch::Tensor>& order);
+// `rows` in `order` (indices into them): the row order block_pack and float_pack take.
+std::vector<const uint8_t*> ordered_rows(const std::vector<const uint8_t*>& rows, const torch::Tensor& order);
+torch::Tensor float_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& kind,
+                           const std::string& isa);
 // Rows `ids` of a GGUF matrix of any block type (or f32 / f16 / bf16) as float32, from its raw
 // bytes: the file's values as gguf-py de-quantizes them (embedding lookups read the file this way).
 torch::Tensor gguf_dequantize_rows(const torch::Tensor& raw, int64_t columns, const std::string& kind, const torch::Tensor& ids);
@@ -50,12 +58,12 @@ void rotary_inplace(torch::Tensor& x, const torch::Tensor& cos, const torch::Ten
 // weight for oneDNN, for oneDNN in bf16 (rows go in as bf16, outputs come back float32), or for
 // MKL (with the plain weight); or parts side by side (a fused Q/K/V whose tensors differ in type).
 struct Projection {
-  enum class Kind { Int8, Group, Block, Parts, OneDnn, OneDnnBf16, Mkl };
+  enum class Kind { Int8, Group, Block, Float, Parts, OneDnn, OneDnnBf16, Mkl };
   Kind kind;
   std::vector<torch::Tensor> int8_weights, int8_scales;  // Int8
-  torch::Tensor group;                                   // Group: group_pack_weight's blocks; Block: block_pack's
-  int64_t group_out_features = 0, group_bits = 0;        // Group and Block (out features)
-  std::string block_kind;                                // Block: the GGUF type
+  torch::Tensor group;                                   // Group: group_pack_weight's blocks; Block / Float: block_pack's / float_pack's
+  int64_t group_out_features = 0, group_bits = 0;        // Group, Block and Float (out features)
+  std::string block_kind;                                // Block / Float: the GGUF type
   std::vector<Projection> parts;                         // Parts: each part's outputs, concatenated
   torch::Tensor packed, dense;  // OneDnn / OneDnnBf16 / Mkl: the packed weight; Mkl: the plain one too
   bool pair_single_rows = false;  // OneDnn(Bf16): a lone row goes in twice (oneDNN's one-row kernel sums in another order)

@@ -103,6 +103,9 @@ torch::Tensor Projection::operator()(const torch::Tensor& x) const {
     case Kind::Block:
       out = block_linear(x.contiguous(), group, group_out_features, block_kind, "auto");
       break;
+    case Kind::Float:
+      out = float_linear(x.contiguous(), group, group_out_features, block_kind, "auto");
+      break;
     case Kind::Parts: {
       std::vector<torch::Tensor> outs;
       for (const auto& part : parts) outs.push_back(part(x));

@@ -1,5 +1,5 @@
-"""Linears over a GGUF file's own k-quant, 5-bit and IQ4 blocks (kernels/blocks/), and what lets
-a fused projection mix tensor types.
+"""Linears over a GGUF file's own tensors: its k-quant, 5-bit and IQ4 blocks (kernels/blocks/),
+its float16 / bfloat16 matrices (kernels/floats/), and what lets a fused projection mix tensor types.
 
 A Q4_K_M file mixes Q4_K and Q6_K tensors (and Q5_0 / Q8_0 where a row is not whole 256-weight
 blocks), so every linear keeps its own tensor's type: `BlockLinear` for the block kernel's types,
@@ -60,6 +60,35 @@ class BlockLinear(RowKernelLinear):
 
     def projection(self, cpp):
         return cpp.Projection.block(self.packed, self.out_features, self.kind, self.bias)
+
+
+FLOAT_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+
+
+class FloatLinear(RowKernelLinear):
+    """A linear over a GGUF's float16 / bfloat16 / float32 matrix, packed once for the float kernel
+    (kernels/floats/): the file's values widened to float32 as each step loads them."""
+
+    def __init__(
+        self,
+        raws: list[torch.Tensor],
+        columns: int,
+        kind: str,
+        order: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+    ):
+        super().__init__()
+        self.kind = kind
+        self.register_buffer("packed", kernels().float_pack(raws, columns, kind, order))
+        self.bias = bias
+        self.out_features = sum(raw.numel() for raw in raws) // (columns * FLOAT_BYTES[kind])
+        self.in_features = columns
+
+    def matmul(self, rows: torch.Tensor) -> torch.Tensor:
+        return kernels().float_linear(rows, self.packed, self.out_features, self.kind)
+
+    def projection(self, cpp):
+        return cpp.Projection.float_weights(self.packed, self.out_features, self.kind, self.bias)
 
 
 class PartsLinear(RowKernelLinear):
