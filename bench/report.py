@@ -49,6 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--skip-peer", action="store_true", help="do not build and measure llama.cpp's llama-server beside ours")
     p.add_argument("--peer-rounds", type=int, default=2, help="alternating rounds of ours and llama-server")
+    p.add_argument(
+        "--skip-large", action="store_true", help="do not measure the 1.5B Q4_K_M against llama-server (bench/peer_large.py)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--docs-dir", default="docs")
     p.add_argument("--results-dir", default="bench/results")
@@ -172,6 +175,11 @@ def main(argv=None) -> dict:
             server_env=_server_env(args.server_env),
             results_dir=args.results_dir,
         )
+    large = None
+    if not args.skip_peer and not args.skip_large and not args.base_url:
+        from . import peer_large
+
+        large = peer_large.run(tokenizer, rounds=1 if args.quick else args.peer_rounds, results_dir=args.results_dir)
     if not args.skip_baselines:
         entries += run_hf_phase(plan, tokenizer, results_dir=args.results_dir, show_progress=not args.no_progress)
     machine["load_average_at_end"] = os.getloadavg()
@@ -182,6 +190,7 @@ def main(argv=None) -> dict:
         "server_command": server_command,
         "latency_server": latency_server,
         "peer": peer,
+        "peer_large": large,
         "plan": plan_json(plan),
         "entries": entries,
         "elapsed_s": time.monotonic() - started,
@@ -215,6 +224,8 @@ def write_docs(report: dict, docs_dir: str) -> None:
     kept = kept_sections(path)
     with open(path, "w") as f:
         f.write(render(report) + kept)
+    with open(os.path.join(docs_dir, "report.json"), "w") as f:  # the raw figures, committed beside the tables
+        json.dump(report, f, indent=1)
     throughput_plot(report, os.path.join(docs_dir, "throughput.png"))
     latency_plot(report, os.path.join(docs_dir, "latency.png"))
 

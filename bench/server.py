@@ -109,12 +109,17 @@ class EngineServer:
         argv = [".venv/bin/daphne" if a.endswith("/daphne") else a for a in self.argv]
         return f"{env} {shlex.join(argv)}"
 
+    def environment(self, shell: dict[str, str], database: str) -> dict[str, str]:
+        """The server's environment: "no settings" means none, so the shell's MINIVLLM_* variables do
+        not reach it, only this server's own (self.env), its database and a throwaway secret key."""
+        inherited = {k: v for k, v in shell.items() if not k.startswith("MINIVLLM_")}
+        env = {**inherited, **self.env, "MINIVLLM_SQLITE_PATH": database}
+        env.setdefault("MINIVLLM_SECRET_KEY", secrets.token_urlsafe(32))
+        return env
+
     def __enter__(self) -> Self:
         self._tmp = tempfile.TemporaryDirectory(prefix="minivllm-bench-")
-        # "no settings" means none: the shell's MINIVLLM_* variables do not reach the server, only self.env's
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith("MINIVLLM_")}
-        env = {**inherited, **self.env, "MINIVLLM_SQLITE_PATH": os.path.join(self._tmp.name, "db.sqlite3")}
-        env.setdefault("MINIVLLM_SECRET_KEY", secrets.token_urlsafe(32))  # a throwaway server's own key
+        env = self.environment(os.environ, os.path.join(self._tmp.name, "db.sqlite3"))
         subprocess.run(
             [sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO_ROOT, env=env, check=True, capture_output=True
         )

@@ -6,6 +6,7 @@ import math
 
 from .entries import baseline, metric, pick, ratio, throughput
 from .peer import render as peer_section
+from .peer_large import render as large_section
 from .targets import targets_section
 
 INTRO = (
@@ -195,6 +196,8 @@ def render(report: dict) -> str:
     out += targets_section(report)
     if report.get("peer"):
         out += peer_section(report["peer"])
+    if report.get("peer_large"):
+        out += large_section(report["peer_large"])
     for w in plan["workloads"]:
         out += [f"## Workload `{w['name']}`: input {w['input_len']} tokens, output {w['output_len']} tokens", ""]
         out += ['Engine output tok/s and its ratio to HF (at concurrency 1, "static" is one-at-a-time):', ""]

@@ -42,3 +42,57 @@ def test_each_figure_is_a_ratio_to_llama_server_in_its_round_and_judged_against_
     )
     assert "| end | resident MB after the loads | 900, 900 | 1,600, 1,600 | | | |" in text  # shown, not judged
     assert "`llama-server -np 32`" in text
+
+
+def test_against_a_rebuilt_peer_every_ratio_says_so_and_no_target_is_met():
+    text = "\n".join(
+        render(
+            {
+                "commands": {
+                    "ours": "daphne ...",
+                    "llama-server": "llama-server -np 32 (built native-no-amx: the native build's AMX path crashed here)",
+                },
+                "rounds": [one_round(2.0)],
+            }
+        )
+    )
+    assert "no target below counts as met" in text
+    assert "| 1 client | tok/s | 100.0 | 200.0 | 2.00x (peer rebuilt) | >= 1.8x | not judged: peer rebuilt |" in text
+    assert "| met" not in text
+
+
+def large_round(build: str) -> dict:
+    from bench.peer_large import LOADS as LARGE
+    from bench.peer_large import PREFILL as LARGE_PREFILL
+
+    theirs = {load[0]: figures(10.0, 100.0, 1000.0) for load in LARGE}
+    theirs[LARGE_PREFILL[0]] = {**figures(0.1, None, 20000.0), "prefill tok/s": 100.0}
+    ours = {load[0]: figures(20.0, 50.0, 500.0) for load in LARGE}
+    ours[LARGE_PREFILL[0]] = {**figures(0.1, None, 10000.0), "prefill tok/s": 200.0}
+    theirs["start"] = {"ready s": 2.0, "resident MB less the KV pool": 1000.0, "command": "llama-server -m x", "build": build}
+    ours["start"] = {"ready s": 4.0, "resident MB less the KV pool": 1200.0}
+    return {"ours": ours, "llama-server": theirs}
+
+
+def test_the_large_model_section_judges_issue_28s_targets_and_marks_a_rebuilt_peer():
+    from bench.peer_large import render as render_large
+
+    native = "\n".join(render_large({"gguf": "/m/q.gguf", "isa": "avx2", "rounds": [large_round("native")]}))
+    assert "| 1 client | tok/s | 10.00 | 20.00 | 2.00x | >= 1.3x | met |" in native
+    assert "| start | ready s | 2.00 | 4.00 | 2.00x | <= 1.5x | not met |" in native
+    assert "| start | resident MB less the KV pool | 1,000.00 | 1,200.00 | 1.20x | <= 1.25x | met |" in native
+    rebuilt = "\n".join(render_large({"gguf": "/m/q.gguf", "isa": "avx2", "rounds": [large_round("native-no-amx")]}))
+    assert (
+        "| 1 client | tok/s | 10.00 | 20.00 | 2.00x (peer rebuilt native-no-amx: not its native build) | >= 1.3x | not judged: peer rebuilt |"
+        in rebuilt
+    )
+    assert "| met |" not in rebuilt
+
+
+def test_the_no_settings_server_gets_none_of_the_shells_minivllm_variables():
+    from bench.server import EngineServer
+
+    shell = {"PATH": "/usr/bin", "MINIVLLM_QUANT": "int8", "MINIVLLM_MAX_NUM_SEQS": "4"}
+    env = EngineServer({"MINIVLLM_MODEL": "/m.gguf"}).environment(shell, "/tmp/db.sqlite3")
+    assert env["PATH"] == "/usr/bin" and env["MINIVLLM_MODEL"] == "/m.gguf" and env["MINIVLLM_AUTOSTART"] == "1"
+    assert "MINIVLLM_QUANT" not in env and "MINIVLLM_MAX_NUM_SEQS" not in env
