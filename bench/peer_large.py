@@ -51,19 +51,15 @@ def one_round(tokenizer, gguf: str, r: int, results_dir: str) -> dict:
     with EngineServer({"MINIVLLM_MODEL": gguf}, log_path=os.path.join(results_dir, f"large-ours-{r}.log")) as ours:
         row["ours"] = {load[0]: _measure(ours.base_url, tokenizer, load, seed=200 + r) for load in (*LOADS, PREFILL)}
         row["ours"]["start"] = {"ready s": ours.ready_s, "command": ours.command}
-    pool_mb = 32768 * KV_BYTES_PER_TOKEN / 2**20
-    env = {"MINIVLLM_MODEL": gguf, "MINIVLLM_KV_CACHE_MB": str(int(pool_mb))}
+    env = {"MINIVLLM_MODEL": gguf, "MINIVLLM_KV_CACHE_MB": str(int(POOL_MB))}
     with EngineServer(env, log_path=os.path.join(results_dir, f"large-ours-memory-{r}.log")) as ours:
-        row["ours"]["start"]["resident MB less the KV pool"] = ours.resident_after_load_mb() - (
-            ours.stats.get("kv_pool_mb") or math.nan
-        )
+        row["ours"]["start"]["resident MB less the KV pool"] = ours.resident_after_load_mb() - POOL_MB
         row["ours"]["start"]["kv_pool_mb"] = ours.stats.get("kv_pool_mb")
-    log = os.path.join(results_dir, f"large-llama-{r}.log")
-    with LlamaServer(gguf, log_path=log) as peer:
+    with LlamaServer(gguf, log_path=os.path.join(results_dir, f"large-llama-{r}.log")) as peer:
         rss = peer.resident_after_load_mb()
         row["llama-server"] = {load[0]: _measure(peer.base_url, tokenizer, load, seed=200 + r) for load in LOADS}
-        row["llama-server"]["start"] = {"ready s": peer.ready_s, "command": peer.command, "kv_pool_mb": llama_kv_mb(log)}
-        row["llama-server"]["start"]["resident MB less the KV pool"] = rss - row["llama-server"]["start"]["kv_pool_mb"]
+        row["llama-server"]["start"] = {"ready s": peer.ready_s, "command": peer.command, "build": peer.build}
+        row["llama-server"]["start"]["resident MB less the KV pool"] = rss - POOL_MB
     with LlamaServer(gguf, slots=1, context=8192, log_path=os.path.join(results_dir, f"large-llama-prefill-{r}.log")) as peer:
         row["llama-server"][PREFILL[0]] = _measure(peer.base_url, tokenizer, PREFILL, seed=200 + r)
     return row
