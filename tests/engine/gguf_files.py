@@ -123,9 +123,15 @@ def write_block_gguf(
 
     def matrix(name: str, rows: int, columns: int) -> None:
         kind = kinds.get(name.split(".")[-2], "q4_k")
-        if kind in ("f16", "f32"):
+        if kind in ("f16", "f32", "bf16"):
             values = rng.normal(0.0, 0.05, size=(rows, columns))
-            writer.add_tensor(name, values.astype(np.float16 if kind == "f16" else np.float32))
+            if kind == "bf16":  # numpy has no bfloat16: torch rounds, gguf-py writes the bytes
+                import torch
+
+                bits = torch.from_numpy(values).to(torch.bfloat16).view(torch.int16).numpy()
+                writer.add_tensor(name, bits, raw_shape=bits.shape, raw_dtype=GGMLQuantizationType.BF16)
+            else:
+                writer.add_tensor(name, values.astype(np.float16 if kind == "f16" else np.float32))
             return
         unit = dequantized(kind, random_blocks(kind, 4, columns, seed=int(rng.integers(1 << 30)), scale=1.0), columns).std()
         raw = random_blocks(kind, rows, columns, seed=int(rng.integers(1 << 30)), scale=0.05 / unit)

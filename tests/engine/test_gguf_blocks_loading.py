@@ -131,3 +131,16 @@ def test_a_truncated_file_is_a_clear_error(tmp_path):
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(ModelLoadError, match="cut.gguf"):
         load_model(EngineConfig(model=str(cut), device="cpu"))
+
+
+@pytest.mark.parametrize("types", [{}, {"attn_q": "f16", "ffn_up": "bf16"}], ids=["q4_k_m", "16-bit"])
+def test_no_float32_copy_of_a_weight_stays_referenced(tmp_path, types):
+    from tests.engine.test_gguf_weights import large_float32_tensors
+
+    path = write_block_gguf(tmp_path / "m.gguf", types=types)
+    smallest_matrix = 128 * 256  # K/V's rows times the hidden size
+    before = large_float32_tensors(smallest_matrix)
+    bundle = load_model(EngineConfig(model=path, device="cpu"))
+    rotary = {bundle.model.rotary.cos.data_ptr(), bundle.model.rotary.sin.data_ptr()}
+    new = {ptr: shape for ptr, shape in large_float32_tensors(smallest_matrix).items() if ptr not in before and ptr not in rotary}
+    assert not new, list(new.values())

@@ -13,6 +13,7 @@ import os
 import subprocess
 
 import httpx
+import numpy as np
 import pytest
 import torch
 
@@ -80,6 +81,26 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> float:
     pairs = [(x, y) for row_a, row_b in zip(a, b) for x, y in zip(row_a, row_b)]
     assert len(pairs) == PROMPT_COUNT * POSITIONS
     return sum(x == y for x, y in pairs) / len(pairs)
+
+
+@pytest.mark.parametrize("mix", MIXES)
+def test_every_tensor_llama_quantize_wrote_dequantizes_as_gguf_py_does(requantized, mix):
+    from gguf import GGUFReader, quants
+
+    from inference.engine.kernels import kernels
+
+    reader = GGUFReader(requantized(mix))
+    kinds = set()
+    for tensor in reader.tensors:
+        kind, columns = tensor.tensor_type.name.lower(), int(tensor.shape[0])
+        if tensor.n_elements == columns:  # vectors: float32 norms
+            continue
+        raw = torch.from_numpy(np.ascontiguousarray(tensor.data).reshape(-1).view(np.uint8))
+        rows = torch.tensor([0, 1, int(tensor.n_elements // columns) - 1])
+        reference = quants.dequantize(np.asarray(tensor.data)[rows.numpy()], tensor.tensor_type)
+        assert torch.equal(kernels().gguf_dequantize_rows(raw, columns, kind, rows), torch.from_numpy(reference)), tensor.name
+        kinds.add(kind)
+    assert kinds - {"f32", "f16"}, kinds  # the mix's own block types were among them
 
 
 @pytest.mark.parametrize("mix", MIXES)

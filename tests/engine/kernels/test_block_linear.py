@@ -37,6 +37,18 @@ def test_dequantized_rows_equal_gguf_py_bit_for_bit(cpp, kind):
         cpp.gguf_dequantize_rows(raw_tensor(raw), 2 * max(S, 64), kind, torch.tensor([9]))
 
 
+@pytest.mark.parametrize("kind", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
+def test_blocks_gguf_py_quantized_dequantize_as_gguf_py_does(cpp, kind):
+    """The types gguf-py can write itself, from real-valued weights (not random bytes)."""
+    from gguf import GGMLQuantizationType, quants
+
+    weights = np.random.default_rng(3).normal(0, 0.05, size=(7, 256)).astype(np.float32)
+    raw = quants.quantize(weights, GGMLQuantizationType[kind.upper()])
+    ids = torch.tensor([6, 0, 3])
+    expected = torch.from_numpy(dequantized(kind, raw, 256))[ids]
+    assert torch.equal(cpp.gguf_dequantize_rows(raw_tensor(raw), 256, kind, ids), expected)
+
+
 @pytest.mark.parametrize("kind", ["f32", "f16", "bf16"])
 def test_float_rows_are_the_file_values(cpp, kind):
     values = torch.randn(5, 64)
@@ -46,7 +58,7 @@ def test_float_rows_are_the_file_values(cpp, kind):
 
 
 @pytest.mark.parametrize("kind", KERNEL_TYPES)
-@pytest.mark.parametrize("rows", [1, 3, 8, 11])  # passes of up to 8 rows (AVX2: 2), then what is left
+@pytest.mark.parametrize("rows", [1, 3, 12, 13])  # passes of up to 12 rows (AVX2: 2), then what is left
 def test_products_match_a_float64_reference_on_every_isa(cpp, kind, rows, vector_isas):
     S = SCALE_FIELDS[kind][0]
     channels, K = 21, 2 * 256  # 21: a last block of 5 channels
