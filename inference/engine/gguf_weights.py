@@ -20,7 +20,7 @@ from torch import nn
 from .gguf_checkpoint import GROUPED_TYPES, GGUFCheckpoint
 from .layers.linear import GGUF_BLOCK_TYPES
 from .layers.linear.base import RowKernelLinear
-from .layers.linear.blocks import BlockLinear, FileEmbedding, FloatLinear, PartsLinear
+from .layers.linear.blocks import BlockLinear, FileEmbedding, FloatLinear, PartsLinear, pack_file_weights
 from .layers.linear.groups import GroupLinear
 from .layers.linear.prefetch import prefetch_for
 from .models.no_init import WithoutWeightInit
@@ -51,12 +51,16 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
     linears, floats = model.gguf_layout()
     checkpoint.populate()
     kernels_used: Counter = Counter()
+    specs: list = []  # the block and float weights, packed together below
+    plans = {}
     for path, parts in linears.items():
-        if not path.endswith(".weight"):
-            continue
-        bias_parts = linears.get(path.removesuffix(".weight") + ".bias")
-        bias = _float_rows(checkpoint, bias_parts) if bias_parts and bias_parts[0][0] in checkpoint.tensors else None
-        _set(model, path.removesuffix(".weight"), _linear(checkpoint, parts, bias, kernels_used))
+        if path.endswith(".weight"):
+            bias_parts = linears.get(path.removesuffix(".weight") + ".bias")
+            bias = _float_rows(checkpoint, bias_parts) if bias_parts and bias_parts[0][0] in checkpoint.tensors else None
+            plans[path.removesuffix(".weight")] = (_plan(checkpoint, parts, kernels_used, specs), bias)
+    packed = pack_file_weights(specs)
+    for path, (runs, bias) in plans.items():
+        _set(model, path, _linear(runs, packed, bias))
     for path, name in floats.items():
         _set(model, path, nn.Parameter(checkpoint.float_tensor(name), requires_grad=False))
     _set_rope_factors(model, checkpoint)
@@ -67,26 +71,25 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
     return model.eval(), kernels_used
 
 
-def _linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], bias, kernels_used: Counter) -> RowKernelLinear:
+def _plan(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], kernels_used: Counter, specs: list) -> list:
+    """A linear's runs of neighbouring tensors of one type (each packed as one weight): a GroupLinear
+    built now (Q4_0 / Q4_1 / Q8_0; all of them one GroupLinear), or where its packed weight will be in
+    `specs` (appended here) with the linear's class and shape."""
     types = [checkpoint.tensors[name].type for name, _ in parts]
     for kind in types:
         kernels_used[f"{kind} {KERNELS[kind]}"] += 1
     if all(kind in GROUPED_TYPES for kind in types):
-        return _group_linear(checkpoint, parts, bias)
-    runs: list[list[tuple[str, int | None]]] = []  # neighbouring tensors of one type are packed as one
+        return [_group_linear(checkpoint, parts, None)]
+    runs: list[list[tuple[str, int | None]]] = []
     for part, kind in zip(parts, types):
         if runs and checkpoint.tensors[runs[-1][0][0]].type == kind:
             runs[-1].append(part)
         else:
             runs.append([part])
-    linears = [_run_linear(checkpoint, run) for run in runs]
-    if len(linears) == 1:
-        linears[0].bias = bias
-        return linears[0]
-    return PartsLinear(linears, bias)
+    return [_run_plan(checkpoint, run, specs) for run in runs]
 
 
-def _run_linear(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]]) -> RowKernelLinear:
+def _run_plan(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]], specs: list):
     kind = checkpoint.tensors[run[0][0]].type
     if kind in GROUPED_TYPES:
         return _group_linear(checkpoint, run, None)
@@ -97,8 +100,16 @@ def _run_linear(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]]) -
         first += rows
     order = torch.cat(orders) if any(heads is not None for _, heads in run) else None
     columns = checkpoint.tensors[run[0][0]].shape[1]
-    linear = FloatLinear if kind in FLOAT_TYPES else BlockLinear
-    return linear([checkpoint.raw_tensor(name) for name, _ in run], columns, kind, order)
+    specs.append(([checkpoint.raw_tensor(name) for name, _ in run], columns, kind, order))
+    return (FloatLinear if kind in FLOAT_TYPES else BlockLinear, len(specs) - 1, first, columns, kind)
+
+
+def _linear(runs: list, packed: list[torch.Tensor], bias) -> RowKernelLinear:
+    linears = [run if isinstance(run, nn.Module) else run[0](packed[run[1]], *run[2:]) for run in runs]
+    if len(linears) == 1:
+        linears[0].bias = bias
+        return linears[0]
+    return PartsLinear(linears, bias)
 
 
 def _group_linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], bias) -> GroupLinear:

@@ -35,8 +35,10 @@ void nibbles32(const uint8_t* qs, uint8_t* level) {
   }
 }
 
+}  // namespace
+
 // Q4_K / Q5_K's 12 bytes of 6-bit scales and minimums for 8 sub-blocks.
-void k_scales(const uint8_t* s, int8_t* sc, int8_t* mn) {
+void k_scales_of(const uint8_t* s, int8_t* sc, int8_t* mn) {
   for (int j = 0; j < 4; ++j) {
     sc[j] = static_cast<int8_t>(s[j] & 63);
     mn[j] = static_cast<int8_t>(s[j + 4] & 63);
@@ -44,6 +46,8 @@ void k_scales(const uint8_t* s, int8_t* sc, int8_t* mn) {
     mn[j + 4] = static_cast<int8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
   }
 }
+
+namespace {
 
 // Q4_K / Q5_K's 128 bytes of nibbles: weight 64c + 32h + l in byte 32c + l, low nibble for h = 0.
 void k_nibbles(const uint8_t* qs, uint8_t* level) {
@@ -137,7 +141,7 @@ void decode_block(BlockType type, const uint8_t* b, DecodedBlock& out) {
     case BlockType::Q5_K: {  // d, dmin, scales[12], (Q5_K: qh[32]), qs[128]
       out.d = u16(b);
       out.dmin = u16(b + 2);
-      k_scales(b + 4, out.sc, out.mn);
+      k_scales_of(b + 4, out.sc, out.mn);
       if (type == BlockType::Q4_K) return k_nibbles(b + 16, out.level);
       const uint8_t* qh = b + 16;
       k_nibbles(b + 48, out.level);

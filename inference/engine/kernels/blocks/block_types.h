@@ -43,6 +43,8 @@ struct DecodedBlock {
 };
 
 void decode_block(BlockType type, const uint8_t* block, DecodedBlock& out);
+// Q4_K / Q5_K's 12 bytes of 6-bit scales and minimums for their 8 sub-blocks.
+void k_scales_of(const uint8_t* bytes, int8_t* sc, int8_t* mn);
 
 // The S float32 weights of a decoded block, rounded as gguf-py's de-quantization rounds them.
 void dequantize_block(BlockType type, const DecodedBlock& b, float* out);

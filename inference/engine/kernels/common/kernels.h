@@ -2,8 +2,10 @@
 #pragma once
 #include <torch/extension.h>
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace minivllm {
@@ -39,6 +41,21 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& packed, 
 // weight for float_linear, and x @ W.T over it, widening the weights as they load.
 torch::Tensor float_pack(const std::vector<torch::Tensor>& raws, int64_t columns, const std::string& kind,
                          const std::optional<torch::Tensor>& order);
+// One weight's packing, split by blocks of 16 output channels so many weights share one parallel
+// loop (run_pack_jobs, dynamically scheduled): block_pack and float_pack each run one.
+struct PackJob {
+  torch::Tensor packed;                         // [blocks, bytes a block], filled by pack_block
+  int64_t blocks = 0;
+  std::function<void(int64_t)> pack_block;      // fills one block of 16 channels (padding channels zero)
+};
+PackJob block_pack_job(const std::vector<torch::Tensor>& raws, int64_t columns, const std::string& kind,
+                       const std::optional<torch::Tensor>& order);
+PackJob float_pack_job(const std::vector<torch::Tensor>& raws, int64_t columns, const std::string& kind,
+                       const std::optional<torch::Tensor>& order);
+void run_pack_jobs(const std::vector<PackJob>& jobs);
+// Many weights packed in one call (raws, columns, kind, order each): block_pack's or float_pack's by kind.
+using PackSpec = std::tuple<std::vector<torch::Tensor>, int64_t, std::string, std::optional<torch::Tensor>>;
+std::vector<torch::Tensor> pack_file_weights(const std::vector<PackSpec>& specs);
 // `rows` in `order` (indices into them): the row order block_pack and float_pack take.
 std::vector<const uint8_t*> ordered_rows(const std::vector<const uint8_t*>& rows, const torch::Tensor& order);
 torch::Tensor float_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& kind,

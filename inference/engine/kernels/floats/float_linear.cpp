@@ -28,8 +28,8 @@ void avx512_dot(FloatWeight weight, const float* x, int64_t rows, int64_t K, con
 
 }  // namespace
 
-torch::Tensor float_pack(const std::vector<torch::Tensor>& raws, int64_t columns, const std::string& kind,
-                         const std::optional<torch::Tensor>& order) {
+PackJob float_pack_job(const std::vector<torch::Tensor>& raws, int64_t columns, const std::string& kind,
+                       const std::optional<torch::Tensor>& order) {
   const int64_t element = float_bytes(float_weight(kind)), row = columns * element;
   std::vector<const uint8_t*> source;
   for (const auto& raw : raws) {
@@ -37,19 +37,29 @@ torch::Tensor float_pack(const std::vector<torch::Tensor>& raws, int64_t columns
                 "raws: contiguous uint8 tensors of whole ", kind, " rows of ", columns, " values");
     for (int64_t r = 0; r < raw.numel() / row; ++r) source.push_back(raw.data_ptr<uint8_t>() + r * row);
   }
-  const int64_t rows = static_cast<int64_t>(source.size()), blocks = (rows + kFloatChannels - 1) / kFloatChannels;
+  const int64_t rows = static_cast<int64_t>(source.size());
   if (order) source = ordered_rows(source, *order);
   const int64_t block_bytes = columns * kFloatChannels * element;
-  auto packed = torch::empty({blocks, block_bytes}, torch::dtype(torch::kByte));
-  uint8_t* to = packed.data_ptr<uint8_t>();
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    std::memset(to + begin * block_bytes, 0, (end - begin) * block_bytes);  // padding channels: zero
-    for (int64_t n = begin * kFloatChannels; n < std::min(rows, end * kFloatChannels); ++n) {
-      uint8_t* block = to + (n / kFloatChannels) * block_bytes + (n % kFloatChannels) * element;
-      for (int64_t k = 0; k < columns; ++k) std::memcpy(block + k * kFloatChannels * element, source[n] + k * element, element);
+  PackJob job;
+  job.blocks = (rows + kFloatChannels - 1) / kFloatChannels;
+  job.packed = torch::empty({job.blocks, block_bytes}, torch::dtype(torch::kByte));
+  uint8_t* to = job.packed.data_ptr<uint8_t>();
+  job.pack_block = [=, source = std::move(source)](int64_t channel_block) {
+    uint8_t* block_out = to + channel_block * block_bytes;
+    std::memset(block_out, 0, block_bytes);  // padding channels: zero
+    for (int64_t n = channel_block * kFloatChannels; n < std::min(rows, (channel_block + 1) * kFloatChannels); ++n) {
+      uint8_t* column = block_out + (n % kFloatChannels) * element;
+      for (int64_t k = 0; k < columns; ++k) std::memcpy(column + k * kFloatChannels * element, source[n] + k * element, element);
     }
-  });
-  return packed;
+  };
+  return job;
+}
+
+torch::Tensor float_pack(const std::vector<torch::Tensor>& raws, int64_t columns, const std::string& kind,
+                         const std::optional<torch::Tensor>& order) {
+  std::vector<PackJob> jobs{float_pack_job(raws, columns, kind, order)};
+  run_pack_jobs(jobs);
+  return jobs[0].packed;
 }
 
 torch::Tensor float_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& kind,
