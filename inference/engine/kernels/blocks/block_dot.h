@@ -1,7 +1,7 @@
 // Weights in GGUF's k-quant and 5-bit block types (block_types.h) times activations quantized per
-// block as llama.cpp quantizes them for these types (one int8 level per weight, a float scale per
-// block of the weight type's S weights, and the level sums per sub-block that minimums and
-// offsets need). One kernel for every type, unpacking each type's levels its own way; one version
+// block in llama.cpp's scheme for these types (one int8 level per weight, a scale per block of the
+// weight type's S weights, and the level sums per sub-block that minimums and offsets need); the
+// scale is float32 max |x| / 127 here, so the scheme is llama.cpp's, not its bits. One kernel for every type, unpacking each type's levels its own way; one version
 // per ISA, every version giving the same bits.
 //
 // The packed layout (block_pack): blocks of 16 output channels (the last padded with zero

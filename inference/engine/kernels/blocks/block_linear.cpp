@@ -165,7 +165,7 @@ PackJob block_pack_job(const std::vector<torch::Tensor>& raws, int64_t columns, 
   job.blocks = (rows + kBlockChannels - 1) / kBlockChannels;
   job.packed = torch::empty({job.blocks, blocks * sb}, torch::dtype(torch::kByte));
   uint8_t* to = job.packed.data_ptr<uint8_t>();
-  job.pack_block = [=, source = std::move(source), &t](int64_t channel_block) {
+  job.pack_block = [=, source = std::move(source), &t, keep = raws](int64_t channel_block) {  // keep: the rows' owners
     uint8_t* block_out = to + channel_block * blocks * sb;
     std::memset(block_out, 0, blocks * sb);  // padding channels stay zero
     DecodedBlock decoded;
@@ -226,6 +226,7 @@ torch::Tensor gguf_dequantize_rows(const torch::Tensor& raw, int64_t columns, co
   float* op = out.data_ptr<float>();
   const bool plain = kind == "f32" || kind == "f16" || kind == "bf16";
   const int64_t element = kind == "f32" ? 4 : 2;
+  const bool half = kind == "f16";
   const BlockType type = plain ? BlockType::Q4_0 : block_type(kind);
   const int64_t bytes = plain ? columns * element : row_bytes(traits(type), columns), rows = raw.numel() / bytes;
   TORCH_CHECK(raw.numel() % bytes == 0, "raw is not whole rows of ", columns, " ", kind, " weights");
@@ -235,14 +236,14 @@ torch::Tensor gguf_dequantize_rows(const torch::Tensor& raw, int64_t columns, co
     for (int64_t i = begin; i < end; ++i) {
       const uint8_t* row = from + idp[i] * bytes;
       float* o = op + i * columns;
-      if (kind == "f32") {
+      if (element == 4) {
         std::memcpy(o, row, columns * 4);
       } else if (plain) {
         for (int64_t k = 0; k < columns; ++k) {
           uint16_t bits;
           std::memcpy(&bits, row + 2 * k, 2);
-          o[k] = kind == "f16" ? static_cast<float>(c10::Half(bits, c10::Half::from_bits()))
-                               : static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits()));
+          o[k] = half ? static_cast<float>(c10::Half(bits, c10::Half::from_bits()))
+                      : static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits()));
         }
       } else {
         const BlockTraits& t = traits(type);

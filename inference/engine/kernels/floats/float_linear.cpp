@@ -44,7 +44,7 @@ PackJob float_pack_job(const std::vector<torch::Tensor>& raws, int64_t columns, 
   job.blocks = (rows + kFloatChannels - 1) / kFloatChannels;
   job.packed = torch::empty({job.blocks, block_bytes}, torch::dtype(torch::kByte));
   uint8_t* to = job.packed.data_ptr<uint8_t>();
-  job.pack_block = [=, source = std::move(source)](int64_t channel_block) {
+  job.pack_block = [=, source = std::move(source), keep = raws](int64_t channel_block) {  // keep: the rows' owners
     uint8_t* block_out = to + channel_block * block_bytes;
     std::memset(block_out, 0, block_bytes);  // padding channels: zero
     for (int64_t n = channel_block * kFloatChannels; n < std::min(rows, (channel_block + 1) * kFloatChannels); ++n) {
