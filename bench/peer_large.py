@@ -1,6 +1,6 @@
 """The model class people download: a 1.5B Q4_K_M (bench/shaped_model.py) served by our defaults
-and by llama.cpp's llama-server from the same file, in alternating rounds, each figure a ratio to
-llama-server's and judged against issue 28's targets.
+and by llama.cpp's llama-server from the same file, one after the other in each round (ours first),
+each figure a ratio to llama-server's in the same round and judged against issue 28's targets.
 
 Memory is compared at an equal KV pool: llama-server's `-c 32768` holds 32,768 tokens of float16
 K/V (896 MiB for this shape); ours is started with MINIVLLM_KV_CACHE_MB set to the same 896 MiB for
@@ -46,10 +46,17 @@ KV_BYTES_PER_TOKEN = 28 * 2 * 2 * 128 * 2  # layers x (K, V) x KV heads x head_d
 POOL_MB = 32768 * KV_BYTES_PER_TOKEN / 2**20  # llama-server's -c 32768 in float16: 896 MiB
 
 
+def with_prefill_rate(figures: dict) -> dict:
+    """The prompt's tokens over its time to first token (one output token: the prefill is the whole request)."""
+    ttft = figures.get("TTFT p50")
+    return {**figures, "prefill tok/s": int(PREFILL[3]) / (ttft / 1000) if ttft else None}
+
+
 def one_round(tokenizer, gguf: str, r: int, results_dir: str) -> dict:
     row = {}
     with EngineServer({"MINIVLLM_MODEL": gguf}, log_path=os.path.join(results_dir, f"large-ours-{r}.log")) as ours:
-        row["ours"] = {load[0]: _measure(ours.base_url, tokenizer, load, seed=200 + r) for load in (*LOADS, PREFILL)}
+        row["ours"] = {load[0]: _measure(ours.base_url, tokenizer, load, seed=200 + r) for load in LOADS}
+        row["ours"][PREFILL[0]] = with_prefill_rate(_measure(ours.base_url, tokenizer, PREFILL, seed=200 + r))
         row["ours"]["start"] = {"ready s": ours.ready_s, "command": ours.command}
     env = {"MINIVLLM_MODEL": gguf, "MINIVLLM_KV_CACHE_MB": str(int(POOL_MB))}
     with EngineServer(env, log_path=os.path.join(results_dir, f"large-ours-memory-{r}.log")) as ours:
@@ -61,7 +68,7 @@ def one_round(tokenizer, gguf: str, r: int, results_dir: str) -> dict:
         row["llama-server"]["start"] = {"ready s": peer.ready_s, "command": peer.command, "build": peer.build}
         row["llama-server"]["start"]["resident MB less the KV pool"] = rss - POOL_MB
     with LlamaServer(gguf, slots=1, context=8192, log_path=os.path.join(results_dir, f"large-llama-prefill-{r}.log")) as peer:
-        row["llama-server"][PREFILL[0]] = _measure(peer.base_url, tokenizer, PREFILL, seed=200 + r)
+        row["llama-server"][PREFILL[0]] = with_prefill_rate(_measure(peer.base_url, tokenizer, PREFILL, seed=200 + r))
     return row
 
 

@@ -1,13 +1,13 @@
-"""A GGUF file read for serving: its config, tokenizer and tensor index, cached; its 4- and 8-bit
-blocks handed to the kernels as they are.
+"""A GGUF file read for serving: its config, tokenizer and tensor index, cached; the file mapped,
+its tensors handed to the kernels as they lie in it.
 
 Why not transformers' GGUF loading alone: it parses the whole file with gguf's Python reader
-(2-3 s for SmolLM2, most of it in the 49k-token vocabulary), converts the tokenizer (3 s) and
-de-quantizes every tensor to float32 (~10 s, 540 MB), which the engine would then quantize again.
-Here the first load does the parsing and conversion once and keeps the config, the tokenizer and
-the tensor index (name, type, shape, offset) in ~/.cache/minivllm/gguf/; every later load reads
-those and maps the file, and the Q4_0 / Q4_1 / Q8_0 blocks become our grouped weights directly
-(layers/linear/groups.py), with no float32 copy of any of them.
+(2-3 s for SmolLM2, ~8 s a parse for a 150k-token vocabulary), converts the tokenizer (3 s) and
+de-quantizes every tensor to float32 (~10 s, 540 MB for SmolLM2), which the engine would then
+quantize again. Here the first load parses the config and tokenizer once (transformers) and the
+tensor index from the header (our own reader), and keeps them in ~/.cache/minivllm/gguf/; every
+later load reads those and maps the file, whose blocks become our packed weights
+(gguf_weights.py) with no float32 copy of any of them.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class GGUFCheckpoint:
         entry = self.tensors[name]
         if entry.type not in GROUPED_TYPES:
             raise ValueError(f"{name} is {entry.type}; grouped weights come from {', '.join(GROUPED_TYPES)}")
-        raw = torch.from_numpy(np.array(self.raw(name)))  # a copy: the map is read-only
+        raw = self.raw_tensor(name)  # a view of the map: gguf_groups only reads it
         levels, scales, minimums = kernels().gguf_groups(raw, *entry.shape, entry.type)
         return levels, scales, minimums, 8 if entry.type == "q8_0" else 4
 

@@ -65,7 +65,10 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
         _set(model, path, nn.Parameter(checkpoint.float_tensor(name), requires_grad=False))
     _set_rope_factors(model, checkpoint)
     table = checkpoint.tensors["token_embd.weight"]
-    model.embed_tokens = FileEmbedding(checkpoint.raw_tensor("token_embd.weight"), table.shape[1], table.type)
+    if model.cfg.tie_word_embeddings and isinstance(model.lm_head, GroupLinear):
+        model.embed_tokens = model.lm_head.embedding()  # the packed rows serve lookups: no file page stays resident
+    else:
+        model.embed_tokens = FileEmbedding(checkpoint.raw_tensor("token_embd.weight"), table.shape[1], table.type)
     prefetch_for([m for m in model.modules() if isinstance(m, (GroupLinear, BlockLinear, FloatLinear))])
     checkpoint.release_pages()  # the packed copies are what the model reads from now on
     return model.eval(), kernels_used

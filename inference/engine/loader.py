@@ -21,7 +21,7 @@ from .generation_config import sampling_defaults
 from .gguf_checkpoint import GGUFCheckpoint
 from .kernels import kernels
 from .layers.cpu_kernels import bind_cpu_kernels
-from .layers.linear import FormatChoice, choose_format, prepare_linears
+from .layers.linear import GGUF_BLOCK_TYPES, FormatChoice, choose_format, prepare_linears
 from .models import model_class_for
 from .models.cpu_step import install_cpu_step
 from .models.no_init import WithoutWeightInit
@@ -156,10 +156,11 @@ def load_model(config: EngineConfig) -> ModelBundle:
                 choice,
                 f"from the GGUF's own blocks (tensors per type and kernel: {per_type})",
             )
-        state = _read_weights(source)  # transformers de-quantizes what our groups cannot take as they are
-        return build_bundle(
-            gguf.hf_config, gguf.tokenizer, state, name=source.display_name, config=config, checkpoint=gguf.weight_type
-        )
+        # transformers de-quantizes what we cannot read in place (another family, a bf16 model, an IQ2 tensor):
+        # float32 weights then, which `auto` keeps as float32 rather than asking for the file's blocks again
+        state = _read_weights(source)
+        checkpoint = "float32" if gguf.weight_type in GGUF_BLOCK_TYPES else gguf.weight_type
+        return build_bundle(gguf.hf_config, gguf.tokenizer, state, name=source.display_name, config=config, checkpoint=checkpoint)
     hf_config, tokenizer, state = _read_checkpoint(source)
     bundle = build_bundle(
         hf_config, tokenizer, state, name=source.display_name, config=config, checkpoint=checkpoint_format(hf_config)

@@ -29,10 +29,16 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def hf_logits(path: str, ids: torch.Tensor) -> torch.Tensor:
+    """transformers' float32 model of the file's de-quantized weights. transformers ignores a Llama 3
+    file's `rope_freqs`; the reference divides its frequencies by them, as llama.cpp does."""
     from transformers import AutoModelForCausalLM
 
     folder, name = os.path.split(path)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    checkpoint = gguf_checkpoint.GGUFCheckpoint.open(path)
+    if "rope_freqs.weight" in checkpoint.tensors:
+        rotary = model.model.rotary_emb
+        rotary.inv_freq = rotary.inv_freq / checkpoint.float_tensor("rope_freqs.weight")
     with torch.no_grad():
         return model(ids[None]).logits[0]
 
@@ -99,6 +105,15 @@ def test_the_model_computes_what_transformers_dequantized_model_computes(tmp_pat
     ids = torch.tensor(engine.tokenize("The quick brown fox jumps over the lazy dog, twice"))
     errors = row_errors(our_logits(engine, ids), hf_logits(path, ids))
     assert errors.median() < 0.1 and errors.mean() < 0.25, errors
+
+
+def test_a_file_we_cannot_read_in_place_falls_back_to_float32_weights(tmp_path):
+    """A bfloat16 model (or a family without a GGUF layout) takes transformers' de-quantized weights,
+    and `auto` keeps them as they come instead of asking for the file's blocks again."""
+    bundle = load_model(EngineConfig(model=write_block_gguf(tmp_path / "m.gguf"), device="cpu", dtype="bfloat16"))
+    assert bundle.weights_format == "none" and bundle.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="MINIVLLM_QUANT=gguf"):
+        load_model(EngineConfig(model=str(tmp_path / "m.gguf"), device="cpu", dtype="bfloat16", quantization="gguf"))
 
 
 def test_each_linear_keeps_its_own_tensor_type(tmp_path):

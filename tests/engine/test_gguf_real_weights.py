@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from bench.llama_server import CRASHES, LlamaServer, binary_path
+from inference.engine import gguf_checkpoint
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.loader import embedded_model_source
@@ -31,15 +32,25 @@ MIXES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0")
 PROMPT_COUNT, POSITIONS = 10, 32  # 320 teacher-forced positions a file
 
 
+@pytest.fixture(scope="module")
 def quantizer():
+    """llama.cpp's llama-quantize, checked before anything else runs: without it every test here skips at once."""
     binary = binary_path("native").parent / "llama-quantize"
     if not binary.is_file():
         pytest.skip("llama.cpp's llama-quantize is not built here (make bench builds it)")
     return binary
 
 
+@pytest.fixture(scope="module", autouse=True)
+def own_cache(tmp_path_factory):
+    """The requantized files' parsed config and tokenizer go to a cache of this module's own, not ~/.cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf_checkpoint, "CACHE_ROOT", tmp_path_factory.mktemp("cache"))
+        yield
+
+
 @pytest.fixture(scope="module")
-def requantized(tmp_path_factory):
+def requantized(tmp_path_factory, quantizer):
     folder, made = tmp_path_factory.mktemp("requantized"), {}
 
     def get(mix: str) -> str:
@@ -47,7 +58,7 @@ def requantized(tmp_path_factory):
             source = embedded_model_source()
             out = folder / f"smollm2-{mix}.gguf"
             subprocess.run(
-                [str(quantizer()), "--allow-requantize", os.path.join(source.path, source.gguf_file), str(out), mix],
+                [str(quantizer), "--allow-requantize", os.path.join(source.path, source.gguf_file), str(out), mix],
                 check=True,
                 capture_output=True,
             )
@@ -58,7 +69,7 @@ def requantized(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def texts():
+def texts(quantizer):
     """Each prompt with a greedy continuation to teacher-force (our own, on the embedded model)."""
     engine = LLMEngine(EngineConfig(device="cpu", kv_cache_mb=64, max_num_seqs=PROMPT_COUNT))
     for i, prompt in enumerate(PROMPTS[:PROMPT_COUNT]):
@@ -118,8 +129,6 @@ def test_greedy_tokens_agree_with_transformers_float32_model(requantized, texts,
 
 def llama_server_choices(path: str, texts) -> list[list[int]]:
     """llama-server's greedy next token after every prefix (its prompt cache keeps each request short)."""
-    if not binary_path("native").is_file():
-        pytest.skip("llama.cpp's llama-server is not built here (make bench builds it)")
     try:
         server = LlamaServer(path, slots=1, context=2048).__enter__()
     except RuntimeError as error:
@@ -146,6 +155,8 @@ def llama_server_choices(path: str, texts) -> list[list[int]]:
 
 @pytest.mark.parametrize("mix", MIXES)
 def test_greedy_tokens_agree_with_llama_server_on_the_same_file(requantized, texts, mix):
+    if not binary_path("native").is_file():
+        pytest.skip("llama.cpp's llama-server is not built here (make bench builds it)")
     path = requantized(mix)
     share = agreement(ours(path, texts), llama_server_choices(path, texts))
     assert share >= 0.90, f"{mix}: {share:.1%} of positions agree with llama-server"
