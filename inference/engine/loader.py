@@ -125,17 +125,7 @@ def load_model(config: EngineConfig) -> ModelBundle:
     if source.gguf_file:
         gguf = _open_gguf(source)
         model_class = model_class_for(gguf.hf_config)
-        choice = choose_format(config.quantization, checkpoint=gguf.weight_type, device=device)
-        if config.quantization == "auto" and choice.format in ("int4", "q8_0") and not gguf.only_grouped_types:
-            # llama.cpp's Q4_0 / Q8_0 files keep some tensors in k-quants (the output layer in Q6_K)
-            choice = choose_format(config.quantization, checkpoint="q6_k", device=device)
-        if (
-            config.quantization == "auto"
-            and gguf.weight_type in ("float16", "bfloat16")
-            and device.type == "cpu"
-            and kernels() is not None
-        ):
-            choice = FormatChoice("gguf", f"the checkpoint's own {gguf.weight_type} matrices, widened to float32 as they load")
+        choice = _gguf_format(config, gguf, device)
         if (
             device.type == "cpu"
             and dtype == torch.float32
@@ -206,6 +196,20 @@ def _bundle(model, hf_config, tokenizer, name, device, dtype, max_model_len, cho
         weights_format=choice.format,
         cpu_step=cpu_step,
     )
+
+
+def _gguf_format(config: EngineConfig, gguf: GGUFCheckpoint, device: torch.device) -> FormatChoice:
+    """choose_format for a GGUF, which under `auto` keeps the file's own tensors wherever our kernels
+    read them: a Q4_0 / Q8_0 file whose output layer llama.cpp wrote in Q6_K, and F16 / BF16 files
+    (which choose_format, seeing only a dtype, would give oneDNN's bf16 or float32), run as `gguf`."""
+    choice = choose_format(config.quantization, checkpoint=gguf.weight_type, device=device)
+    if config.quantization != "auto" or device.type != "cpu" or kernels() is None:
+        return choice
+    if choice.format in ("int4", "q8_0") and not gguf.only_grouped_types:
+        return FormatChoice("gguf", f"the checkpoint's own blocks, {gguf.weight_type.upper()} beside other types")
+    if gguf.weight_type in ("float16", "bfloat16"):
+        return FormatChoice("gguf", f"the checkpoint's own {gguf.weight_type} matrices, widened to float32 as they load")
+    return choice
 
 
 def _return_freed_memory() -> None:

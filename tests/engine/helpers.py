@@ -42,3 +42,22 @@ def hf_greedy(hf_model, prompt_ids: list[int], max_tokens: int) -> list[int]:
     for _ in range(max_tokens):
         ids.append(int(hf_model(torch.tensor([ids])).logits[0, -1].argmax()))
     return ids[len(prompt_ids) :]
+
+
+def prefill_logits(engine: LLMEngine, token_ids: list[int] | torch.Tensor, fused: bool = True) -> torch.Tensor:
+    """Logits at every position of one prefill through the engine's own model (its fused C++ step
+    where it has one, unless `fused` is False) and cache: what teacher-forced comparisons read."""
+    from inference.engine.layers.attention import AttentionMetadata, PrefillChunk
+
+    ids = torch.as_tensor(token_ids)
+    n = len(ids)
+    meta = AttentionMetadata(
+        write_rows=engine.model_runner.head_slot_offsets.add(torch.arange(n)).reshape(-1),
+        num_decodes=0,
+        decode=None,
+        prefills=[PrefillChunk(start=0, end=n, context_len=n, block_rows=None, causal_mask=None)],
+    )
+    model = engine.bundle.model
+    with torch.inference_mode():
+        step = (engine.bundle.cpu_step if fused else None) or model
+        return model.compute_logits(step(ids, torch.arange(n), engine.model_runner.kv_caches, meta))

@@ -15,10 +15,10 @@ from inference.engine import gguf_checkpoint
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.errors import UnsupportedModelError
-from inference.engine.layers.attention import AttentionMetadata, PrefillChunk
 from inference.engine.layers.linear.blocks import BlockLinear, FileEmbedding, PartsLinear
 from inference.engine.loader import ModelLoadError, load_model
 from tests.engine.gguf_files import write_block_gguf
+from tests.engine.helpers import prefill_logits
 
 pytestmark = pytest.mark.real_model  # the embedded GGUF's tokenizer, parsed by transformers
 
@@ -41,20 +41,6 @@ def hf_logits(path: str, ids: torch.Tensor) -> torch.Tensor:
         rotary.inv_freq = rotary.inv_freq / checkpoint.float_tensor("rope_freqs.weight")
     with torch.no_grad():
         return model(ids[None]).logits[0]
-
-
-def our_logits(engine: LLMEngine, ids: torch.Tensor) -> torch.Tensor:
-    n = len(ids)
-    meta = AttentionMetadata(
-        write_rows=engine.model_runner.head_slot_offsets.add(torch.arange(n)).reshape(-1),
-        num_decodes=0,
-        decode=None,
-        prefills=[PrefillChunk(start=0, end=n, context_len=n, block_rows=None, causal_mask=None)],
-    )
-    model = engine.bundle.model
-    with torch.inference_mode():
-        step = engine.bundle.cpu_step or model
-        return model.compute_logits(step(ids, torch.arange(n), engine.model_runner.kv_caches, meta))
 
 
 def row_errors(ours: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
@@ -103,7 +89,7 @@ def test_the_model_computes_what_transformers_dequantized_model_computes(tmp_pat
     assert not any(isinstance(m, torch.nn.Linear) for m in bundle.model.modules())  # every linear reads the file's blocks
     engine = LLMEngine(EngineConfig(model=path, device="cpu", num_kv_blocks=16), bundle=bundle)
     ids = torch.tensor(engine.tokenize("The quick brown fox jumps over the lazy dog, twice"))
-    errors = row_errors(our_logits(engine, ids), hf_logits(path, ids))
+    errors = row_errors(prefill_logits(engine, ids), hf_logits(path, ids))
     assert errors.median() < 0.1 and errors.mean() < 0.25, errors
 
 

@@ -22,9 +22,8 @@ from inference.engine import gguf_checkpoint
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.loader import embedded_model_source
-from tests.engine.helpers import generated_ids, greedy, run_to_completion
+from tests.engine.helpers import generated_ids, greedy, prefill_logits, run_to_completion
 from tests.engine.layers.linear.test_quality import PROMPTS
-from tests.engine.test_gguf_blocks_loading import our_logits
 
 pytestmark = pytest.mark.real_model
 
@@ -85,7 +84,7 @@ def positions(ids: list[int]) -> slice:
 def ours(path: str, texts) -> list[list[int]]:
     engine = LLMEngine(EngineConfig(model=path, device="cpu", kv_cache_mb=64, max_num_seqs=4))
     assert engine.bundle.weights_format in ("gguf", "q8_0")
-    return [our_logits(engine, torch.tensor(ids)).argmax(-1)[positions(ids)].tolist() for ids in texts]
+    return [prefill_logits(engine, ids).argmax(-1)[positions(ids)].tolist() for ids in texts]
 
 
 def agreement(a: list[list[int]], b: list[list[int]]) -> float:

@@ -78,12 +78,7 @@ struct Avx2Block {
   }
   template <LevelBits L>
   static I dot(const Avx2Steps& l, int first, int count, const int8_t* q) { return pair_sums<Avx2PairOps, L>(l.step + first, count, q); }
-  static void store(F v, float* out, int64_t channels) {
-    if (channels >= kPartChannels) return _mm256_storeu_ps(out, v);
-    alignas(32) float lanes[kPartChannels];
-    _mm256_store_ps(lanes, v);
-    for (int64_t c = 0; c < channels; ++c) out[c] = lanes[c];
-  }
+  static void store(F v, float* out, int64_t channels) { store_lanes(v, out, channels); }
 };
 
 }  // namespace

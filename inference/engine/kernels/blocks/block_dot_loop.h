@@ -14,16 +14,10 @@
 #include <utility>
 
 #include "blocks/block_dot.h"
+#include "common/lanes.h"
 
 namespace minivllm {
 namespace {
-
-// Four int8 activations as one 32-bit lane, to broadcast.
-inline int32_t four_bytes(const int8_t* x) {
-  int32_t v;
-  std::memcpy(&v, x, 4);
-  return v;
-}
 
 template <LevelBits L, int S, int Sub, bool Minimum>
 struct Shape {

@@ -4,6 +4,7 @@
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 
+#include "common/lanes.h"
 #include "floats/float_dot_loop.h"
 
 namespace minivllm {
@@ -23,12 +24,7 @@ struct Avx2Floats {
     if constexpr (W == FloatWeight::F16) return _mm256_cvtph_ps(halves);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
   }
-  static void store(F v, float* out, int64_t channels) {
-    if (channels >= kPartChannels) return _mm256_storeu_ps(out, v);
-    alignas(32) float lanes[kPartChannels];
-    _mm256_store_ps(lanes, v);
-    for (int64_t c = 0; c < channels; ++c) out[c] = lanes[c];
-  }
+  static void store(F v, float* out, int64_t channels) { store_lanes(v, out, channels); }
 };
 
 }  // namespace

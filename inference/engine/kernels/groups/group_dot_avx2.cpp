@@ -58,12 +58,7 @@ struct Avx2Group {
       return _mm256_add_epi32(nibble_sums(low.step, 0, x), _mm256_slli_epi32(nibble_sums(l.step, 4, x), 4));
     }
   }
-  static void store(F v, float* out, int64_t channels) {
-    if (channels >= kPartChannels) return _mm256_storeu_ps(out, v);
-    alignas(32) float lanes[kPartChannels];
-    _mm256_store_ps(lanes, v);
-    for (int64_t c = 0; c < channels; ++c) out[c] = lanes[c];
-  }
+  static void store(F v, float* out, int64_t channels) { store_lanes(v, out, channels); }
 };
 
 }  // namespace

@@ -13,17 +13,11 @@
 #include <cstring>
 #include <utility>
 
+#include "common/lanes.h"
 #include "groups/group_dot.h"
 
 namespace minivllm {
 namespace {
-
-// Four int8 activations as one 32-bit lane, to broadcast.
-inline int32_t four_bytes(const int8_t* x) {
-  int32_t v;
-  std::memcpy(&v, x, 4);
-  return v;
-}
 
 template <class Isa, int Bits, int Rows>
 void group_rows(const ActivationGroups& x, const uint8_t* block, int64_t prefetch, float* out, int64_t out_stride, int64_t channels) {

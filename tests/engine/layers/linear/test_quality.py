@@ -4,14 +4,12 @@ positions, the default (the GGUF's own 4-bit groups) with float32 on >= 99%, and
 from __future__ import annotations
 
 import pytest
-import torch
 
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
-from inference.engine.layers.attention import AttentionMetadata, PrefillChunk
 from inference.engine.layers.linear import bf16_weights_run_natively
 from inference.engine.loader import build_bundle
-from tests.engine.helpers import generated_ids, greedy, run_to_completion
+from tests.engine.helpers import generated_ids, greedy, prefill_logits, run_to_completion
 
 NEEDS_AVX512_BF16 = pytest.mark.skipif(not bf16_weights_run_natively(), reason="MINIVLLM_QUANT=bf16 needs AVX512-BF16")
 
@@ -68,17 +66,7 @@ def teacher_forced_agreement(reference: LLMEngine, candidate: LLMEngine, tokens:
 
 def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
     """The argmax at every position of one prefill through the engine's own model and cache."""
-    n = len(token_ids)
-    meta = AttentionMetadata(
-        write_rows=engine.model_runner.head_slot_offsets.add(torch.arange(n)).reshape(-1),
-        num_decodes=0,
-        decode=None,
-        prefills=[PrefillChunk(start=0, end=n, context_len=n, block_rows=None, causal_mask=None)],
-    )
-    model = engine.bundle.model
-    with torch.inference_mode():
-        hidden = model(torch.tensor(token_ids), torch.arange(n), engine.model_runner.kv_caches, meta)
-        return model.compute_logits(hidden).argmax(dim=-1).tolist()
+    return prefill_logits(engine, token_ids, fused=False).argmax(dim=-1).tolist()
 
 
 @pytest.mark.parametrize("quantization", ["int8", "int4", "q8_0", pytest.param("bf16", marks=NEEDS_AVX512_BF16)])
