@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from django.conf import settings
 
-from ..engine.structured import closed_objects
+from ..engine.json_schemas import grammar_schema
 
 # (name, arguments) of one call as read from a reply
 Call = tuple[str, dict]
@@ -70,15 +70,18 @@ class ToolParser:
 
 
 def _object_schema(function: dict, arguments_key: str) -> dict:
-    return {
-        "type": "object",
-        "properties": {
-            "name": {"const": function["name"]},
-            arguments_key: closed_objects(function.get("parameters") or {"type": "object"}),
-        },
-        "required": ["name", arguments_key],
-        "additionalProperties": False,
-    }
+    parameters = dict(function.get("parameters") or {"type": "object"})
+    # the parameters' definitions move to the call's root, where their "#/$defs/..." refs now point
+    definitions = {key: parameters.pop(key) for key in ("$defs", "definitions") if key in parameters}
+    return grammar_schema(
+        {
+            "type": "object",
+            "properties": {"name": {"const": function["name"]}, arguments_key: parameters},
+            "required": ["name", arguments_key],
+            "additionalProperties": False,
+            **definitions,
+        }
+    )
 
 
 def _tail_that_may_begin(text: str, marker: str) -> int:

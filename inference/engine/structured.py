@@ -31,58 +31,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import torch
 
+from .json_schemas import grammar_schema
 from .sampling_params import SamplingParamsError
 
 KINDS = ("json_schema", "json_object", "regex", "choice", "grammar", "lark")
 # Compact JSON: no optional whitespace between tokens, so a model cannot pad output forever.
 JSON_OPTIONS = {"whitespace_flexible": False}
-
-
-# Keywords whose value is one sub-schema, a list of them, or a map of them. allOf, not and
-# if/then/else are left alone: closing a part of allOf would refuse what the other parts declare,
-# and closing inside not or if would turn their meaning round.
-_SUBSCHEMA = ("items", "additionalProperties", "contains", "additionalItems")
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems", "items")  # items: a list in older drafts
-_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
-# An object beside any of these may hold keys its own properties do not list: it stays open.
-_OPEN_KEYWORDS = (
-    "additionalProperties",
-    "patternProperties",
-    "unevaluatedProperties",
-    "allOf",
-    "anyOf",
-    "oneOf",
-    "$ref",
-    "if",
-    "dependentSchemas",
-)
-
-
-def closed_objects(schema):
-    """A copy of `schema` where an object that lists its properties and says nothing of others
-    allows no others, as vLLM's default grammar back end (xgrammar's strict mode) reads schemas:
-    left open, a small model fills objects with invented keys until max_tokens. Objects whose
-    required keys are not all listed, or that combine with other schemas, are left as they are."""
-    if not isinstance(schema, dict):
-        return schema
-    closed = dict(schema)
-    properties = closed.get("properties")
-    if (
-        isinstance(properties, dict)
-        and not any(key in closed for key in _OPEN_KEYWORDS)
-        and all(key in properties for key in closed.get("required") or [] if isinstance(key, str))
-    ):
-        closed["additionalProperties"] = False
-    for key in _SUBSCHEMA:
-        if isinstance(closed.get(key), dict):
-            closed[key] = closed_objects(closed[key])
-    for key in _SUBSCHEMA_LISTS:
-        if isinstance(closed.get(key), list):
-            closed[key] = [closed_objects(item) for item in closed[key]]
-    for key in _SUBSCHEMA_MAPS:
-        if isinstance(closed.get(key), dict):
-            closed[key] = {name: closed_objects(sub) for name, sub in closed[key].items()}
-    return closed
 
 
 class GrammarError(SamplingParamsError):
@@ -95,10 +49,10 @@ def grammar_source(kind: str, value) -> str:
     from llguidance import LLMatcher
 
     if kind == "json_object":
-        return LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=JSON_OPTIONS)
+        return LLMatcher.grammar_from_json_schema(grammar_schema({"type": "object"}), overrides=JSON_OPTIONS)
     if kind == "json_schema":
         schema = json.loads(value) if isinstance(value, str) else value
-        return LLMatcher.grammar_from_json_schema(closed_objects(schema), overrides=JSON_OPTIONS)
+        return LLMatcher.grammar_from_json_schema(grammar_schema(schema), overrides=JSON_OPTIONS)
     if kind == "regex":
         return LLMatcher.grammar_from_regex(value)
     if kind == "choice":
@@ -130,8 +84,10 @@ class Grammars:
         self._lock = threading.Lock()  # the cache is filled from event loops and the engine thread
 
     def compile(self, spec: dict) -> str:
-        """The validated grammar for a spec, from the cache after the first time; GrammarError if invalid."""
-        key = (spec["kind"], json.dumps(spec.get("value"), sort_keys=True))
+        """The validated grammar for a spec, from the cache after the first time; GrammarError if invalid.
+        The key keeps the spec's own key order: a schema's properties are written in the order it
+        lists them, so two schemas that differ only in order are two grammars."""
+        key = (spec["kind"], json.dumps(spec.get("value")))
         with self._lock:
             return self._compile(*key, spec.get("param") or "response_format")
 

@@ -19,18 +19,42 @@ pytestmark = [pytest.mark.live, pytest.mark.real_model]
 ASK = [{"role": "user", "content": "Describe a city as JSON."}]
 
 
-class City(BaseModel):
+class Place(BaseModel):
+    """Issue 29's schema: its properties are not in alphabetical order."""
+
     name: str
     country: str
     population: int
+    kind: str
 
 
-def test_parse_with_a_pydantic_model_returns_the_object(openai_client, served_model):
+@pytest.mark.parametrize("prompt", ["Describe Paris as JSON.", "Give me a made-up town.", "Tokyo?"])
+def test_parse_ends_with_the_schemas_keys_in_order_and_numbers_that_end(openai_client, served_model, prompt):
+    """Greedy, this model once wrote `"population":21000000000000…` until max_tokens, with the keys
+    sorted; the grammar now keeps the schema's order and bounds the integer's digits."""
     reply = openai_client.chat.completions.parse(
-        model=served_model, messages=ASK, response_format=City, max_tokens=120, temperature=0.0
+        model=served_model, messages=[{"role": "user", "content": prompt}], response_format=Place, max_tokens=200, temperature=0.0
     )
-    city = reply.choices[0].message.parsed
-    assert isinstance(city, City) and reply.choices[0].finish_reason == "stop"
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop" and isinstance(choice.message.parsed, Place), choice.message.content
+    assert list(json.loads(choice.message.content)) == ["name", "country", "population", "kind"]
+    assert abs(choice.message.parsed.population) <= 2**53 - 1
+
+
+def test_a_schema_that_asks_for_reasoning_first_gets_it_first(openai_client, served_model):
+    schema = {
+        "type": "object",
+        "properties": {"reasoning": {"type": "string", "maxLength": 200}, "answer": {"type": "integer"}},
+        "required": ["reasoning", "answer"],
+    }
+    reply = openai_client.chat.completions.create(
+        model=served_model,
+        messages=[{"role": "user", "content": "What is 17*23? Think, then answer."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "worked", "schema": schema}},
+        max_tokens=160,
+        temperature=0.0,
+    )
+    assert reply.choices[0].message.content.startswith('{"reasoning":"'), reply.choices[0].message.content
 
 
 def test_json_object_mode_always_parses(openai_client, served_model):
@@ -56,13 +80,19 @@ def test_guided_fields_on_completions_and_generate(openai_client, served_model, 
         model=served_model, prompt="A date:", max_tokens=20, extra_body={"guided_regex": "20[0-9]{2}-[01][0-9]-[0-3][0-9]"}
     )
     assert re.fullmatch("20[0-9]{2}-[01][0-9]-[0-3][0-9]", date.choices[0].text)
-    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "code": {"type": "integer"}},  # not in alphabetical order
+        "required": ["ok", "code"],
+        "additionalProperties": False,
+    }
     with httpx.stream(
         "POST", f"{default_server.url}/generate", json={"prompt": "Status:", "json_schema": schema}, timeout=60
     ) as resp:
         events = events_of(resp.iter_lines())
     text = "".join(e.get("text", "") for e in events if e["type"] == "token")
     jsonschema.validate(json.loads(text), schema)
+    assert list(json.loads(text)) == ["ok", "code"]
     streamed = openai_client.chat.completions.create(
         model=served_model,
         messages=ASK,

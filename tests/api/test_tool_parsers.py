@@ -103,3 +103,27 @@ def test_a_forced_call_in_each_format_is_read_back_by_its_parser(engine, parser,
     for call in calls:
         jsonschema.validate(json.loads(call.arguments), schemas[call.name])
     assert len(calls) <= 2  # at most as many calls as there are functions
+
+
+def test_forced_arguments_keep_the_parameters_order(engine):
+    """The parameters are written in the order their schema lists them (here not alphabetical),
+    and a parameter schema's own $defs, moved to the call's root, still resolve."""
+    book = {
+        "name": "book",
+        "parameters": {
+            "type": "object",
+            "properties": {"when": {"$ref": "#/$defs/day"}, "room": {"type": "integer"}, "at": {"type": "boolean"}},
+            "required": ["when", "room", "at"],
+            "$defs": {"day": {"enum": ["mon", "tue"]}},
+        },
+    }
+    request = ToolRequest([{"type": "function", "function": book}], "required", False, HermesToolParser())
+    spec = {"kind": "lark", "value": request.grammar(), "param": "tool_choice"}
+    for seed in (1, 2):
+        engine.add_request(
+            f"order-{seed}", engine.tokenize("Call:"), SamplingParams(max_tokens=80, temperature=1.0, seed=seed, structured=spec)
+        )
+        text = "".join(out.text for out in run_to_completion(engine)[f"order-{seed}"])
+        (call,) = parse_tool_calls(text, request)[1]
+        arguments = json.loads(call.arguments)
+        assert list(arguments) == ["when", "room", "at"] and abs(arguments["room"]) <= 2**53 - 1, text
