@@ -210,6 +210,9 @@ class OpenAIResponse:
                     yield sse.event(oai.chat_chunk(**self._ids(), index=out.index, delta={"content": text}, logprobs=logprobs))
                 for choice in finished:
                     if self.tools is not None and choice.tool_calls:
+                        unshown = content.unshown(choice.index, choice.content)
+                        if unshown:  # content held with the calls (a candidate that was not the call)
+                            yield sse.event(oai.chat_chunk(**self._ids(), index=choice.index, delta={"content": unshown}))
                         for number, call in enumerate(choice.tool_calls):  # `index` on every chunk: the client's helper needs it
                             yield sse.event(
                                 oai.chat_chunk(**self._ids(), index=choice.index, delta={"tool_calls": [call.body(number)]})
@@ -261,6 +264,14 @@ class CallHoldback:
     def rest(self, index: int) -> str:
         """The held end of a choice's reply (for a choice that ended without calls)."""
         return self.text.get(index, "")[self.shown.get(index, 0) :]
+
+    def unshown(self, index: int, content: str | None) -> str:
+        """For a choice that ended with calls: what of its final content (the reply less the calls,
+        trimmed) the stream has not shown yet."""
+        shown = self.text.get(index, "")[: self.shown.get(index, 0)].strip()
+        if not content or not content.startswith(shown):
+            return ""
+        return content[len(shown) :]
 
 
 async def _merged(jobs: list[GenerationJob]):

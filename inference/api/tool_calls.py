@@ -68,5 +68,5 @@ def render_tools_prompt(tools: list[dict], parser: ToolParser) -> str:
 def parse_tool_calls(text: str, request: ToolRequest) -> tuple[str | None, list[ToolCall]]:
     """(the content outside calls or None, the calls) from a reply; a block that is not a call to
     one of the request's functions stays content."""
-    content, calls = request.parser.parse(text, {f["name"] for f in request.functions})
+    content, calls = request.parser.parse(text, {f["name"]: f.get("parameters") for f in request.functions})
     return content, [ToolCall(name, json.dumps(arguments)) for name, arguments in calls]

@@ -8,20 +8,31 @@ A chat model is trained to one format. SmolLM2, Qwen2 / 2.5 / 3 and Hermes write
 model's format is chosen from its chat template (`tool_parser_for`), or named with
 MINIVLLM_TOOL_CALL_PARSER as vLLM's --tool-call-parser names it. Adding a family is one class
 here, one PARSERS line and its name in settings.TOOL_CALL_PARSERS (a test holds the two equal).
+
+Small models miss their format in a handful of ways: a fenced ```json block, a bare JSON object,
+a list of calls, `parameters` for `arguments`, a `<tool_call>` never closed. Every parser reads
+these near misses too (`near_miss_calls`), but only where the reply, or its tail after some text,
+is exactly such a call to an offered function whose arguments validate against its parameters;
+anything else (ordinary JSON, another function, arguments that do not fit) stays content.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import ClassVar
 
+import jsonschema
 from django.conf import settings
+from referencing.exceptions import Unresolvable
 
 from ..engine.json_schemas import grammar_schema
 
 # (name, arguments) of one call as read from a reply
 Call = tuple[str, dict]
+# The request's functions: name -> parameters schema (None: any object)
+Functions = Mapping[str, dict | None]
 
 
 class ToolParser:
@@ -47,14 +58,23 @@ class ToolParser:
         """The JSON schema of one call to `function` in this format."""
         raise NotImplementedError
 
-    def parse(self, text: str, names: set[str]) -> tuple[str | None, list[Call]]:
-        """(content outside the calls or None, the calls to known functions) from a whole reply."""
+    def parse(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
+        """(content outside the calls or None, the calls to offered functions) from a whole reply:
+        the format's own calls, else a near miss (module docstring)."""
+        content, calls = self.parse_format(text, functions)
+        if calls:
+            return content, calls
+        return near_miss_calls(text, functions) or (text, [])
+
+    def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
+        """The calls written exactly in this format."""
         raise NotImplementedError
 
     def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
         """For a stream: (how many leading characters of the reply so far are surely content,
-        whether a call has begun), given that its first `shown` characters were content. What
-        follows is held back until the reply ends."""
+        whether a call has surely begun), given that its first `shown` characters were content.
+        What follows is held back: until the reply ends once a call has begun, else until the
+        next delta shows it is content."""
         raise NotImplementedError
 
     def grammar(self, functions: list[dict], most: int) -> str:
@@ -113,13 +133,18 @@ class HermesToolParser(ToolParser):
     def call_rule(self, bodies: list[str]) -> str:
         return f'call: "{self.OPEN}" body "{self.CLOSE}"\nbody: ' + " | ".join(bodies)
 
-    def parse(self, text: str, names: set[str]) -> tuple[str | None, list[Call]]:
+    def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
         calls, content = [], text
         for match in self.CALL.finditer(text):
-            call = _call_object(match.group(1), names, "arguments")
+            call = _call_object(match.group(1), functions, "arguments")
             if call is not None:
                 calls.append(call)
                 content = content.replace(match.group(0), "", 1)
+        last = content.rfind(self.OPEN)
+        if last != -1 and self.CLOSE not in content[last:]:  # a call never closed, at the end of the reply
+            unclosed = _exact_calls(content[last + len(self.OPEN) :], functions)
+            if unclosed:
+                calls, content = calls + unclosed, content[:last]
         if not calls:
             return text, []
         return content.strip() or None, calls
@@ -127,8 +152,9 @@ class HermesToolParser(ToolParser):
     def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
         at = text.find(self.OPEN, shown)  # what was shown holds no start of a call: search on from there
         if at != -1:
-            return at, True
-        return len(text) - _tail_that_may_begin(text, self.OPEN), False
+            return _before_blanks(text, at, shown), True
+        held = near_miss_start(text, shown)
+        return min(held, _before_blanks(text, len(text) - _tail_that_may_begin(text, self.OPEN), shown)), False
 
 
 class Llama3JsonToolParser(ToolParser):
@@ -153,7 +179,7 @@ class Llama3JsonToolParser(ToolParser):
     def call_rule(self, bodies: list[str]) -> str:
         return "call: " + " | ".join(bodies)
 
-    def parse(self, text: str, names: set[str]) -> tuple[str | None, list[Call]]:
+    def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
         rest = text.strip()
         if rest.startswith(self.TAG):
             rest = rest[len(self.TAG) :].lstrip()
@@ -165,7 +191,7 @@ class Llama3JsonToolParser(ToolParser):
                 value, end = decoder.raw_decode(rest)
             except (ValueError, RecursionError):
                 return text, []  # not wholly calls: the reply is content, as vLLM reads it
-            call = _call_value(value, names, ("parameters", "arguments"))
+            call = _call_value(value, functions, ("parameters",))
             if call is None:
                 return text, []
             calls.append(call)
@@ -173,33 +199,127 @@ class Llama3JsonToolParser(ToolParser):
         return None, calls
 
     def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
-        if shown:
-            return len(text), False  # the reply began as content: calls come only at its start
-        start = text.lstrip()
-        if not start:
-            return 0, False  # leading blanks wait: a call may follow them
-        if start.startswith("{") or start.startswith(self.TAG):
-            return 0, True
-        if self.TAG.startswith(start):
-            return 0, False
-        return len(text), False
+        if not shown:
+            start = text.lstrip()
+            if not start:
+                return 0, False  # leading blanks wait: a call may follow them
+            if start.startswith(self.TAG):
+                return 0, True
+            if self.TAG.startswith(start):
+                return 0, False
+        return near_miss_start(text, shown), False  # a reply that opens with JSON is one candidate among these
 
 
-def _call_object(text: str, names: set[str], *argument_keys: str) -> Call | None:
+def _call_object(text: str, functions: Functions, *argument_keys: str) -> Call | None:
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    return _call_value(value, names, argument_keys)
+    return _call_value(value, functions, argument_keys)
 
 
-def _call_value(value, names: set[str], argument_keys) -> Call | None:
-    """(name, arguments) when `value` is a call to a known function with an object of arguments."""
-    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or value["name"] not in names:
+def _call_value(value, functions: Functions, argument_keys) -> Call | None:
+    """(name, arguments) when `value` is a call to an offered function with an object of arguments
+    under one of `argument_keys` (the format's own: not checked against the parameters)."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or value["name"] not in functions:
         return None
     key = next((k for k in argument_keys if k in value), None)
+    if key is None and any(k in value for k in ("arguments", "parameters")):
+        return _valid_call(value, functions)  # the other key than the format's: a near miss, checked
     arguments = value[key] if key else {}
     return (value["name"], arguments) if isinstance(arguments, dict) else None
+
+
+def _valid_call(value, functions: Functions) -> Call | None:
+    """A near-miss call: exactly {"name", "arguments" or "parameters"} naming an offered function,
+    whose arguments (an object, or a string holding one) validate against its parameters."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or value["name"] not in functions:
+        return None
+    keys = set(value) - {"name"}
+    if len(keys) > 1 or not keys <= {"arguments", "parameters"}:
+        return None
+    arguments = value[keys.pop()] if keys else {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    schema = functions[value["name"]] or {"type": "object"}
+    try:
+        valid = jsonschema.validators.validator_for(schema)(schema).is_valid(arguments)
+    except (jsonschema.SchemaError, Unresolvable, RecursionError, TypeError, ValueError):
+        valid = False  # a schema we cannot check against: no near miss is taken on trust
+    return (value["name"], arguments) if valid else None
+
+
+FENCE = re.compile(r"```[\w-]*[ \t]*\n?(.*?)\n?[ \t]*```\s*\Z", re.S)
+# where a near-miss call may begin: a fence, an object, a list, or the start of a fence at the very end
+CANDIDATE = re.compile(r"```|[{\[]|`{1,2}\Z")
+
+
+def _exact_calls(text: str, functions: Functions) -> list[Call]:
+    """The calls when `text` (trimmed) is exactly a call, a list of calls, or either fenced; else []."""
+    text = text.strip()
+    fenced = FENCE.fullmatch(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    values = value if isinstance(value, list) else [value]
+    calls = [_valid_call(item, functions) for item in values]
+    return calls if calls and all(calls) else []
+
+
+def near_miss_calls(text: str, functions: Functions) -> tuple[str | None, list[Call]] | None:
+    """(the text before, the calls) where the reply or its tail is exactly a near-miss call; else None."""
+    for candidate in CANDIDATE.finditer(text):
+        calls = _exact_calls(text[candidate.start() :], functions)
+        if calls:
+            return text[: candidate.start()].strip() or None, calls
+    return None
+
+
+def _may_become_calls(tail: str) -> bool:
+    """Whether a stream's tail, from a candidate start, may still end up exactly a near-miss call:
+    JSON that is unfinished, or finished with nothing after it (but a fence's close)."""
+    if tail.startswith("`"):
+        opening = re.match(r"`{1,3}[\w-]*[ \t]*\n?", tail)
+        inner = tail[opening.end() :]
+        if not tail.startswith("```"):
+            return True  # a fence still being opened
+        closing = inner.find("```")
+        if closing != -1:
+            return not inner[closing + 3 :].strip() and _may_become_calls(inner[:closing].strip())
+        return not inner.strip() or _may_become_calls(inner.lstrip())
+    try:
+        _, end = json.JSONDecoder().raw_decode(tail)
+    except json.JSONDecodeError as error:
+        return error.pos >= len(tail.rstrip()) or error.msg.startswith("Unterminated string")  # unfinished, not wrong
+    except RecursionError:
+        return False
+    rest = tail[end:].strip()
+    return not rest or "```".startswith(rest)
+
+
+def near_miss_start(text: str, shown: int = 0) -> int:
+    """For a stream: where, at or after `shown`, the first candidate that may still become a
+    near-miss call begins (held back until the reply ends); len(text) if none."""
+    for candidate in CANDIDATE.finditer(text, shown):
+        if _may_become_calls(text[candidate.start() :]):
+            return _before_blanks(text, candidate.start(), shown)
+    return _before_blanks(text, len(text), shown)
+
+
+def _before_blanks(text: str, at: int, shown: int) -> int:
+    """`at`, moved back over the blanks before it: a stream holds them until it knows whether a
+    call follows (the reply's content is trimmed around its calls), so both end the same."""
+    while at > shown and text[at - 1].isspace():
+        at -= 1
+    return at
 
 
 PARSERS: dict[str, type[ToolParser]] = {parser.name: parser for parser in (HermesToolParser, Llama3JsonToolParser)}

@@ -102,24 +102,25 @@ def test_earlier_turns_calls_and_tool_results_are_accepted_back():
 def test_a_stream_shows_content_but_never_the_start_of_a_call():
     held = CallHoldback(HermesToolParser())
     pieces = ["Let me ", "check. <tool", '_call>{"name"', ': "x"}</tool_call>']
-    assert [held.add(0, piece) for piece in pieces] == ["Let me ", "check. ", "", ""] and held.calling == {0}
+    # blanks wait too: a call may follow them, and a reply's content is trimmed around its calls
+    assert [held.add(0, piece) for piece in pieces] == ["Let me", " check.", "", ""] and held.calling == {0}
     held = CallHoldback(HermesToolParser())
-    assert held.add(0, "a <to") == "a " and held.rest(0) == "<to"
-    assert held.add(0, "y box") == "<toy box" and held.rest(0) == ""  # not a call after all
+    assert held.add(0, "a <to") == "a" and held.rest(0) == " <to"
+    assert held.add(0, "y box") == " <toy box" and held.rest(0) == ""  # not a call after all
 
 
 def test_a_stream_holds_a_call_that_turns_out_malformed_and_sends_it_as_content_at_the_end():
     held = CallHoldback(HermesToolParser())
-    assert held.add(1, "ok <tool_call>{broken") == "ok " and held.rest(1) == "<tool_call>{broken"
+    assert held.add(1, "ok <tool_call>{broken") == "ok" and held.rest(1) == " <tool_call>{broken"
 
 
 def test_a_llama3_stream_holds_a_reply_that_opens_as_json_and_shows_one_that_does_not():
     held = CallHoldback(Llama3JsonToolParser())
-    assert held.add(0, "  ") == "" and held.add(0, '{"name"') == "" and held.calling == {0}
+    assert held.add(0, "  ") == "" and held.add(0, '{"name"') == "" and held.rest(0) == '  {"name"'
     held = CallHoldback(Llama3JsonToolParser())
     assert held.add(0, "<|py") == "" and held.add(0, "thon_tag|>{") == "" and held.calling == {0}
     held = CallHoldback(Llama3JsonToolParser())
-    assert held.add(0, "Paris is ") == "Paris is " and held.add(0, "{sunny}") == "{sunny}" and not held.calling
+    assert held.add(0, "Paris is ") == "Paris is" and held.add(0, "{sunny}") == " {sunny}" and not held.calling
 
 
 def test_an_earlier_turns_calls_are_written_back_in_the_served_models_format():
@@ -134,3 +135,25 @@ def test_an_earlier_turns_calls_are_written_back_in_the_served_models_format():
     with pytest.raises(ApiError) as err:  # arguments must be an object
         parse_chat({"messages": [*MSGS, {**assistant, "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}]})
     assert err.value.param == "messages[1].tool_calls"
+
+
+def test_a_stream_holds_a_near_miss_call_and_releases_json_that_turned_out_content():
+    parser = HermesToolParser()
+    held = CallHoldback(parser)
+    call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    pieces = ["Sure.", "\n\n```", "json\n", call[:20], call[20:], "\n```"]
+    assert "".join(held.add(0, piece) for piece in pieces) == "Sure."  # the fence and the blanks before it wait
+    assert held.rest(0) == "\n\n```json\n" + call + "\n```"
+    held = CallHoldback(parser)
+    shown = [held.add(0, piece) for piece in ['{"a": ', "1}", " is the object."]]
+    assert shown == ["", "", '{"a": 1} is the object.'] and held.rest(0) == ""  # finished JSON with text after: content
+    held = CallHoldback(parser)
+    assert held.add(0, "Use {braces} freely") == "Use {braces} freely"  # not JSON at all: shown at once
+
+
+def test_content_held_behind_a_call_is_sent_with_it():
+    held = CallHoldback(HermesToolParser())
+    reply = 'Let me look. <tool_call>{"name": "add", "arguments": {"a": 2}}</tool_call> Then I answer.'
+    assert held.add(0, reply[:20]) == "Let me look." and held.add(0, reply[20:]) == ""
+    content, calls = parse_tool_calls(reply, ToolRequest([ADD], "auto"))
+    assert calls and held.unshown(0, content).strip() == "Then I answer."

@@ -31,33 +31,33 @@ ADD = {
         "additionalProperties": False,
     },
 }
-NAMES = {"get_weather", "add"}
+FUNCTIONS = {"get_weather": WEATHER["parameters"], "add": ADD["parameters"]}
 CALLS = [("get_weather", {"city": "Paris", "unit": "celsius"}), ("add", {"a": 2})]
 
 
 @pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
 def test_calls_written_in_a_format_read_back_the_same(parser):
-    assert parser.parse(parser.calls_text(CALLS), NAMES) == (None, CALLS)
-    assert parser.parse(parser.call_text("rm", {}), NAMES)[1] == []  # not one of the request's functions
-    assert parser.parse("It is sunny in Paris.", NAMES) == ("It is sunny in Paris.", [])
+    assert parser.parse(parser.calls_text(CALLS), FUNCTIONS) == (None, CALLS)
+    assert parser.parse(parser.call_text("rm", {}), FUNCTIONS)[1] == []  # not one of the request's functions
+    assert parser.parse("It is sunny in Paris.", FUNCTIONS) == ("It is sunny in Paris.", [])
 
 
 def test_llama3_reads_the_python_tag_and_parameters_and_leaves_other_json_as_content():
     parser = Llama3JsonToolParser()
     text = '<|python_tag|>{"name": "add", "parameters": {"a": 1}}; {"name": "add", "arguments": {"a": 3}}'
-    assert parser.parse(text, NAMES) == (None, [("add", {"a": 1}), ("add", {"a": 3})])
+    assert parser.parse(text, FUNCTIONS) == (None, [("add", {"a": 1}), ("add", {"a": 3})])
     half = '{"name": "add", "parameters": {"a": 1}} and then some words'
-    assert parser.parse(half, NAMES) == (half, [])  # not wholly calls: content, as vLLM reads it
-    assert parser.parse('{"city": "Paris"}', NAMES) == ('{"city": "Paris"}', [])
+    assert parser.parse(half, FUNCTIONS) == (half, [])  # not wholly calls: content, as vLLM reads it
+    assert parser.parse('{"city": "Paris"}', FUNCTIONS) == ('{"city": "Paris"}', [])
     for odd in ('{"name": ["add"], "parameters": {}}', '{"name": {"a": 1}}', "[" * 5000 + "]" * 5000):
-        assert parser.parse(odd, NAMES) == (odd, [])  # whatever the model writes, never an exception
-    assert HermesToolParser().parse('<tool_call>{"name": ["add"]}</tool_call>', NAMES)[1] == []
+        assert parser.parse(odd, FUNCTIONS) == (odd, [])  # whatever the model writes, never an exception
+    assert HermesToolParser().parse('<tool_call>{"name": ["add"]}</tool_call>', FUNCTIONS)[1] == []
 
 
 def test_hermes_keeps_the_text_around_its_calls_as_content():
     parser = HermesToolParser()
     text = "Let me look.\n" + parser.call_text("add", {"a": 1})
-    assert parser.parse(text, NAMES) == ("Let me look.", [("add", {"a": 1})])
+    assert parser.parse(text, FUNCTIONS) == ("Let me look.", [("add", {"a": 1})])
 
 
 def test_the_served_models_parser_comes_from_its_template_or_the_setting(smollm_tokenizer, settings):
@@ -127,3 +127,52 @@ def test_forced_arguments_keep_the_parameters_order(engine):
         (call,) = parse_tool_calls(text, request)[1]
         arguments = json.loads(call.arguments)
         assert list(arguments) == ["when", "room", "at"] and abs(arguments["room"]) <= 2**53 - 1, text
+
+
+CALL = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
+PARIS = ("get_weather", {"city": "Paris", "unit": "celsius"})
+NEAR_MISSES = [
+    (f"```json\n{CALL}\n```", None, [PARIS]),  # fenced, as Qwen2.5-Coder-1.5B wrote it
+    (f"```\n{CALL}\n```", None, [PARIS]),
+    (CALL, None, [PARIS]),  # bare
+    (f"Sure, I can check that.\n\n```json\n{CALL}\n```", "Sure, I can check that.", [PARIS]),  # the tail after text
+    (f"Checking: {CALL}", "Checking:", [PARIS]),
+    (CALL.replace("arguments", "parameters"), None, [PARIS]),
+    (f'[{CALL}, {{"name": "add", "arguments": {{"a": 3}}}}]', None, [PARIS, ("add", {"a": 3})]),  # a list
+    ('{"name": "add", "arguments": "{\\"a\\": 3}"}', None, [("add", {"a": 3})]),  # arguments as a JSON string
+]
+NOT_CALLS = [
+    '{"city": "Paris", "unit": "celsius"}',  # ordinary JSON
+    '```json\n{"name": "Paris", "country": "France"}\n```',
+    CALL.replace("get_weather", "get_time"),  # a function the request did not offer
+    CALL.replace("celsius", "kelvin"),  # arguments that do not validate
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}',  # a required argument missing
+    f"{CALL}\nThat is the call I would make.",  # not the tail
+    f"[{CALL}, 5]",  # a list that is not all calls
+    '{"name": "add", "arguments": {"a": 3}, "id": 1}',  # more than a call
+]
+
+
+@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+@pytest.mark.parametrize("reply, content, calls", NEAR_MISSES)
+def test_near_miss_calls_are_read_when_they_name_an_offered_function_with_valid_arguments(parser, reply, content, calls):
+    assert parser.parse(reply, FUNCTIONS) == (content, calls)
+
+
+@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+@pytest.mark.parametrize("reply", NOT_CALLS)
+def test_json_that_is_not_exactly_an_offered_valid_call_stays_content(parser, reply):
+    assert parser.parse(reply, FUNCTIONS) == (reply, [])
+
+
+def test_hermes_reads_a_call_whose_closing_tag_never_came():
+    parser = HermesToolParser()
+    assert parser.parse(f"Let me see.\n<tool_call>\n{CALL}\n", FUNCTIONS) == ("Let me see.", [PARIS])
+    two = f'<tool_call>{{"name": "add", "arguments": {{"a": 1}}}}</tool_call>\n<tool_call>{CALL}'
+    assert parser.parse(two, FUNCTIONS) == (None, [("add", {"a": 1}), PARIS])
+    unfinished = '<tool_call>{"name": "get_weather", "arguments": {"city": "Par'
+    assert parser.parse(unfinished, FUNCTIONS) == (unfinished, [])
+    # in the tags, `parameters` is a near miss too: read when valid, never as empty arguments
+    assert parser.parse(f"<tool_call>{CALL.replace('arguments', 'parameters')}</tool_call>", FUNCTIONS) == (None, [PARIS])
+    wrong = '<tool_call>{"name": "add", "parameters": {"a": 500}}</tool_call>'
+    assert parser.parse(wrong, FUNCTIONS) == (wrong, [])

@@ -107,3 +107,29 @@ def test_auto_answers_with_text_or_well_formed_calls(openai_client, served_model
             assert call.function.name == "get_weather" and isinstance(json.loads(call.function.arguments), dict)
     else:
         assert choice.finish_reason in ("stop", "length") and choice.message.content
+
+
+# The reply Qwen2.5-Coder-1.5B gave to "What's the weather like in Paris right now, in celsius?":
+# a fenced block instead of <tool_call> tags. guided_regex makes the real model write exactly that.
+FENCED = 'Let me check.\n```json\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n```'
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_fenced_call_under_auto_is_a_tool_call_whole_and_streamed(openai_client, served_model, stream):
+    body = {
+        "model": served_model,
+        "messages": ASK,
+        "tools": [WEATHER, TIME],
+        "max_tokens": 80,
+        "temperature": 0.0,
+        "extra_body": {"guided_regex": FENCED.replace("{", r"\{").replace("}", r"\}").replace(".", r"\.")},
+    }
+    if stream:
+        with openai_client.chat.completions.stream(**body) as events:
+            reply = events.get_final_completion()
+    else:
+        reply = openai_client.chat.completions.create(**body)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me check."
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris", "unit": "celsius"}
