@@ -28,12 +28,13 @@ def cpu() -> dict:
 
 
 def variables_the_code_reads() -> set[str]:
-    """Every environment variable settings.py, EngineConfig.from_env, the site and the C++ kernels read."""
+    """Every environment variable the site and the engine read through inference/engine/env.py's
+    readers (settings.py, EngineConfig.from_env, and any module that reads its own), and the C++ kernels."""
     names: set[str] = set()
+    for source in [*(REPO / "minivllm_site").rglob("*.py"), *(REPO / "inference").rglob("*.py")]:
+        names |= set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', source.read_text()))
     for path in ("minivllm_site/settings.py", "inference/engine/config.py"):
-        text = (REPO / path).read_text()
-        names |= set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', text))
-        names |= set(re.findall(r'get\(\s*"([A-Z0-9_]+)"', text))
+        names |= set(re.findall(r'get\(\s*"([A-Z0-9_]+)"', (REPO / path).read_text()))
     for source in (REPO / "inference/engine/kernels").rglob("*.cpp"):
         names |= set(re.findall(r'getenv\(\s*"([A-Z0-9_]+)"', source.read_text()))
     # defaults the engine sets for the libraries it loads (torch reads THP_MEM_ALLOC_ENABLE)
