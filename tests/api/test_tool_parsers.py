@@ -8,6 +8,7 @@ import json
 import jsonschema
 import pytest
 
+from inference.api.stream_renderers import CallHoldback
 from inference.api.tool_calls import ToolRequest, parse_tool_calls
 from inference.api.tool_parsers import PARSERS, HermesToolParser, Llama3JsonToolParser, parser_for_template, tool_parser_for
 from inference.engine.sampling_params import SamplingParams
@@ -176,3 +177,26 @@ def test_hermes_reads_a_call_whose_closing_tag_never_came():
     assert parser.parse(f"<tool_call>{CALL.replace('arguments', 'parameters')}</tool_call>", FUNCTIONS) == (None, [PARIS])
     wrong = '<tool_call>{"name": "add", "parameters": {"a": 500}}</tool_call>'
     assert parser.parse(wrong, FUNCTIONS) == (wrong, [])
+
+
+def streamed(parser, reply: str) -> tuple[str, str]:
+    """(what a stream showed as the reply came three characters at a time, what it still held)."""
+    held = CallHoldback(parser)
+    shown = "".join(held.add(0, reply[at : at + 3]) for at in range(0, len(reply), 3))
+    return shown, held.rest(0)
+
+
+@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+@pytest.mark.parametrize("reply, content, calls", NEAR_MISSES)
+def test_a_stream_never_shows_a_near_miss_call_and_ends_with_the_same_content(parser, reply, content, calls):
+    shown, _ = streamed(parser, reply)
+    held = CallHoldback(parser)
+    held.text[0], held.shown[0] = reply, len(shown)
+    assert (shown + held.unshown(0, content)).strip() == (content or "")
+
+
+@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+@pytest.mark.parametrize("reply", NOT_CALLS)
+def test_a_stream_of_json_that_is_not_a_call_sends_all_of_it(parser, reply):
+    shown, rest = streamed(parser, reply)
+    assert shown + rest == reply
