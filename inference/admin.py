@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from .api.auth import PREFIX_CHARS, generate_key, hash_key
+from .api_keys import PREFIX_CHARS, generate_key, hash_key
 from .models import ApiKey, GenerationRequest
 
 

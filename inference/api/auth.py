@@ -13,9 +13,7 @@ exit), so neither a key's content nor its length shows in the response time.
 from __future__ import annotations
 
 import functools
-import hashlib
 import hmac
-import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -24,10 +22,9 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.utils import timezone
 
+from ..api_keys import hash_key
 from .errors import ApiError
 
-KEY_PREFIX = "mvk-"
-PREFIX_CHARS = 12  # what the admin shows of a key: "mvk-" + 8 characters
 _LAST_USED_RESOLUTION = timedelta(seconds=30)  # last_used_at is written at most this often per key
 
 
@@ -40,14 +37,6 @@ class Caller:
 
 
 ANONYMOUS = None  # the caller when the server runs without keys
-
-
-def hash_key(raw: str) -> str:
-    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def generate_key() -> str:
-    return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
 def bearer_token(authorization: str | None) -> str | None:
