@@ -60,6 +60,10 @@ class ToolRequest:
         most = len(self.functions) if self.parallel and not isinstance(self.choice, dict) else 1
         return self.parser.grammar(self.functions, most)
 
+    def read_calls(self, text: str) -> tuple[str | None, list[ToolCall]]:
+        """A finished choice's (content, calls): the request path calls this (serving's ToolReader)."""
+        return parse_tool_calls(text, self)
+
 
 def render_tools_prompt(tools: list[dict], parser: ToolParser) -> str:
     return GENERIC_PROMPT.format(tools="\n".join(json.dumps(t["function"]) for t in tools), instructions=parser.instructions)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 
 from ..engine.sampling_params import SamplingParams, SamplingParamsError
+from ..serving.generation_input import GenerationInput
 from .errors import ApiError, bad_request
 from .tool_calls import ToolRequest
 from .tool_parsers import HermesToolParser, ToolParser
@@ -77,32 +77,6 @@ CHAT_FIELDS = (
 CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 FILL_CONTEXT = 1 << 30  # chat's max_tokens placeholder: "whatever the context has left"
-
-
-@dataclass
-class GenerationInput:
-    """A validated request, whatever API it came through."""
-
-    endpoint: str
-    params: SamplingParams
-    prompt: str | list[int] = ""
-    prompts: list[str | list[int]] = field(default_factory=list)  # /v1/completions: each gets its own n choices
-    echo: bool = False
-    messages: list[dict] | None = None
-    model: str | None = None
-    stream: bool = True
-    include_usage: bool = False
-    # Chat without max_tokens: the rest of the context window, as OpenAI/vLLM do.
-    fill_context: bool = False
-    # The name the client used for max_tokens, for error messages.
-    max_tokens_param: str = "max_tokens"
-    extra: dict = field(default_factory=dict)
-    # The sampling fields the client set: the checkpoint's defaults fill the others (serving/submission.py).
-    given: frozenset[str] = frozenset()
-    tools: ToolRequest | None = None  # chat's tools and tool_choice (api/tool_calls.py)
-
-    def params_json(self) -> dict:
-        return asdict(self.params)
 
 
 # ---- the body -------------------------------------------------------------------------------
@@ -404,9 +378,7 @@ def parse_generate(body: dict, *, default_max_tokens: int) -> GenerationInput:
         logprobs=logprobs,
         structured=_structured(body, GENERATE_GUIDED_FIELDS),
     )
-    return GenerationInput(
-        endpoint="generate", params=params, prompt=prompt, stream=True, max_tokens_param=max_name, given=frozenset(body)
-    )
+    return GenerationInput(endpoint="generate", params=params, prompts=[prompt], stream=True, given=frozenset(body))
 
 
 MAX_PROMPTS = 32  # prompts in one /v1/completions request
@@ -466,14 +438,12 @@ def parse_completion(body: dict) -> GenerationInput:
     return GenerationInput(
         endpoint="completions",
         params=params,
-        prompt=prompts[0],
         prompts=prompts,
         echo=echo,
         given=frozenset(body),
         model=_model(body),
         stream=stream,
         include_usage=include_usage,
-        max_tokens_param=max_name,
     )
 
 
@@ -594,7 +564,6 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
         stream=stream,
         include_usage=include_usage,
         fill_context=defaulted,
-        max_tokens_param=max_name,
         given=frozenset(body),
         tools=tools,
     )

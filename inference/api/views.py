@@ -17,6 +17,7 @@ from django.views.defaults import page_not_found
 
 from ..engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
 from ..serving import runtime, submission
+from ..serving.generation_input import GenerationInput
 from ..serving.jobs import guard_stream
 from ..serving.stats import engine_health
 from ..serving.submission import PromptLimitError, RequestRecord
@@ -25,7 +26,7 @@ from .chat_template import render as render_chat
 from .errors import ApiError, bad_request, internal_error_response
 from .stream_renderers import OpenAIResponse, generate_events, run_to_end
 from .tool_parsers import tool_parser_for
-from .validation import GenerationInput, parse_chat, parse_completion, parse_generate, parse_json_body
+from .validation import parse_chat, parse_completion, parse_generate, parse_json_body
 
 
 def api_endpoint(*methods: str, public: bool = False):
@@ -126,7 +127,7 @@ async def generate(request):
     try:
         request_id = _new_id("gen")
         job = await _start_job(
-            request, engine_client, inp, request_id=request_id, prompt=inp.prompt, prompt_text=inp.prompt, model=model
+            request, engine_client, inp, request_id=request_id, prompt=inp.prompts[0], prompt_text=inp.prompts[0], model=model
         )
         return sse.response(slot.hold(guard_stream(generate_events(job), job)))
     finally:

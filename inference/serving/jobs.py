@@ -17,11 +17,10 @@ import time
 import weakref
 
 from .. import services
-from ..api.metrics import RequestMetrics
-from ..api.tool_calls import parse_tool_calls
 from ..engine.outputs import RequestOutput, TokenLogprob
 from ..engine.sampling_params import SamplingParams
 from ..models import GenerationRequest
+from .instruments import RequestMetrics
 
 log = logging.getLogger("inference.serving.jobs")
 Status = GenerationRequest.Status
@@ -46,7 +45,7 @@ class Choice:
     completion_tokens: int = 0
     finish_reason: str | None = None
     stop_reason: str | int | None = None
-    tool_calls: list = dataclasses.field(default_factory=list)  # api/tool_calls.ToolCall, read at the end
+    tool_calls: list = dataclasses.field(default_factory=list)  # what the ToolReader read at the end (each has .body())
     content: str | None = None  # the text outside the tool calls, when there are calls
 
     @property
@@ -79,7 +78,7 @@ class GenerationJob:
         self.newly_finished: list[Choice] = []  # the choices the last output finished
         self.prompt_logprobs: list[TokenLogprob | None] | None = None
         self.prompt_token_ids: list[int] = []
-        self.tools = None  # api/tool_calls.ToolRequest: each finished choice's text is read for calls
+        self.tools = None  # a ToolReader (generation_input.py): each finished choice's text is read for calls
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.finish_reason: str | None = None
@@ -171,7 +170,7 @@ class GenerationJob:
     def _end_choice(self, choice: Choice, reason: str, stop_reason) -> None:
         choice.finish_reason, choice.stop_reason = reason, stop_reason
         if self.tools is not None and reason == "stop":
-            choice.content, choice.tool_calls = parse_tool_calls(choice.text, self.tools)
+            choice.content, choice.tool_calls = self.tools.read_calls(choice.text)
             if choice.tool_calls:
                 choice.finish_reason = "tool_calls"
         self.newly_finished.append(choice)

@@ -15,13 +15,13 @@ import time
 from django.conf import settings
 
 from .. import services
-from ..api.metrics import GRAMMAR_COMPILE_TIME, STRUCTURED_REQUESTS
-from ..api.validation import GenerationInput
 from ..engine.engine_state import ModelInfo
 from ..engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError
 from ..engine.prompt import check_prompt_fits, prompt_token_ids
 from ..engine.sampling_params import SamplingParams, SamplingParamsError
 from ..models import GenerationRequest
+from .generation_input import GenerationInput, ToolReader
+from .instruments import GRAMMAR_COMPILE_TIME, STRUCTURED_REQUESTS
 from .jobs import GenerationJob
 
 
@@ -50,7 +50,7 @@ class RequestRecord:
     messages: list | None
     caller: object = None
     extras: dict = dataclasses.field(default_factory=dict)  # request fields kept with the sampling params (tools)
-    tools: object = None  # api/tool_calls.ToolRequest when the reply may hold tool calls
+    tools: ToolReader | None = None  # when the reply may hold tool calls
 
     def fields(self, params: SamplingParams) -> dict:
         return dict(

@@ -24,9 +24,9 @@ def test_nulls_mean_defaults():
 
 
 def test_completion_prompt_forms():
-    assert parse_completion({"prompt": ["one"]}).prompt == "one"
-    assert parse_completion({"prompt": [1, 2, 3]}).prompt == [1, 2, 3]
-    assert parse_completion({"prompt": [[4, 5]]}).prompt == [4, 5]
+    assert parse_completion({"prompt": ["one"]}).prompts == ["one"]
+    assert parse_completion({"prompt": [1, 2, 3]}).prompts == [[1, 2, 3]]
+    assert parse_completion({"prompt": [[4, 5]]}).prompts == [[4, 5]]
 
 
 def test_chat_messages_normalised_and_context_filled_by_default():

@@ -5,10 +5,10 @@ import gc
 import pytest
 
 from inference.api.stream_renderers import generate_events
-from inference.api.validation import GenerationInput
 from inference.engine.sampling_params import SamplingParams
 from inference.models import GenerationRequest
 from inference.serving import submission
+from inference.serving.generation_input import GenerationInput
 from inference.serving.jobs import guard_stream, live_jobs
 from inference.serving.submission import RequestRecord
 from tests.serving.engine_fixtures import async_wait_until, is_idle
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def start(engine_client, request_id, max_tokens=400):
-    inp = GenerationInput(endpoint="generate", params=SamplingParams(max_tokens=max_tokens, ignore_eos=True), prompt="Hello")
+    inp = GenerationInput(endpoint="generate", params=SamplingParams(max_tokens=max_tokens, ignore_eos=True), prompts=["Hello"])
     record = RequestRecord(request_id, "generate", "tiny", "", True, "Hello", None)
     return await submission.submit(engine_client, record, inp, "Hello")
 

@@ -2,12 +2,13 @@
 
 import pytest
 
-from inference.api.validation import FILL_CONTEXT, GenerationInput
+from inference.api.validation import FILL_CONTEXT
 from inference.engine.engine_state import ModelInfo
 from inference.engine.errors import PromptTooLongError
 from inference.engine.sampling_params import SamplingParams, SamplingParamsError
 from inference.models import GenerationRequest
 from inference.serving import submission
+from inference.serving.generation_input import GenerationInput
 from inference.serving.submission import PromptLimitError, RequestRecord
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,7 +56,7 @@ def test_the_prompt_cap_counts_what_the_engine_holds(engine_client, settings):
     """MINIVLLM_MAX_PROMPT_TOKENS is checked on the ids the engine receives, not a second count."""
     text = "count these tokens exactly"
     held = engine_client.engine.tokenize(text)
-    inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=2), prompt=text)
+    inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=2), prompts=[text])
     settings.MINIVLLM_MAX_PROMPT_TOKENS = len(held)
     assert submission.plan(engine_client.model_info, text, inp)[0] == held
     settings.MINIVLLM_MAX_PROMPT_TOKENS = len(held) - 1
@@ -64,13 +65,13 @@ def test_the_prompt_cap_counts_what_the_engine_holds(engine_client, settings):
 
 
 async def test_accepted_and_refused_rows_are_written_alike(engine_client):
-    inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=3), prompt="Hello there")
+    inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=3), prompts=["Hello there"])
     job = await submission.submit(engine_client, record("cmpl-taken"), inp, "Hello there")
     outputs = [out async for out in job]
     await job.close()
     assert outputs[-1].prompt_tokens == len(engine_client.engine.tokenize("Hello there"))
     too_long = GenerationInput(
-        endpoint="completions", params=SamplingParams(max_tokens=engine_client.engine.max_model_len), prompt="x"
+        endpoint="completions", params=SamplingParams(max_tokens=engine_client.engine.max_model_len), prompts=["x"]
     )
     with pytest.raises(PromptTooLongError):
         await submission.submit(engine_client, record("cmpl-refused"), too_long, "Hello there")

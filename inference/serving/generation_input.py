@@ -1,0 +1,35 @@
+"""The request contract between the APIs and the request path: a validated request, whatever API
+it came through. api/validation.py builds one from an HTTP body; submission.py plans and submits
+it; the views render its reply. Nothing here knows HTTP."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..engine.sampling_params import SamplingParams
+
+
+class ToolReader(Protocol):
+    """A chat request's tools as the request path sees them (api/tool_calls.ToolRequest): when a
+    choice ends, its text is read for calls, and the calls go into the history row."""
+
+    def read_calls(self, text: str) -> tuple[str | None, list]: ...
+
+
+@dataclass
+class GenerationInput:
+    endpoint: str
+    params: SamplingParams
+    # /generate: one; /v1/completions: each gets its own n choices; chat: none (its messages)
+    prompts: list[str | list[int]] = field(default_factory=list)
+    echo: bool = False
+    messages: list[dict] | None = None
+    model: str | None = None
+    stream: bool = True
+    include_usage: bool = False
+    # Chat without max_tokens: the rest of the context window, as OpenAI/vLLM do (submission.plan).
+    fill_context: bool = False
+    # The sampling fields the client set: the checkpoint's defaults fill the others (submission.plan).
+    given: frozenset[str] = frozenset()
+    tools: ToolReader | None = None  # chat's tools and tool_choice

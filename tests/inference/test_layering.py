@@ -1,0 +1,54 @@
+"""The layers import downward only: the engine knows nothing of the request path or HTTP, the
+request path (serving) nothing of HTTP (api), and the history's modules (models, services, the
+admin, api_keys) nothing of HTTP either. A read of one request then goes one way."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "inference"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The absolute names of the modules `path` imports (relative imports resolved)."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            names.add(base)
+            names |= {f"{base}.{alias.name}" for alias in node.names}
+    return names
+
+
+def sources(*parts: str) -> list[Path]:
+    found = []
+    for part in parts:
+        target = PACKAGE / part
+        found += sorted(target.rglob("*.py")) if target.is_dir() else [target]
+    return found
+
+
+@pytest.mark.parametrize(
+    "layer, forbidden",
+    [
+        (("engine",), ("inference.serving", "inference.api", "django")),
+        (("serving",), ("inference.api",)),
+        (("models.py", "services.py", "admin.py", "api_keys.py"), ("inference.api",)),
+    ],
+)
+def test_no_layer_imports_a_layer_above_it(layer, forbidden):
+    upward = [
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for path in sources(*layer)
+        for name in sorted(imported_modules(path))
+        if any(name == above or name.startswith(above + ".") for above in forbidden)
+    ]
+    assert not upward, upward
