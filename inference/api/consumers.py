@@ -1,7 +1,7 @@
 """WS /ws/stats: pushes the stats JSON to each client every MINIVLLM_STATS_INTERVAL seconds.
 
 Each connection's push loop is a task on the server's event loop (no thread, no
-async_to_sync); clients in the same tick share one snapshot (see selectors.stats_snapshot).
+async_to_sync); clients in the same tick share one snapshot (serving/stats.stats_snapshot).
 Once API keys exist, a client needs a staff session or a key (auth.websocket_allowed).
 """
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from ..engine.outputs import TokenLogprob
 
-# Engine reasons map 1:1 except "error", which ends a stream with an error event instead.
-FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}
-
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict:
     """Token counts; `prompt_tokens_details.cached_tokens` is what the prefix cache served."""

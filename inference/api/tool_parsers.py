@@ -323,7 +323,6 @@ def _before_blanks(text: str, at: int, shown: int) -> int:
 
 
 PARSERS: dict[str, type[ToolParser]] = {parser.name: parser for parser in (HermesToolParser, Llama3JsonToolParser)}
-DEFAULT = HermesToolParser.name  # the generic prompt's format, for templates that name none
 
 
 # What a Llama 3 template says: 3.1 and 3.3 name the python tag; 3.2's lightweight models only ask

@@ -83,7 +83,7 @@ class BlockManager:
             seq.block_hashes.append(block_hash)
             previous = block_hash
         seq.num_computed_tokens = len(seq.block_table) * self.block_size
-        seq.num_cached_prompt_tokens = seq.num_computed_tokens
+        seq.num_prefix_hit_tokens = seq.num_computed_tokens
 
     def can_fork(self, parent: Sequence) -> bool:
         """A fork needs one free block when the prompt ends in a partial block (its own copy), else none."""

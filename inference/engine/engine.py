@@ -1,7 +1,7 @@
 """LLMEngine: requests in, one scheduled forward pass per `step()`, per-request deltas out.
 
 Synchronous and single-threaded on purpose: `engine_thread.EngineThread` drives it from a
-background thread, tests and `manage.py runengine` drive it directly.
+background thread (in the web process, or in `manage.py runengine`'s worker); tests drive it directly.
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ THROUGHPUT_WINDOW_S = 10.0
 
 @dataclass
 class StepTrace:
-    """What one step ran, by request id: tests and the dashboard read it."""
+    """What the last step ran, by request id (`LLMEngine.last_trace`): tests read it."""
 
     decodes: list[str] = field(default_factory=list)
     prefills: list[tuple[str, int]] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
-    finished: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, batch: ScheduledBatch) -> StepTrace:
@@ -269,7 +268,7 @@ class LLMEngine:
             self.requests[parent.request_id].append(child)
             if not self.scheduler.fork(parent, child):
                 continue  # no block for its copy: it waits, then prefills through the prefix cache
-            child.num_cached_tokens = parent.num_cached_tokens
+            child.reported_cached_tokens = parent.reported_cached_tokens
             running.append(child)
         return running
 
@@ -412,7 +411,7 @@ class LLMEngine:
             finished_time=seq.finished_time,
             index=seq.index,
             stop_reason=seq.stop_reason,
-            num_cached_tokens=seq.num_cached_tokens,
+            num_cached_tokens=seq.reported_cached_tokens,
             prompt_logprobs=prompt_logprobs,
         )
 

@@ -33,10 +33,9 @@ RESTART_BUDGET_RESET_S = 600.0
 class RequestStream:
     """Async iterator over one request's outputs; ends after the finished one."""
 
-    def __init__(self, engine_client: EngineThread, request_id: str, prompt_tokens: int):
+    def __init__(self, engine_client: EngineThread, request_id: str):
         self.engine_client = engine_client
         self.request_id = request_id
-        self.prompt_tokens = prompt_tokens
         self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
         self.loop = asyncio.get_running_loop()
         self.finished = False
@@ -138,7 +137,7 @@ class EngineThread:
         if self.num_waiting() >= self.max_queue:
             raise QueueFullError(f"the waiting queue is full ({self.max_queue} requests)")
         token_ids = list(token_ids)
-        stream = RequestStream(self, request_id, len(token_ids))
+        stream = RequestStream(self, request_id)
         with self._streams_lock:
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already in use")

@@ -6,7 +6,7 @@ reject bad input with the same message naming the offending parameter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 
 class SamplingParamsError(ValueError):
@@ -48,10 +48,6 @@ class SamplingParams:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.validate()
-
-    @classmethod
-    def field_names(cls) -> set[str]:
-        return {f.name for f in fields(cls)}
 
     def validate(self) -> None:
         _check_int("max_tokens", self.max_tokens, low=1)

@@ -45,7 +45,7 @@ class ScheduledBatch:
 
 class Scheduler:
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
-        self.blocks = block_manager
+        self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
@@ -67,7 +67,7 @@ class Scheduler:
             self._release(seq)
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
-            self.blocks.free(seq)
+            self.block_manager.free(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         seq.finished_time = time.monotonic()
@@ -83,7 +83,7 @@ class Scheduler:
             wanted = min(seq.num_uncomputed_tokens, budget)
             if not self._make_room(seq, wanted, batch):
                 continue  # seq itself was preempted
-            self.blocks.grow(seq, wanted)
+            self.block_manager.grow(seq, wanted)
             budget -= wanted
             if seq.num_uncomputed_tokens == 1 and wanted == 1 and seq.num_computed_tokens > 0:
                 batch.decodes.append(seq)
@@ -94,16 +94,16 @@ class Scheduler:
             seq = self.waiting[0]
             if self.slots_taken + seq.num_slots > self.max_num_seqs:
                 break  # n completions need n slots: the request waits until they are free
-            self.blocks.reuse_cached_prefix(seq)
+            self.block_manager.reuse_cached_prefix(seq)
             wanted = min(seq.num_uncomputed_tokens, budget)
-            if not self.blocks.can_grow(seq, wanted):
+            if not self.block_manager.can_grow(seq, wanted):
                 # Wait for running sequences to finish rather than evict them for a newcomer, and
                 # hold no blocks while waiting: the cached ones stay findable for the next try.
-                self.blocks.free(seq)
+                self.block_manager.free(seq)
                 seq.reset_for_recompute()
                 break
             self.waiting.popleft()
-            self.blocks.grow(seq, wanted)
+            self.block_manager.grow(seq, wanted)
             self._admit(seq)
             budget -= wanted
             batch.prefills.append((seq, wanted))
@@ -119,10 +119,10 @@ class Scheduler:
         reserved; False when no block is free for its copy of the prompt's partial last block (the
         child then waits and prefills through the prefix cache). The copy to make, if any, is
         appended to `self.pending_copies` for the runner."""
-        if not self.blocks.can_fork(parent):
+        if not self.block_manager.can_fork(parent):
             self.add(child)
             return False
-        copy = self.blocks.fork(parent, child)
+        copy = self.block_manager.fork(parent, child)
         if copy is not None:
             self.pending_copies.append(copy)
         self._admit(child)
@@ -130,7 +130,7 @@ class Scheduler:
 
     def _make_room(self, seq: Sequence, wanted: int, batch: ScheduledBatch) -> bool:
         """Preempts the newest running sequences until `seq` can grow; False if `seq` itself went."""
-        while not self.blocks.can_grow(seq, wanted):
+        while not self.block_manager.can_grow(seq, wanted):
             victim = self.running[-1]
             self._preempt(victim)
             batch.preempted.append(victim)
@@ -144,7 +144,7 @@ class Scheduler:
         self.slots[seq.slot] = seq
         if seq.scheduled_time is None:
             seq.scheduled_time = time.monotonic()
-            seq.num_cached_tokens = seq.num_cached_prompt_tokens
+            seq.reported_cached_tokens = seq.num_prefix_hit_tokens
         self.running.append(seq)
 
     def _preempt(self, seq: Sequence) -> None:
@@ -155,7 +155,7 @@ class Scheduler:
         self.num_preemptions += 1
 
     def _release(self, seq: Sequence) -> None:
-        self.blocks.free(seq)
+        self.block_manager.free(seq)
         if seq.slot is not None:
             self.slots[seq.slot] = None
             seq.slot = None

@@ -22,7 +22,7 @@ class Sequence:
         self.num_prompt_tokens = len(prompt_token_ids)
         self.status = SequenceStatus.WAITING
         self.num_computed_tokens = 0  # tokens whose K/V are in the cache
-        self.num_cached_prompt_tokens = 0  # of those, how many came from the prefix cache
+        self.num_prefix_hit_tokens = 0  # of those, how many the prefix cache supplied (this admission)
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # hashes of this sequence's full, computed blocks
         self.slot: int | None = None  # batch slot index while running
@@ -30,7 +30,7 @@ class Sequence:
         self.stop_reason: str | int | None = None  # the stop string or stop token id that ended it
         self.index = 0  # which of the request's n completions this is
         self.forks_left = params.n - 1  # completions still to fork from this one once its prompt is computed
-        self.num_cached_tokens = 0  # prompt tokens the prefix cache held when it was first scheduled
+        self.reported_cached_tokens = 0  # what usage reports as cached: the prefix-cache hits of its first admission
         # the prompt's tokens' logprobs by position (the first has none), filled as prefill computes them
         self.prompt_logprobs: list | None = [None] * len(prompt_token_ids) if params.prompt_logprobs is not None else None
         self.arrival_time = time.monotonic()
@@ -69,7 +69,7 @@ class Sequence:
     def reset_for_recompute(self) -> None:
         """Preemption drops the cache; the sequence's tokens so far become its new prompt to prefill."""
         self.num_computed_tokens = 0
-        self.num_cached_prompt_tokens = 0
+        self.num_prefix_hit_tokens = 0
         self.block_table = []
         self.block_hashes = []
         self.status = SequenceStatus.WAITING

@@ -34,7 +34,6 @@ import torch
 from .json_schemas import grammar_schema
 from .sampling_params import SamplingParamsError
 
-KINDS = ("json_schema", "json_object", "regex", "choice", "grammar", "lark")
 # Compact JSON: no optional whitespace between tokens, so a model cannot pad output forever.
 JSON_OPTIONS = {"whitespace_flexible": False}
 

@@ -140,7 +140,7 @@ def test_prefix_cache_hit_is_counted_and_output_identical(tiny_hf, smollm_tokeni
     results = run_to_completion(engine)
     prompt_len = len(engine.tokenize(long_prompt))
     assert engine.block_manager.prefix_hits - hits_before == (prompt_len - 1) // 4
-    assert seq.num_cached_prompt_tokens == (prompt_len - 1) // 4 * 4
+    assert seq.num_prefix_hit_tokens == (prompt_len - 1) // 4 * 4
     assert generated_ids(results["second"]) == first
     assert engine.stats().prefix_cache_hit_rate > 0
 

@@ -179,7 +179,7 @@ class RemoteEngine:
         if self.num_waiting() >= self.max_queue:
             raise QueueFullError(f"the waiting queue is full ({self.max_queue} requests)")
         token_ids = list(token_ids)
-        stream = RequestStream(self, request_id, len(token_ids))
+        stream = RequestStream(self, request_id)
         with self._lock:
             if request_id in self._requests:
                 raise ValueError(f"request id {request_id!r} is already in use")
