@@ -1,7 +1,7 @@
 """A request's way into the engine, in one pass: tokenized once, checked once, submitted, recorded.
 
 The prompt is tokenized with the engine's own rule (engine/prompt.py) against `model_info`, so
-the count checked here is the count the engine holds. Chat without max_tokens gets the rest of
+the count checked here is the count the engine holds, and off the event loop. Chat without max_tokens gets the rest of
 the context, computed from the same figures before submitting. The history row is written here
 for a request the engine accepts and for a valid one it refuses (no room, a full queue).
 """
@@ -101,7 +101,9 @@ async def submit(engine_client, record: RequestRecord, inp: GenerationInput, pro
         GRAMMAR_COMPILE_TIME.labels(record.model).observe(time.perf_counter() - started)
         STRUCTURED_REQUESTS.labels(record.model, inp.params.structured["kind"]).inc()
     try:
-        token_ids, params = plan(info, prompt, inp)
+        # tokenizing a long prompt takes milliseconds: in a worker thread (the tokenizer drops the
+        # GIL), so the event loop keeps delivering every other stream's tokens meanwhile
+        token_ids, params = await asyncio.to_thread(plan, info, prompt, inp)
         stream = engine_client.submit(record.request_id, token_ids, params)
     except REFUSALS as exc:
         await services.request_create(**record.fields(inp.params), status=GenerationRequest.Status.REJECTED, error=str(exc))

@@ -102,3 +102,36 @@ def test_n_above_the_engines_slots_is_refused_before_it_is_queued(smollm_tokeniz
     with pytest.raises(SamplingParamsError, match="at most 4") as err:
         submission.plan(model, [5, 6], inp)
     assert err.value.param == "n"
+
+
+async def test_a_long_prompt_is_tokenized_off_the_event_loop(engine_client):
+    """The event loop delivers every stream's events; a 30k-character prompt's submission must not
+    hold it for the milliseconds its tokenizing takes. Best of three, so an unrelated hiccup of a
+    busy machine does not count, while a stall on every submission would."""
+    import asyncio
+    import time
+
+    from inference.engine.prompt import prompt_token_ids
+
+    text = " ".join(f"word{i} lorem ipsum dolor" for i in range(2000))[:30000]
+    started = time.perf_counter()
+    prompt_token_ids(engine_client.model_info.tokenizer, text)
+    inline = time.perf_counter() - started  # what the loop would wait, tokenizing on it
+    inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=2), prompts=[text])
+    longest_stalls = []
+    for attempt in range(3):
+        ticks, done = [], asyncio.Event()
+
+        async def tick():
+            while not done.is_set():
+                ticks.append(time.perf_counter())
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0)
+        with pytest.raises(PromptTooLongError):  # refused only once counted: the tiny model's context is shorter
+            await submission.submit(engine_client, record(f"long-{attempt}"), inp, text)
+        done.set()
+        await ticker
+        longest_stalls.append(max(b - a for a, b in zip(ticks, ticks[1:], strict=False)))
+    assert min(longest_stalls) < inline / 2, (longest_stalls, inline)
