@@ -119,15 +119,15 @@ async def test_a_long_prompt_is_tokenized_off_the_event_loop(engine_client):
     inline = time.perf_counter() - started  # what the loop would wait, tokenizing on it
     inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=2), prompts=[text])
     longest_stalls = []
+
+    async def tick(ticks: list, done: asyncio.Event):
+        while not done.is_set():
+            ticks.append(time.perf_counter())
+            await asyncio.sleep(0)
+
     for attempt in range(3):
         ticks, done = [], asyncio.Event()
-
-        async def tick():
-            while not done.is_set():
-                ticks.append(time.perf_counter())
-                await asyncio.sleep(0)
-
-        ticker = asyncio.create_task(tick())
+        ticker = asyncio.create_task(tick(ticks, done))
         await asyncio.sleep(0)
         with pytest.raises(PromptTooLongError):  # refused only once counted: the tiny model's context is shorter
             await submission.submit(engine_client, record(f"long-{attempt}"), inp, text)
