@@ -76,7 +76,6 @@ CHAT_FIELDS = (
 )
 CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-FILL_CONTEXT = 1 << 30  # chat's max_tokens placeholder: "whatever the context has left"
 
 
 # ---- the body -------------------------------------------------------------------------------
@@ -338,7 +337,7 @@ def _check_limits(body: dict, max_tokens: Any, max_tokens_param: str, *, default
     return max_tokens
 
 
-def _max_tokens(body: dict, names: tuple[str, ...], default: int) -> tuple[int, str, bool]:
+def _max_tokens(body: dict, names: tuple[str, ...], default: int | None) -> tuple[int | None, str, bool]:
     """(value, the name the client used, whether it was defaulted); aliases must agree."""
     given = [(name, body[name]) for name in names if name in body]
     if not given:
@@ -529,9 +528,9 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
             raise bad_request("tool_choice required or named cannot be combined with another constraint", param="tool_choice")
         structured = {"kind": "lark", "value": grammar, "param": "tool_choice"}
     stream, include_usage = _stream_flags(body, default_stream=False)
-    # When defaulted, a placeholder above any context: submission.plan computes the rest of the window.
-    max_tokens, max_name, defaulted = _max_tokens(body, ("max_completion_tokens", "max_tokens"), FILL_CONTEXT)
-    if not defaulted:  # defaulted: the rest of the context, capped when submitted (serving/submission.py)
+    # Left out: None, the rest of the context, computed and capped when submitted (submission.plan).
+    max_tokens, max_name, defaulted = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
+    if not defaulted:
         max_tokens = _check_limits(body, max_tokens, max_name, defaulted=False)
     else:
         _check_limits(body, None, max_name, defaulted=True)
@@ -563,7 +562,6 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
         model=_model(body),
         stream=stream,
         include_usage=include_usage,
-        fill_context=defaulted,
         given=frozenset(body),
         tools=tools,
     )

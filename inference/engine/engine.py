@@ -366,7 +366,7 @@ class LLMEngine:
             return "stop"
         if seq.matcher is not None and (seq.matcher.is_stopped() or seq.matcher.is_error()):
             return "stop"  # the grammar is complete: nothing more may follow
-        if seq.num_output_tokens >= params.max_tokens or len(seq) >= self.max_model_len:
+        if (params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens) or len(seq) >= self.max_model_len:
             return "length"
         return None
 

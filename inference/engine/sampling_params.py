@@ -20,7 +20,7 @@ class SamplingParamsError(ValueError):
 
 @dataclass
 class SamplingParams:
-    max_tokens: int = 16
+    max_tokens: int | None = 16  # None: until the context is full (chat without max_tokens)
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 or -1 disables top-k
@@ -50,9 +50,10 @@ class SamplingParams:
         self.validate()
 
     def validate(self) -> None:
-        _check_int("max_tokens", self.max_tokens, low=1)
+        if self.max_tokens is not None:
+            _check_int("max_tokens", self.max_tokens, low=1)
         _check_int("min_tokens", self.min_tokens, low=0)
-        if self.min_tokens > self.max_tokens:
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise SamplingParamsError(
                 "min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})"
             )

@@ -20,7 +20,7 @@ class ToolReader(Protocol):
 @dataclass
 class GenerationInput:
     endpoint: str
-    params: SamplingParams
+    params: SamplingParams  # max_tokens None: the rest of the context, as OpenAI / vLLM (submission.plan)
     # /generate: one; /v1/completions: each gets its own n choices; chat: none (its messages)
     prompts: list[str | list[int]] = field(default_factory=list)
     echo: bool = False
@@ -28,8 +28,6 @@ class GenerationInput:
     model: str | None = None
     stream: bool = True
     include_usage: bool = False
-    # Chat without max_tokens: the rest of the context window, as OpenAI/vLLM do (submission.plan).
-    fill_context: bool = False
     # The sampling fields the client set: the checkpoint's defaults fill the others (submission.plan).
     given: frozenset[str] = frozenset()
     tools: ToolReader | None = None  # chat's tools and tool_choice

@@ -77,7 +77,7 @@ def plan(info: ModelInfo, prompt: str | list[int], inp: GenerationInput) -> tupl
     defaults = {name: value for name, value in info.sampling_defaults.items() if name not in inp.given}
     if defaults:  # the checkpoint's generation_config, for what the request left out
         params = dataclasses.replace(params, **defaults)
-    if inp.fill_context and limit is not None:
+    if params.max_tokens is None and limit is not None:  # chat without max_tokens: the rest of the context
         room, needed = limit - len(token_ids), max(1, params.min_tokens)
         if room < needed:
             raise PromptTooLongError(len(token_ids), needed, limit)

@@ -3,7 +3,7 @@
 import pytest
 
 from inference.api.errors import ApiError
-from inference.api.validation import FILL_CONTEXT, parse_chat, parse_completion, parse_generate
+from inference.api.validation import parse_chat, parse_completion, parse_generate
 
 
 def test_generate_maps_max_new_tokens_and_engine_fields():
@@ -39,8 +39,8 @@ def test_chat_messages_normalised_and_context_filled_by_default():
         }
     )
     assert inp.messages == [{"role": "system", "content": "ab"}, {"role": "user", "content": "hi"}]
-    assert inp.fill_context and inp.params.max_tokens == FILL_CONTEXT
-    assert not parse_chat({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3}).fill_context
+    assert inp.params.max_tokens is None  # the rest of the context, computed when submitted
+    assert parse_chat({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3}).params.max_tokens == 3
 
 
 def test_chat_logprobs_map_to_engine_top_n():

@@ -2,7 +2,6 @@
 
 import pytest
 
-from inference.api.validation import FILL_CONTEXT
 from inference.engine.engine_state import ModelInfo
 from inference.engine.errors import PromptTooLongError
 from inference.engine.sampling_params import SamplingParams, SamplingParamsError
@@ -16,9 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def chat_input(**params) -> GenerationInput:
     """Chat without max_tokens, as validation hands it over."""
-    return GenerationInput(
-        endpoint="chat.completions", params=SamplingParams(max_tokens=FILL_CONTEXT, **params), fill_context=True
-    )
+    return GenerationInput(endpoint="chat.completions", params=SamplingParams(max_tokens=None, **params))
 
 
 def info(tokenizer, max_model_len=64, kv_capacity_tokens=None) -> ModelInfo:
