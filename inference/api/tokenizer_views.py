@@ -15,10 +15,12 @@ from django.http import JsonResponse
 
 from ..engine.prompt import prompt_token_ids
 from ..serving import runtime
+from .chat_messages import parse_messages
 from .chat_template import render as render_chat
 from .errors import bad_request
+from .request_body import parse_json_body
+from .sampling_fields import check_unknown_fields
 from .tool_parsers import tool_parser_for
-from .validation import check_unknown_fields, parse_json_body, parse_messages
 from .views import api_endpoint, ready_engine_client, resolve_model
 
 TOKENIZE_FIELDS = {

@@ -12,9 +12,12 @@ reply is parsed; "none" leaves the tools out.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 
+from .errors import bad_request
+from .sampling_fields import expect
 from .tool_parsers import HermesToolParser, ToolParser
 
 GENERIC_PROMPT = """You can call functions. The available functions, as JSON schemas:
@@ -74,3 +77,36 @@ def parse_tool_calls(text: str, request: ToolRequest) -> tuple[str | None, list[
     one of the request's functions stays content."""
     content, calls = request.parser.parse(text, {f["name"]: f.get("parameters") for f in request.functions})
     return content, [ToolCall(name, json.dumps(arguments)) for name, arguments in calls]
+
+
+def tools_from_body(body: dict, parser: ToolParser) -> ToolRequest | None:
+    """tools, tool_choice and parallel_tool_calls, as OpenAI defines them."""
+    tools = expect(body, "tools", list, "a list of tools")
+    choice = body.get("tool_choice", "auto" if tools else "none")
+    parallel = expect(body, "parallel_tool_calls", bool, "a boolean")
+    if not tools:
+        if choice not in ("none", "auto"):
+            raise bad_request("tool_choice needs tools", param="tool_choice")
+        return None
+    names = []
+    for index, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) and tool.get("type", "function") == "function" else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            raise bad_request("each tool must be {type: function, function: {name, parameters}}", param=f"tools[{index}]")
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise bad_request("a function's parameters must be a JSON schema object", param=f"tools[{index}].function.parameters")
+        names.append(name)
+    if isinstance(choice, dict):
+        named = choice.get("function", {}).get("name") if isinstance(choice.get("function"), dict) else None
+        if choice.get("type") != "function" or named not in names:
+            raise bad_request("tool_choice must name one of the tools", param="tool_choice")
+    elif choice not in ("none", "auto", "required"):
+        raise bad_request("tool_choice must be none, auto, required or {type: function, function: {name}}", param="tool_choice")
+    return ToolRequest(
+        [{"type": "function", "function": t["function"]} for t in tools],
+        choice,
+        True if parallel is None else parallel,
+        parser,
+    )

@@ -24,9 +24,10 @@ from ..serving.submission import PromptLimitError, RequestRecord
 from . import auth, key_limits, sse
 from .chat_template import render as render_chat
 from .errors import ApiError, bad_request, internal_error_response
+from .request_body import parse_json_body
 from .stream_renderers import OpenAIResponse, generate_events, run_to_end
 from .tool_parsers import tool_parser_for
-from .validation import parse_chat, parse_completion, parse_generate, parse_json_body
+from .validation import parse_chat, parse_completion, parse_generate
 
 
 def api_endpoint(*methods: str, public: bool = False):
