@@ -47,7 +47,7 @@ class EngineCollector(Collector):
         if engine_client is None or not engine_client.ready:
             return
         stats = engine_client.stats()
-        model = runtime.model_name(engine_client) or ""
+        model = runtime.served_model_name(engine_client.model_info) or ""
         for kind, table in ((GaugeMetricFamily, self.GAUGES), (CounterMetricFamily, self.COUNTERS)):
             for name, key, doc in table:
                 value = getattr(stats, key)

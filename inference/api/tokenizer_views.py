@@ -14,14 +14,13 @@ from typing import Any
 from django.http import JsonResponse
 
 from ..engine.prompt import prompt_token_ids
-from ..serving import runtime
 from .chat_messages import parse_messages
 from .chat_template import render as render_chat
 from .errors import bad_request
 from .request_body import parse_json_body
 from .sampling_fields import check_unknown_fields
 from .tool_parsers import tool_parser_for
-from .views import api_endpoint, ready_engine_client, resolve_model
+from .views import api_endpoint, ready_model, resolve_model
 
 TOKENIZE_FIELDS = {
     "model",
@@ -53,9 +52,9 @@ def _encode(tokenizer, text: str, add_special: bool | None) -> list[int]:
 async def tokenize(request):
     body = parse_json_body(request)
     check_unknown_fields(body, TOKENIZE_FIELDS)
-    engine_client = ready_engine_client()
-    resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, engine_client)
-    tokenizer = runtime.tokenizer(engine_client)
+    served = ready_model()
+    resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, served)
+    tokenizer = served.info.tokenizer
     given = [name for name in ("prompt", "messages", "content") if name in body]
     if len(given) != 1:
         raise bad_request("send exactly one of prompt, messages (vLLM) or content (llama.cpp)", param="prompt")
@@ -71,22 +70,22 @@ async def tokenize(request):
     else:
         text = _text(body["prompt"], "prompt")
     ids = _encode(tokenizer, text, _flag(body, "add_special_tokens"))
-    return JsonResponse({"count": len(ids), "max_model_len": runtime.max_model_len(engine_client), "tokens": ids})
+    return JsonResponse({"count": len(ids), "max_model_len": served.info.max_model_len, "tokens": ids})
 
 
 @api_endpoint("POST")
 async def detokenize(request):
     body = parse_json_body(request)
     check_unknown_fields(body, DETOKENIZE_FIELDS)
-    engine_client = ready_engine_client()
-    resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, engine_client)
+    served = ready_model()
+    resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, served)
     ids = body.get("tokens")
-    vocab = engine_client.model_info.vocab_size
+    vocab = served.info.vocab_size
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise bad_request("tokens must be a list of token ids", param="tokens")
     if vocab and any(t < 0 or t >= vocab for t in ids):
         raise bad_request(f"token ids must be in [0, {vocab})", param="tokens")
-    text = runtime.tokenizer(engine_client).decode(ids)
+    text = served.info.tokenizer.decode(ids)
     return JsonResponse({"prompt": text, "content": text})  # vLLM's name and llama.cpp's
 
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 
+from ..engine.engine_state import ModelInfo
 from ..engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
 from ..serving import runtime, submission
+from ..serving.engine_client import EngineClient
 from ..serving.generation_input import GenerationInput
 from ..serving.jobs import guard_stream
 from ..serving.stats import engine_health
@@ -60,27 +63,46 @@ def api_endpoint(*methods: str, public: bool = False):
 # ---- shared steps ------------------------------------------------------------------------------
 
 
-def ready_engine_client():
+@dataclass(frozen=True)
+class Served:
+    """A request's engine client and the model it serves, fetched once per request."""
+
+    engine_client: EngineClient
+    info: ModelInfo
+
+    @property
+    def name(self) -> str:
+        return runtime.served_model_name(self.info) or "unknown"
+
+
+def current_model_info() -> ModelInfo | None:
+    """The loaded model's ModelInfo, if any: what a request may read before it needs an engine."""
     engine_client = runtime.get_engine_client()
-    if engine_client is None or not engine_client.ready:
+    return engine_client.model_info if engine_client is not None else None
+
+
+def ready_model() -> Served:
+    """The engine client, ready, and its ModelInfo; 503 otherwise."""
+    engine_client = runtime.get_engine_client()
+    info = engine_client.model_info if engine_client is not None and engine_client.ready else None
+    if info is None:
         reason = "the engine has not been started" if engine_client is None else engine_client.not_ready_reason()
         raise ApiError(503, f"the engine is not ready: {reason}", code="engine_not_ready", headers={"Retry-After": "5"})
-    return engine_client
+    return Served(engine_client, info)
 
 
-def resolve_model(requested: str | None, engine_client) -> str:
+def resolve_model(requested: str | None, served: Served) -> str:
     """The served model's id; an empty or absent name means it (vLLM's rule), any other must be one of its names."""
-    served = runtime.model_name(engine_client) or "unknown"
-    if requested and requested not in runtime.accepted_model_names(engine_client):
+    if requested and requested not in runtime.accepted_model_names(served.info, served.engine_client):
         raise _model_not_found(requested)
-    return served
+    return served.name
 
 
 def _model_not_found(name: str) -> ApiError:
     return ApiError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
 
 
-async def _start_job(request, engine_client, inp: GenerationInput, *, request_id: str, prompt, prompt_text: str, model: str):
+async def _start_job(request, served: Served, inp: GenerationInput, *, request_id: str, prompt, prompt_text: str, model: str):
     """Submits to the engine (serving/submission.py); a refusal maps to its status and error code."""
     record = RequestRecord(
         request_id=request_id,
@@ -96,7 +118,7 @@ async def _start_job(request, engine_client, inp: GenerationInput, *, request_id
     )
     prompt_param = "messages" if inp.messages is not None else "prompt"
     try:
-        return await submission.submit(engine_client, record, inp, prompt)
+        return await submission.submit(served.engine_client, served.info, record, inp, prompt)
     except QueueFullError:
         raise ApiError(
             429,
@@ -122,28 +144,27 @@ async def _start_job(request, engine_client, inp: GenerationInput, *, request_id
 async def generate(request):
     """The seed's API: SSE events start / token / done (or error)."""
     inp = parse_generate(parse_json_body(request), default_max_tokens=settings.MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS)
-    engine_client = ready_engine_client()
-    model = runtime.model_name(engine_client) or ""
+    served = ready_model()
     slot = key_limits.acquire(request.api_caller)
     try:
         request_id = _new_id("gen")
         job = await _start_job(
-            request, engine_client, inp, request_id=request_id, prompt=inp.prompts[0], prompt_text=inp.prompts[0], model=model
+            request, served, inp, request_id=request_id, prompt=inp.prompts[0], prompt_text=inp.prompts[0], model=served.name
         )
         return sse.response(slot.hold(guard_stream(generate_events(job), job)))
     finally:
         slot.release_unless_held()
 
 
-async def _refuse_the_batch_if_one_is_refused(request, engine_client, inp, request_id: str, prompts, model: str) -> None:
+async def _refuse_the_batch_if_one_is_refused(request, served: Served, inp, request_id: str, prompts, model: str) -> None:
     """Every prompt of a batch is planned before any is queued: the first that cannot be is
     submitted alone, so it is refused (and recorded) with its own reason, and none runs."""
     for position, (prompt, text) in enumerate(prompts):
         try:
-            submission.plan(engine_client.model_info, prompt, inp)
+            submission.plan(served.info, prompt, inp)
         except (*submission.REFUSALS, SamplingParamsError):
             job = await _start_job(
-                request, engine_client, inp, request_id=f"{request_id}-{position}", prompt=prompt, prompt_text=text, model=model
+                request, served, inp, request_id=f"{request_id}-{position}", prompt=prompt, prompt_text=text, model=model
             )
             await job.close()  # only if the engine changed in between: the batch goes ahead without it
 
@@ -156,7 +177,7 @@ def _new_id(prefix: str) -> str:
 async def completions(request):
     inp = parse_completion(parse_json_body(request))
 
-    def prompts(engine_client):  # token-id prompts get their text once their ids are checked
+    def prompts(info):  # token-id prompts get their text once their ids are checked
         return [(p, p if isinstance(p, str) else "") for p in inp.prompts]
 
     return await _openai_request(request, inp, "cmpl", prompts)
@@ -164,13 +185,14 @@ async def completions(request):
 
 @api_endpoint("POST")
 async def chat_completions(request):
-    # tools are read, written and forced in the served model's format (None before a model is loaded)
-    inp = parse_chat(parse_json_body(request), tool_parser=tool_parser_for(runtime.tokenizer()))
+    # tools are read, written and forced in the served model's format (the default before a model is loaded)
+    loaded = current_model_info()
+    inp = parse_chat(parse_json_body(request), tool_parser=tool_parser_for(loaded.tokenizer if loaded else None))
 
-    def prompts(engine_client):
+    def prompts(info):
         tools = inp.tools.tools if inp.tools is not None and inp.tools.active else None
         parser = inp.tools.parser if inp.tools is not None else None
-        text = render_chat(runtime.tokenizer(engine_client), inp.messages, tools=tools, tool_parser=parser)
+        text = render_chat(info.tokenizer, inp.messages, tools=tools, tool_parser=parser)
         return [(text, text)]
 
     return await _openai_request(request, inp, "chatcmpl", prompts)
@@ -179,26 +201,26 @@ async def chat_completions(request):
 async def _openai_request(request, inp: GenerationInput, prefix: str, make_prompts):
     """The shared flow: readiness (503), model (404), per-key slot (429), one job per prompt, then
     stream or wait. Several prompts get ids `<id>-<position>` (one history row each)."""
-    engine_client = ready_engine_client()
-    model = resolve_model(inp.model, engine_client)
-    prompts = make_prompts(engine_client)
+    served = ready_model()
+    model = resolve_model(inp.model, served)
+    prompts = make_prompts(served.info)
     slot = key_limits.acquire(request.api_caller)
     request_id = _new_id(prefix)
     jobs = []
     try:
         if len(prompts) > 1:
-            await _refuse_the_batch_if_one_is_refused(request, engine_client, inp, request_id, prompts, model)
+            await _refuse_the_batch_if_one_is_refused(request, served, inp, request_id, prompts, model)
         try:
             for position, (prompt, text) in enumerate(prompts):
                 job_id = request_id if len(prompts) == 1 else f"{request_id}-{position}"
                 jobs.append(
-                    await _start_job(request, engine_client, inp, request_id=job_id, prompt=prompt, prompt_text=text, model=model)
+                    await _start_job(request, served, inp, request_id=job_id, prompt=prompt, prompt_text=text, model=model)
                 )
         except BaseException:
             for job in jobs:  # the batch is refused whole: the prompts already queued go too
                 await job.close()
             raise
-        tokenizer = runtime.tokenizer(engine_client)
+        tokenizer = served.info.tokenizer
         response = OpenAIResponse(
             request_id,
             model,
@@ -224,28 +246,28 @@ async def _openai_request(request, inp: GenerationInput, prefix: str, make_promp
     return JsonResponse(response.chat_body() if prefix == "chatcmpl" else response.completion_body())
 
 
-def _model_entry(engine_client) -> dict:
+def _model_entry(served: Served) -> dict:
     return {
-        "id": runtime.model_name(engine_client),
+        "id": served.name,
         "object": "model",
         "created": int(runtime.process_started_at()),
         "owned_by": "mini-vllm",
-        "max_model_len": runtime.max_model_len(engine_client),
+        "max_model_len": served.info.max_model_len,
     }
 
 
 @api_endpoint("GET", "HEAD")
 async def models(request):
-    return JsonResponse({"object": "list", "data": [_model_entry(ready_engine_client())]})
+    return JsonResponse({"object": "list", "data": [_model_entry(ready_model())]})
 
 
 @api_endpoint("GET", "HEAD")
 async def model(request, model_id: str):
     """GET /v1/models/{id}: the served model under any of its accepted names, else 404."""
-    engine_client = ready_engine_client()
-    if model_id not in runtime.accepted_model_names(engine_client):
+    served = ready_model()
+    if model_id not in runtime.accepted_model_names(served.info, served.engine_client):
         raise _model_not_found(model_id)
-    return JsonResponse(_model_entry(engine_client))
+    return JsonResponse(_model_entry(served))
 
 
 @api_endpoint("GET", "HEAD", public=True)

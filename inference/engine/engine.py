@@ -17,12 +17,13 @@ import torch
 from .block_manager import BlockManager
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
+from .engine_state import ModelInfo
 from .engine_stats import EngineStats
 from .kv_pool import plan_num_blocks
 from .loader import ModelBundle, load_model
 from .model_runner import ModelRunner
 from .outputs import RequestOutput, TokenLogprob
-from .prompt import check_prompt_fits, prompt_token_ids, token_limit
+from .prompt import check_prompt_fits, prompt_token_ids
 from .sampler import Sampler, SamplingContext, make_generator
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import ScheduledBatch, Scheduler
@@ -85,6 +86,16 @@ class LLMEngine:
             cpu_step=self.bundle.cpu_step,
         )
         self.weights_mb = self.bundle.weight_bytes / 2**20  # counted once: the weights never change after load
+        # what the web side needs of the model, built once here (engine clients hand it on as it is)
+        self.model_info = ModelInfo(
+            self.model_name,
+            self.tokenizer,
+            self.max_model_len,
+            num_blocks * self.config.block_size,
+            model.vocab_size,
+            self.bundle.sampling_defaults,
+            self.num_slots,
+        )
         self.sampler = Sampler()
         self.requests: dict[str, list[Sequence]] = {}  # each request's completions (n of them once forked)
         self._pending: list[RequestOutput] = []  # outputs of aborts, delivered by the next step
@@ -150,7 +161,7 @@ class LLMEngine:
 
     @property
     def token_limit(self) -> int:
-        return token_limit(self.max_model_len, self.block_manager.num_blocks * self.block_manager.block_size)
+        return self.model_info.token_limit
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         """Rejects what could never finish: an empty prompt, one that cannot fit the context or the

@@ -41,3 +41,29 @@ class ModelInfo:
     def token_limit(self) -> int | None:
         """The most tokens one request may hold, prompt and completion together."""
         return token_limit(self.max_model_len, self.kv_capacity_tokens)
+
+    # A worker sends its ModelInfo whole, but the tokenizer: the web side loads its own copy.
+    WIRE_FIELDS = ("model_name", "max_model_len", "kv_capacity_tokens", "vocab_size", "sampling_defaults", "num_slots")
+
+    def to_wire(self) -> dict:
+        return {name: getattr(self, name) for name in self.WIRE_FIELDS}
+
+    @classmethod
+    def of_fleet(cls, wired: list[dict], tokenizer) -> ModelInfo:
+        """What a fleet of workers serving one model offers every request: the smallest context,
+        pool and batch among them (a request may land on any of them)."""
+
+        def smallest(name: str):
+            values = [info.get(name) for info in wired if info.get(name)]
+            return min(values) if values else None
+
+        first = wired[0]
+        return cls(
+            model_name=first.get("model_name"),
+            tokenizer=tokenizer,
+            max_model_len=smallest("max_model_len"),
+            kv_capacity_tokens=smallest("kv_capacity_tokens"),
+            vocab_size=first.get("vocab_size"),
+            sampling_defaults=first.get("sampling_defaults") or {},
+            num_slots=smallest("num_slots"),
+        )

@@ -71,6 +71,7 @@ class EngineThread:
         self.loop_fault_hook: Callable[[], None] | None = None  # tests: raise here to kill the loop
         self.engine: LLMEngine | None = None
         self.state = EngineState.NEW  # new -> loading -> ready (<-> restarting) -> stopped | dead
+        self._model_info: ModelInfo | None = None
         self.error: str | None = None
         self.last_loop_at = time.monotonic()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -95,20 +96,8 @@ class EngineThread:
 
     @property
     def model_info(self) -> ModelInfo | None:
-        """The served model's facts, once an engine is loaded."""
-        engine = self.engine
-        if engine is None:
-            return None
-        capacity = engine.block_manager.num_blocks * engine.block_manager.block_size
-        return ModelInfo(
-            engine.model_name,
-            engine.tokenizer,
-            engine.max_model_len,
-            capacity,
-            engine.bundle.model.vocab_size,
-            engine.bundle.sampling_defaults,
-            engine.num_slots,
-        )
+        """The served model's facts (the engine's own ModelInfo), kept from READY on; None before."""
+        return self._model_info
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -189,6 +178,7 @@ class EngineThread:
         restarts = 0
         while True:
             self._refresh_snapshot()
+            self._model_info = self.engine.model_info
             self.state = EngineState.READY
             started = time.monotonic()
             try:

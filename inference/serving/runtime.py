@@ -121,40 +121,18 @@ def _watch_loading(engine_client: EngineThread) -> None:
 # ---- what the API needs to know about the loaded model -----------------------------------------
 
 
-def model_info(engine_client=None):
-    """The served model's ModelInfo, or None before one is loaded."""
-    engine_client = engine_client or _engine_client
-    return engine_client.model_info if engine_client is not None else None
-
-
-def model_name(engine_client=None) -> str | None:
-    """The id the API reports and accepts."""
+def served_model_name(info) -> str | None:
+    """The id the API reports and accepts for the model `info` (a ModelInfo, or None before one is
+    loaded): MINIVLLM_SERVED_MODEL_NAME, else the model's own name."""
     if settings.MINIVLLM_SERVED_MODEL_NAME:
         return settings.MINIVLLM_SERVED_MODEL_NAME
-    info = model_info(engine_client)
     return info.model_name if info else None
 
 
-def accepted_model_names(engine_client=None) -> set[str]:
+def accepted_model_names(info, engine_client) -> set[str]:
     """The names a request's `model` may use: the served id, the engine's name, the configured path."""
-    engine_client = engine_client or _engine_client
-    info = model_info(engine_client)
-    names = {
-        model_name(engine_client),
-        info.model_name if info else None,
-        engine_client.config.model if engine_client is not None else None,
-    }
+    names = {served_model_name(info), info.model_name if info else None, engine_client.config.model}
     return {name for name in names if name}
-
-
-def tokenizer(engine_client=None):
-    info = model_info(engine_client)
-    return info.tokenizer if info else None
-
-
-def max_model_len(engine_client=None) -> int | None:
-    info = model_info(engine_client)
-    return info.max_model_len if info else None
 
 
 if hasattr(os, "register_at_fork"):

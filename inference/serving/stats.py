@@ -45,7 +45,7 @@ def _build_snapshot(engine_client) -> dict:
     blocks_used, blocks_total = engine.kv_blocks_used, engine.kv_blocks_total
     snapshot = {
         "engine_state": engine_client.state if engine_client is not None else "not_started",
-        "model": runtime.model_name(engine_client) if engine_client is not None else None,
+        "model": runtime.served_model_name(engine_client.model_info) if engine_client is not None else None,
         "device": engine.device,
         "dtype": engine.dtype,
         # the seed's fields
@@ -170,7 +170,7 @@ def engine_health() -> tuple[bool, dict]:
     return True, {
         "status": "ok",
         "state": state,
-        "model": runtime.model_name(engine_client),
+        "model": runtime.served_model_name(engine_client.model_info if engine_client is not None else None),
         "device": stats.device,
         "dtype": stats.dtype,
         "running": stats.running,

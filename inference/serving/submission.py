@@ -16,7 +16,7 @@ from django.conf import settings
 
 from .. import services
 from ..engine.engine_state import ModelInfo
-from ..engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError
+from ..engine.errors import PromptTooLongError, QueueFullError
 from ..engine.prompt import check_prompt_fits, prompt_token_ids
 from ..engine.sampling_params import SamplingParams, SamplingParamsError
 from ..models import GenerationRequest
@@ -89,12 +89,12 @@ def plan(info: ModelInfo, prompt: str | list[int], inp: GenerationInput) -> tupl
     return token_ids, params
 
 
-async def submit(engine_client, record: RequestRecord, inp: GenerationInput, prompt: str | list[int]) -> GenerationJob:
-    """Plans and submits the request; its row is written whether the engine takes it or refuses it.
-    Refusals propagate (the API maps each to its status); invalid input is not recorded."""
-    info = engine_client.model_info
-    if info is None:
-        raise EngineNotReadyError(engine_client.not_ready_reason())
+async def submit(
+    engine_client, info: ModelInfo, record: RequestRecord, inp: GenerationInput, prompt: str | list[int]
+) -> GenerationJob:
+    """Plans and submits the request against `info` (the ModelInfo the view fetched for it); its row
+    is written whether the engine takes it or refuses it. Refusals propagate (the API maps each to
+    its status); invalid input is not recorded."""
     if inp.params.structured is not None:  # compiled (and cached) in a worker thread: ~1 s the first time
         started = time.perf_counter()
         await asyncio.to_thread(engine_client.compile_grammar, inp.params.structured)

@@ -11,7 +11,7 @@ def heartbeat(engine_id, *, now, state="ready", running=1, waiting=0, tps=10.0, 
         "engine_channel": f"specific.{engine_id}!x",
         "state": state,
         "now": now,
-        "info": {"accepted": 3, "max_queue": 64, "model_name": "tiny", "max_model_len": 512},
+        "info": {"accepted": 3, "max_queue": 64, "model": {"model_name": "tiny", "max_model_len": 512}},
         "stats": {
             "model": "tiny",
             "device": "cpu",
@@ -60,3 +60,18 @@ def test_loading_engines_are_listed_but_not_summed():
     fleet.update({**heartbeat("a", now=0.0), "state": "loading", "stats": {}}, now=1.0)
     stats = fleet.aggregate()
     assert stats.running is None and stats.engines[0]["state"] == "loading"
+
+
+def test_a_fleets_model_info_is_what_every_worker_can_serve():
+    """Each worker sends its engine's ModelInfo whole (less the tokenizer); a request may land on
+    any of them, so the fleet offers the smallest context, pool and batch among them."""
+    from inference.engine.engine_state import ModelInfo
+
+    wired = [
+        ModelInfo("tiny", None, 512, 4096, 49152, {"temperature": 0.2}, 8).to_wire(),
+        ModelInfo("tiny", None, 256, 8192, 49152, {"temperature": 0.2}, 4).to_wire(),
+    ]
+    fleet = ModelInfo.of_fleet(wired, tokenizer="the web side's own")
+    assert (fleet.max_model_len, fleet.kv_capacity_tokens, fleet.num_slots) == (256, 4096, 4)
+    assert (fleet.model_name, fleet.vocab_size, fleet.sampling_defaults) == ("tiny", 49152, {"temperature": 0.2})
+    assert fleet.tokenizer == "the web side's own" and fleet.token_limit == 256

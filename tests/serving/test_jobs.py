@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 async def start(engine_client, request_id, max_tokens=400):
     inp = GenerationInput(endpoint="generate", params=SamplingParams(max_tokens=max_tokens, ignore_eos=True), prompts=["Hello"])
     record = RequestRecord(request_id, "generate", "tiny", "", True, "Hello", None)
-    return await submission.submit(engine_client, record, inp, "Hello")
+    return await submission.submit(engine_client, engine_client.model_info, record, inp, "Hello")
 
 
 async def test_completed_job_records_everything(engine_client):

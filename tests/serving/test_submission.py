@@ -63,7 +63,7 @@ def test_the_prompt_cap_counts_what_the_engine_holds(engine_client, settings):
 
 async def test_accepted_and_refused_rows_are_written_alike(engine_client):
     inp = GenerationInput(endpoint="completions", params=SamplingParams(max_tokens=3), prompts=["Hello there"])
-    job = await submission.submit(engine_client, record("cmpl-taken"), inp, "Hello there")
+    job = await submission.submit(engine_client, engine_client.model_info, record("cmpl-taken"), inp, "Hello there")
     outputs = [out async for out in job]
     await job.close()
     assert outputs[-1].prompt_tokens == len(engine_client.engine.tokenize("Hello there"))
@@ -71,7 +71,7 @@ async def test_accepted_and_refused_rows_are_written_alike(engine_client):
         endpoint="completions", params=SamplingParams(max_tokens=engine_client.engine.max_model_len), prompts=["x"]
     )
     with pytest.raises(PromptTooLongError):
-        await submission.submit(engine_client, record("cmpl-refused"), too_long, "Hello there")
+        await submission.submit(engine_client, engine_client.model_info, record("cmpl-refused"), too_long, "Hello there")
     taken = await GenerationRequest.objects.aget(id="cmpl-taken")
     refused = await GenerationRequest.objects.aget(id="cmpl-refused")
     assert (taken.status, refused.status) == ("completed", "rejected")
@@ -127,7 +127,7 @@ async def test_a_long_prompt_is_tokenized_off_the_event_loop(engine_client):
         ticker = asyncio.create_task(tick(ticks, done))
         await asyncio.sleep(0)
         with pytest.raises(PromptTooLongError):  # refused only once counted: the tiny model's context is shorter
-            await submission.submit(engine_client, record(f"long-{attempt}"), inp, text)
+            await submission.submit(engine_client, engine_client.model_info, record(f"long-{attempt}"), inp, text)
         done.set()
         await ticker
         longest_stalls.append(max(b - a for a, b in zip(ticks, ticks[1:], strict=False)))

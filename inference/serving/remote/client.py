@@ -139,19 +139,10 @@ class RemoteEngine:
     @property
     def model_info(self) -> ModelInfo | None:
         """The served model's facts from the ready workers: the shortest context among them."""
-        ready = self.fleet.ready()
-        if not ready or self.tokenizer is None:
+        wired = [v.info["model"] for v in self.fleet.ready() if v.info.get("model")]
+        if not wired or self.tokenizer is None:
             return None
-        capacities = [v.info.get("kv_capacity_tokens") for v in ready if v.info.get("kv_capacity_tokens")]
-        return ModelInfo(
-            model_name=ready[0].info.get("model_name"),
-            tokenizer=self.tokenizer,
-            max_model_len=min(v.info.get("max_model_len") or 0 for v in ready) or None,
-            kv_capacity_tokens=min(capacities) if capacities else None,
-            vocab_size=ready[0].info.get("vocab_size"),
-            sampling_defaults=ready[0].info.get("sampling_defaults") or {},
-            num_slots=min(v.stats.num_slots or 0 for v in ready) or None,
-        )
+        return ModelInfo.of_fleet(wired, self.tokenizer)
 
     @property
     def max_queue(self) -> int:
