@@ -69,7 +69,7 @@ def test_metrics_rejects_post(client, no_engine):
 
 
 async def test_counters_and_histograms_move_after_real_requests(async_client, engine_client):
-    model = runtime.model_name(engine_client)
+    model = runtime.served_model_name(engine_client.model_info)
     before = await scrape(async_client)
 
     usages = []
@@ -136,7 +136,7 @@ def _http_scope(path: str) -> dict:
 
 
 async def test_disconnect_counts_as_abort(async_client, engine_client):
-    model = runtime.model_name(engine_client)
+    model = runtime.served_model_name(engine_client.model_info)
     before = await scrape(async_client)
 
     comm = ApplicationCommunicator(application, _http_scope("/generate"))
