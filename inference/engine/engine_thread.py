@@ -69,6 +69,7 @@ class EngineThread:
         self.max_queue = max_queue
         self.max_restarts = max_restarts
         self.loop_fault_hook: Callable[[], None] | None = None  # tests: raise here to kill the loop
+        self.restart_fault_hook: Callable[[], None] | None = None  # tests: runs once before a restart builds its engine
         self.engine: LLMEngine | None = None
         self.state = EngineState.NEW  # new -> loading -> ready (<-> restarting) -> stopped | dead
         self._model_info: ModelInfo | None = None
@@ -98,6 +99,19 @@ class EngineThread:
     def model_info(self) -> ModelInfo | None:
         """The served model's facts (the engine's own ModelInfo), kept from READY on; None before."""
         return self._model_info
+
+    def inject_fault(self, kind: str, hook: Callable[[], None]) -> None:
+        """Tests only (serving/fault_injection.py): `hook` runs, and may raise, in the next model
+        steps ("step"), in the engine loop ("loop"), or once before a restart builds its engine
+        ("restart")."""
+        if kind == "step":
+            self.engine.step_fault_hook = hook
+        elif kind == "loop":
+            self.loop_fault_hook = hook
+        elif kind == "restart":
+            self.restart_fault_hook = hook
+        else:
+            raise ValueError(f"unknown fault kind {kind!r}")
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -197,6 +211,9 @@ class EngineThread:
                     return
                 restarts += 1
                 log.warning("restarting the engine loop (%d of %d)", restarts, self.max_restarts)
+                hook, self.restart_fault_hook = self.restart_fault_hook, None
+                if hook is not None:
+                    hook()
                 self.engine = self.engine.fresh_copy()
         self._abort_everything()
         self.state = EngineState.STOPPED

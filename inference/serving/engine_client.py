@@ -8,6 +8,7 @@ runtime.get_engine_client()), so either client serves them; a test holds both to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from ..engine.config import EngineConfig
@@ -58,6 +59,11 @@ class EngineClient(Protocol):
         """The latest snapshot (a fleet's: summed over its ready workers)."""
 
     def not_ready_reason(self) -> str: ...
+
+    def inject_fault(self, kind: str, hook: Callable[[], None]) -> None:
+        """Tests only (serving/fault_injection.py): `hook` runs, and may raise, in the next model
+        steps ("step"), in the engine loop ("loop"), or before a restart builds its engine
+        ("restart"); NotImplementedError where the engine runs in another process."""
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Ends every in-flight request with a final `abort` output, then stops."""

@@ -1,7 +1,7 @@
 """Test-only: POST /_test/fault injects an engine fault into this live process.
 
 Routed only when MINIVLLM_FAULT_INJECTION=1 (the reliability tests start Daphne with it); the
-hooks are the engine's own (`LLMEngine.step_fault_hook`, `EngineThread.loop_fault_hook`).
+hooks are installed through the engine client's contract (`EngineClient.inject_fault`).
 Body: {"kind": "step"} fails the next model step (only its requests), {"kind": "loop"} kills the
 engine loop once (it restarts); "times" repeats the fault (default 1); "hold_restart": true keeps
 the loop in "restarting" until {"kind": "release"} arrives, so a client can see /health answer
@@ -34,19 +34,7 @@ def _raise_times(times: int, message: str):
     return hook
 
 
-_released = threading.Event()
-
-
-def _held_restart(engine) -> None:
-    """The next restart (engine.fresh_copy) first waits for {"kind": "release"}."""
-    original = engine.fresh_copy
-    _released.clear()
-
-    def fresh_copy():
-        _released.wait()
-        return original()
-
-    engine.fresh_copy = fresh_copy
+_released = threading.Event()  # the next restart waits for {"kind": "release"}
 
 
 @csrf_exempt
@@ -63,14 +51,13 @@ def inject_fault(request):
     engine_client = runtime.get_engine_client()
     if engine_client is None or not engine_client.ready:
         return JsonResponse({"error": "engine not ready"}, status=503)
-    if getattr(engine_client, "engine", None) is None:
-        return JsonResponse({"error": "fault injection needs the in-process engine (MINIVLLM_ENGINE=local)"}, status=400)
-    if kind == "step":
-        engine_client.engine.step_fault_hook = _raise_times(times, "injected step failure")
-    elif kind == "loop":
-        if hold:
-            _held_restart(engine_client.engine)
-        engine_client.loop_fault_hook = _raise_times(times, "injected loop failure")
-    else:
+    if kind not in ("step", "loop"):
         return JsonResponse({"error": "kind must be 'step', 'loop' or 'release'"}, status=400)
+    try:
+        if kind == "loop" and hold:
+            _released.clear()
+            engine_client.inject_fault("restart", _released.wait)
+        engine_client.inject_fault(kind, _raise_times(times, f"injected {kind} failure"))
+    except NotImplementedError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({"injected": kind, "times": times})

@@ -74,7 +74,7 @@ def _build_snapshot(engine_client) -> dict:
         "total_prompt_tokens": engine.total_prompt_tokens,
         "steps": engine.steps,
         **_host_memory(),
-        **_engines(engine_client),
+        **_engines(engine_client, engine if engine_client is not None and engine_client.ready else None),
     }
     return snapshot
 
@@ -89,10 +89,15 @@ def _engine_stats(engine_client) -> EngineStats:
         return EngineStats()
 
 
-def _engines(engine_client) -> dict:
-    """Remote mode: each engine worker this process hears from (absent in local mode)."""
-    engines = getattr(engine_client, "engines", None)
-    return {"engines": engines()} if callable(engines) else {}
+def _engines(engine_client, stats: EngineStats | None = None) -> dict:
+    """Remote mode: each engine worker this process hears from (EngineStats.engines, a fleet's;
+    absent in local mode). `stats` when the caller has them; else asked for, even when not ready."""
+    if stats is None:
+        try:
+            stats = engine_client.stats() if engine_client is not None else None
+        except Exception:  # a dying engine must not take /stats down with it
+            stats = None
+    return {"engines": stats.engines} if stats is not None and stats.engines is not None else {}
 
 
 def _reported_gpu_memory(engine: EngineStats) -> dict:
@@ -175,5 +180,5 @@ def engine_health() -> tuple[bool, dict]:
         "dtype": stats.dtype,
         "running": stats.running,
         "waiting": stats.waiting,
-        **_engines(engine_client),
+        **_engines(engine_client, stats),
     }

@@ -152,8 +152,8 @@ class RemoteEngine:
     def stats(self) -> EngineStats:
         return self.fleet.aggregate()
 
-    def engines(self) -> list[dict]:
-        return self.fleet.summaries()
+    def inject_fault(self, kind: str, hook) -> None:
+        raise NotImplementedError("fault injection needs the in-process engine (MINIVLLM_ENGINE=local)")
 
     def num_waiting(self) -> int:
         with self._lock:
