@@ -7,21 +7,21 @@ carrying every output for that loop (one call per token would cost several times
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import queue
 import threading
 import time
 import traceback
-from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .config import EngineConfig
 from .engine import LLMEngine
 from .engine_state import EngineState, ModelInfo
 from .engine_stats import EngineStats
-from .errors import EngineNotReadyError, QueueFullError
+from .errors import EngineNotReadyError
 from .outputs import RequestOutput
+from .request_streams import RequestStream, check_can_submit, deliver, final_output
 from .sampling_params import SamplingParams
 
 log = logging.getLogger("minivllm.engine")
@@ -30,29 +30,20 @@ IDLE_WAIT_S = 0.05
 RESTART_BUDGET_RESET_S = 600.0
 
 
-class RequestStream:
-    """Async iterator over one request's outputs; ends after the finished one."""
+@dataclass(frozen=True)
+class AddRequest:
+    """Inbox command: a checked prompt for the engine."""
 
-    def __init__(self, engine_client: EngineThread, request_id: str):
-        self.engine_client = engine_client
-        self.request_id = request_id
-        self.queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
-        self.loop = asyncio.get_running_loop()
-        self.finished = False
+    request_id: str
+    token_ids: list[int]
+    params: SamplingParams
 
-    def __aiter__(self):
-        return self
 
-    async def __anext__(self) -> RequestOutput:
-        if self.finished:
-            raise StopAsyncIteration
-        output = await self.queue.get()
-        self.finished = output.finished
-        return output
+@dataclass(frozen=True)
+class AbortRequest:
+    """Inbox command: stop a request (queued, running, or not yet taken from the inbox)."""
 
-    def abort(self) -> None:
-        if not self.finished:
-            self.engine_client.abort(self.request_id)
+    request_id: str
 
 
 class EngineThread:
@@ -135,17 +126,16 @@ class EngineThread:
     def submit(self, request_id: str, token_ids: list[int], params: SamplingParams) -> RequestStream:
         """Queues a prompt of token ids that the caller has checked against model_info's limits
         (serving/submission.py); the engine still refuses one that does not fit, as an error output."""
-        if not self.ready or self._stop.is_set():
+        if self._stop.is_set():
             raise EngineNotReadyError(self.not_ready_reason())
-        if self.num_waiting() >= self.max_queue:
-            raise QueueFullError(f"the waiting queue is full ({self.max_queue} requests)")
+        check_can_submit(self)
         token_ids = list(token_ids)
         stream = RequestStream(self, request_id)
         with self._streams_lock:
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = stream
-        self._inbox.put(("add", request_id, token_ids, params))
+        self._inbox.put(AddRequest(request_id, token_ids, params))
         self._wake.set()
         return stream
 
@@ -157,7 +147,7 @@ class EngineThread:
         self.engine.grammars.compile(spec)
 
     def abort(self, request_id: str) -> None:
-        self._inbox.put(("abort", request_id))
+        self._inbox.put(AbortRequest(request_id))
         self._wake.set()
 
     def num_waiting(self) -> int:
@@ -238,21 +228,18 @@ class EngineThread:
                 command = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if command[0] == "add":
-                _, request_id, token_ids, params = command
-                if request_id not in self._streams:
+            if isinstance(command, AddRequest):
+                if command.request_id not in self._streams:
                     continue  # aborted before it reached the engine
                 try:
-                    self.engine.add_request(request_id, token_ids, params)
+                    self.engine.add_request(command.request_id, command.token_ids, command.params)
                 except Exception as exc:
-                    self._end_stream(request_id, "error", str(exc))
-            else:
-                _, request_id = command
-                if not self.engine.abort(request_id):
-                    self._end_stream(request_id, "abort", None)  # never reached the engine
+                    self._end_stream(command.request_id, "error", str(exc))
+            elif not self.engine.abort(command.request_id):
+                self._end_stream(command.request_id, "abort", None)  # never reached the engine
 
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list] = defaultdict(list)
+        items = []
         with self._streams_lock:
             for output in outputs:
                 stream = self._streams.get(output.request_id)
@@ -260,15 +247,11 @@ class EngineThread:
                     continue
                 if output.finished:
                     del self._streams[output.request_id]
-                by_loop[stream.loop].append((stream.queue, output))
-        for loop, items in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_deliver, items)
-            except RuntimeError:
-                pass  # that event loop has closed; nobody is listening
+                items.append((stream, output))
+        deliver(items)
 
     def _end_stream(self, request_id: str, reason: str, error: str | None) -> None:
-        self._dispatch([RequestOutput(request_id, "", [], finished=True, finish_reason=reason, error=error)])
+        self._dispatch([final_output(request_id, reason, error)])
 
     def _abort_everything(self) -> None:
         for request_id in list(self.engine.requests):
@@ -288,8 +271,3 @@ class EngineThread:
 
     def _refresh_snapshot(self) -> None:
         self._snapshot = self.engine.stats().replace(last_step_at=self.last_loop_at)
-
-
-def _deliver(items) -> None:
-    for q, output in items:
-        q.put_nowait(output)

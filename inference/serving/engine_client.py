@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 from ..engine.config import EngineConfig
 from ..engine.engine_state import EngineState, ModelInfo
 from ..engine.engine_stats import EngineStats
-from ..engine.engine_thread import RequestStream
+from ..engine.request_streams import RequestStream
 from ..engine.sampling_params import SamplingParams
 
 

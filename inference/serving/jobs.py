@@ -20,6 +20,7 @@ from .. import services
 from ..engine.outputs import RequestOutput, TokenLogprob
 from ..engine.sampling_params import SamplingParams
 from ..models import GenerationRequest
+from .engine_client import EngineClient
 from .instruments import RequestMetrics
 
 log = logging.getLogger("inference.serving.jobs")
@@ -66,7 +67,7 @@ class Choice:
 
 
 class GenerationJob:
-    def __init__(self, *, engine_client, request_id: str, stream, params: SamplingParams, model: str = ""):
+    def __init__(self, *, engine_client: EngineClient, request_id: str, stream, params: SamplingParams, model: str = ""):
         self.engine_client = engine_client
         self.request_id = request_id
         self.params = params
@@ -90,7 +91,7 @@ class GenerationJob:
     # ---- start ----------------------------------------------------------------------------
 
     @classmethod
-    def accepted(cls, engine_client, record, stream, params: SamplingParams, token_ids: list[int]) -> GenerationJob:
+    def accepted(cls, engine_client: EngineClient, record, stream, params: SamplingParams, token_ids: list[int]) -> GenerationJob:
         """The job of a request the engine has taken (serving/submission.py); its row is queued for writing."""
         job = cls(engine_client=engine_client, request_id=record.request_id, stream=stream, params=params, model=record.model)
         job.prompt_token_ids = token_ids

@@ -13,27 +13,24 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from ..engine.engine_state import EngineState
-
-if TYPE_CHECKING:
-    from ..engine.engine_thread import EngineThread
+from .engine_client import EngineClient
 
 log = logging.getLogger("inference.serving.runtime")
 
 _lock = threading.Lock()
-_engine_client: EngineThread | None = None
+_engine_client: EngineClient | None = None
 _started_at = time.time()
 
 
-def get_engine_client() -> EngineThread | None:
+def get_engine_client() -> EngineClient | None:
     return _engine_client
 
 
-def start(config=None, *, max_queue: int | None = None) -> EngineThread:
+def start(config=None, *, max_queue: int | None = None) -> EngineClient:
     """Starts the engine thread once per process; later calls return the same client."""
     global _engine_client
     with _lock:
@@ -76,7 +73,7 @@ def _start_remote(config, max_queue: int):
     ).start()
 
 
-def install(engine_client: EngineThread | None) -> EngineThread | None:
+def install(engine_client: EngineClient | None) -> EngineClient | None:
     """Puts an engine client in place (tests build one from a tiny model); returns the previous one."""
     global _engine_client
     with _lock:
@@ -103,7 +100,7 @@ def process_started_at() -> float:
     return _started_at
 
 
-def _watch_loading(engine_client: EngineThread) -> None:
+def _watch_loading(engine_client: EngineClient) -> None:
     """Logs one line when the model has loaded (or failed to): the start-up progress line."""
 
     def watch():

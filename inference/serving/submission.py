@@ -20,6 +20,7 @@ from ..engine.errors import PromptTooLongError, QueueFullError
 from ..engine.prompt import check_prompt_fits, prompt_token_ids
 from ..engine.sampling_params import SamplingParams, SamplingParamsError
 from ..models import GenerationRequest
+from .engine_client import EngineClient
 from .generation_input import GenerationInput, ToolReader
 from .instruments import GRAMMAR_COMPILE_TIME, STRUCTURED_REQUESTS
 from .jobs import GenerationJob
@@ -90,7 +91,7 @@ def plan(info: ModelInfo, prompt: str | list[int], inp: GenerationInput) -> tupl
 
 
 async def submit(
-    engine_client, info: ModelInfo, record: RequestRecord, inp: GenerationInput, prompt: str | list[int]
+    engine_client: EngineClient, info: ModelInfo, record: RequestRecord, inp: GenerationInput, prompt: str | list[int]
 ) -> GenerationJob:
     """Plans and submits the request against `info` (the ModelInfo the view fetched for it); its row
     is written whether the engine takes it or refuses it. Refusals propagate (the API maps each to

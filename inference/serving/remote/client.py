@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from ...engine.config import EngineConfig
 from ...engine.engine_state import EngineState, ModelInfo
 from ...engine.engine_stats import EngineStats
-from ...engine.engine_thread import RequestStream
-from ...engine.errors import EngineNotReadyError, QueueFullError
-from ...engine.outputs import RequestOutput
+from ...engine.errors import EngineNotReadyError
+from ...engine.request_streams import RequestStream, check_can_submit, deliver, final_output
 from ...engine.sampling_params import SamplingParams
 from ...engine.structured import Grammars
 from . import protocol as wire
@@ -165,10 +164,7 @@ class RemoteEngine:
     def submit(self, request_id: str, token_ids: list[int], params: SamplingParams) -> RequestStream:
         """Sends a prompt of token ids, checked by the caller against model_info (the smallest
         context and pool among the ready workers), to whichever worker takes it first."""
-        if not self.ready:
-            raise EngineNotReadyError(self.not_ready_reason())
-        if self.num_waiting() >= self.max_queue:
-            raise QueueFullError(f"the waiting queue is full ({self.max_queue} requests)")
+        check_can_submit(self)
         token_ids = list(token_ids)
         stream = RequestStream(self, request_id)
         with self._lock:
@@ -315,7 +311,7 @@ class RemoteEngine:
 
     def _outputs(self, message: dict) -> None:
         offset = time.monotonic() - message["now"]
-        by_loop: dict = {}
+        items = []
         for data in message["outputs"]:
             out = wire.output_from_wire(data, clock_offset=offset)
             with self._lock:
@@ -330,9 +326,8 @@ class RemoteEngine:
                         self._send(message["engine_channel"], {"type": wire.ABORT, "request_id": out.request_id})
                     )
                 continue
-            by_loop.setdefault(req.stream.loop, []).append((req.stream.queue, out))
-        for loop, items in by_loop.items():
-            _deliver_on(loop, items)
+            items.append((req.stream, out))
+        deliver(items)
 
     async def _abort(self, request_id: str) -> None:
         req = self._requests.get(request_id)
@@ -383,16 +378,4 @@ class RemoteEngine:
         with self._lock:
             req = self._requests.pop(request_id, None)
         if req is not None:
-            final = RequestOutput(request_id, "", [], finished=True, finish_reason=reason, error=error)
-            _deliver_on(req.stream.loop, [(req.stream.queue, final)])
-
-
-def _deliver_on(loop, items) -> None:
-    def put():
-        for queue, output in items:
-            queue.put_nowait(output)
-
-    try:
-        loop.call_soon_threadsafe(put)
-    except RuntimeError:
-        pass  # that loop has closed: nobody is listening
+            deliver([(req.stream, final_output(request_id, reason, error))])
