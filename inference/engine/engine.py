@@ -12,8 +12,6 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-import torch
-
 from .block_manager import BlockManager
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
@@ -254,19 +252,18 @@ class LLMEngine:
         now; each samples its first token from the same logits row, with its own generator."""
         if not any(seq.forks_left for seq in seqs):
             return logits, seqs
-        rows, all_seqs = [], []
+        rows, all_seqs, copies = [], [], []
         for row, seq in enumerate(seqs):
             rows.append(row)
             all_seqs.append(seq)
-            for child in self._fork(seq):
+            for child in self._fork(seq, copies):
                 rows.append(row)
                 all_seqs.append(child)
-        copies, self.scheduler.pending_copies = self.scheduler.pending_copies, []
-        self.model_runner.copy_blocks(copies)
-        return logits[torch.tensor(rows, device=logits.device)], all_seqs
+        return self.model_runner.rows_for_forks(logits, rows, copies), all_seqs
 
-    def _fork(self, parent: Sequence) -> list[Sequence]:
-        """The parent's other completions, sharing its prompt's computed blocks; those that run now."""
+    def _fork(self, parent: Sequence, copies: list[tuple[int, int]]) -> list[Sequence]:
+        """The parent's other completions, sharing its prompt's computed blocks; those that run now
+        (the block copies they need are added to `copies`)."""
         count, parent.forks_left = parent.forks_left, 0
         running = []
         prompt = parent.token_ids[: parent.num_prompt_tokens]
@@ -277,37 +274,29 @@ class LLMEngine:
             child.arrival_time = parent.arrival_time
             child.scheduled_time = parent.scheduled_time  # it waited as long as its parent, no longer
             self.requests[parent.request_id].append(child)
-            if not self.scheduler.fork(parent, child):
+            forked = self.scheduler.fork(parent, child)
+            if forked is None:
                 continue  # no block for its copy: it waits, then prefills through the prefix cache
+            copies.extend(forked)
             child.reported_cached_tokens = parent.reported_cached_tokens
             running.append(child)
         return running
 
     def _record_prompt_logprobs(self, seq: Sequence, first: int, logits) -> None:
         """Logprobs of the prompt tokens at positions first+1.., and the top alternatives at each."""
-        logp = torch.log_softmax(logits.float(), dim=-1)
         targets = seq.token_ids[first + 1 : first + 1 + logits.shape[0]]
-        chosen = logp.gather(1, torch.tensor(targets, device=logp.device).unsqueeze(1)).squeeze(1).tolist()
-        want = seq.params.prompt_logprobs
-        top_lp, top_ids = logp.topk(want, dim=-1) if want else (None, None)
         text = seq.detokenizer.token_text
-        for i, (token_id, lp) in enumerate(zip(targets, chosen)):
-            top = [(t, text(t), v) for t, v in zip(top_ids[i].tolist(), top_lp[i].tolist())] if want else []
-            seq.prompt_logprobs[first + 1 + i] = TokenLogprob(token_id=token_id, token=text(token_id), logprob=lp, top=top)
+        rows = self.sampler.prompt_logprobs(logits, targets, seq.params.prompt_logprobs or 0)
+        for i, (token_id, (lp, top)) in enumerate(zip(targets, rows)):
+            seq.prompt_logprobs[first + 1 + i] = TokenLogprob(
+                token_id=token_id, token=text(token_id), logprob=lp, top=[(t, text(t), v) for t, v in top]
+            )
 
     def _sample(self, logits, seqs: list[Sequence], pending: PendingMasks) -> list[RequestOutput]:
-        masks, computing, waited = pending.collect()
-        self.grammar_mask_seconds += computing
-        self.grammar_mask_wait_seconds += waited
-        self.grammar_mask_rows += len(masks)
-        late = [seq for seq in seqs if seq.matcher is not None and id(seq) not in masks]
-        if late:  # completions forked this step: fresh matchers, computed now
-            started = time.perf_counter()
-            masks.update(zip(map(id, late), self.grammars.allowed([s.matcher for s in late])))
-            spent = time.perf_counter() - started
-            self.grammar_mask_seconds += spent
-            self.grammar_mask_wait_seconds += spent
-            self.grammar_mask_rows += len(late)
+        masks, times = pending.collect(seqs)
+        self.grammar_mask_seconds += times.computing
+        self.grammar_mask_wait_seconds += times.waited
+        self.grammar_mask_rows += times.rows
         contexts = [
             SamplingContext(
                 params=seq.params,

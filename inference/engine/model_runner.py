@@ -80,6 +80,12 @@ class ModelRunner:
         return StepLogits(logits, sampling_seqs, prompt)
 
     @torch.inference_mode()
+    def rows_for_forks(self, logits: torch.Tensor, rows: list[int], copies: list[tuple[int, int]]) -> torch.Tensor:
+        """A step's logits with a row per sampling sequence once forks joined it (`rows`: which
+        computed row each samples from), after the forks' block copies are made."""
+        self.copy_blocks(copies)
+        return logits[self._tensor(rows)]
+
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         """Copies whole KV blocks (source -> destination) in every layer: a forked completion's own
         copy of the prompt's partial last block."""

@@ -70,6 +70,17 @@ def _edits_logits(ctx: SamplingContext) -> bool:
 class Sampler:
     """Callable turning logits [B, V] plus one SamplingContext per row into tokens."""
 
+    @staticmethod
+    def prompt_logprobs(logits: torch.Tensor, targets: list[int], top: int) -> list[tuple[float, list[tuple[int, float]]]]:
+        """For each row of a prompt's logits [n, V]: the logprob of the prompt's next token
+        (`targets`, one per row) and the `top` most likely (token id, logprob) there."""
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        chosen = logp.gather(1, torch.tensor(targets, device=logp.device).unsqueeze(1)).squeeze(1).tolist()
+        if not top:
+            return [(lp, []) for lp in chosen]
+        top_lp, top_ids = logp.topk(top, dim=-1)
+        return [(lp, list(zip(ids, lps))) for lp, ids, lps in zip(chosen, top_ids.tolist(), top_lp.tolist())]
+
     def __call__(self, logits: torch.Tensor, contexts: list[SamplingContext]) -> SamplerOutput:
         if logits.dim() != 2 or logits.shape[0] != len(contexts):
             raise ValueError(f"logits {tuple(logits.shape)} do not match {len(contexts)} contexts")

@@ -52,7 +52,6 @@ class Scheduler:
         self.running: list[Sequence] = []  # admission order: the last one is the first to preempt
         self.slots: list[Sequence | None] = [None] * max_num_seqs
         self.num_preemptions = 0
-        self.pending_copies: list[tuple[int, int]] = []  # (source, destination) blocks forks need copied
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -114,19 +113,17 @@ class Scheduler:
         """Slots held by running sequences plus those reserved for the completions they will fork."""
         return sum(seq.num_slots for seq in self.running)
 
-    def fork(self, parent: Sequence, child: Sequence) -> bool:
+    def fork(self, parent: Sequence, child: Sequence) -> list[tuple[int, int]] | None:
         """Runs `child` beside `parent` from the parent's computed prompt, in a slot the parent
-        reserved; False when no block is free for its copy of the prompt's partial last block (the
-        child then waits and prefills through the prefix cache). The copy to make, if any, is
-        appended to `self.pending_copies` for the runner."""
+        reserved. Returns the block copies (source, destination) the runner must make for it (its
+        own copy of the prompt's partial last block, if any), or None when no block is free for
+        that copy: the child then waits and prefills through the prefix cache."""
         if not self.block_manager.can_fork(parent):
             self.add(child)
-            return False
+            return None
         copy = self.block_manager.fork(parent, child)
-        if copy is not None:
-            self.pending_copies.append(copy)
         self._admit(child)
-        return True
+        return [copy] if copy is not None else []
 
     def _make_room(self, seq: Sequence, wanted: int, batch: ScheduledBatch) -> bool:
         """Preempts the newest running sequences until `seq` can grow; False if `seq` itself went."""

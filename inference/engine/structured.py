@@ -27,6 +27,7 @@ import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -116,8 +117,8 @@ class Grammars:
         them while it computes) until the masks are collected or settled."""
         constrained = [seq for seq in seqs if seq.matcher is not None]
         if not constrained:
-            return NO_MASKS
-        return PendingMasks(constrained, MASK_WORKER.submit(self._timed_allowed, [s.matcher for s in constrained]))
+            return PendingMasks([], None, self)
+        return PendingMasks(constrained, MASK_WORKER.submit(self._timed_allowed, [s.matcher for s in constrained]), self)
 
     def _timed_allowed(self, matchers: list) -> tuple[torch.Tensor, float]:
         started = time.perf_counter()
@@ -136,21 +137,44 @@ class Grammars:
         return torch.from_numpy(bits.view(np.bool_))
 
 
+@dataclass
+class MaskTimes:
+    """What a step's masks cost: seconds computing them, the part of it the engine loop waited
+    for after the forward pass, and how many rows they were for (the grammar_mask_* counters)."""
+
+    computing: float = 0.0
+    waited: float = 0.0
+    rows: int = 0
+
+
 class PendingMasks:
     """A step's masks, being computed on the mask thread while the model runs."""
 
-    def __init__(self, seqs: list, future: Future | None):
+    def __init__(self, seqs: list, future: Future | None, grammars: Grammars | None):
         self.seqs = seqs
         self.future = future
+        self.grammars = grammars
 
-    def collect(self) -> tuple[dict[int, torch.Tensor], float, float]:
-        """({id(seq): allowed [V] bool}, seconds spent computing them, seconds waited for them now)."""
-        if self.future is None:
-            return {}, 0.0, 0.0
-        started = time.perf_counter()
-        allowed, computing = self.future.result()
-        waited = time.perf_counter() - started
-        return {id(seq): allowed[row] for row, seq in enumerate(self.seqs)}, computing, waited
+    def collect(self, sampling: list) -> tuple[dict[int, torch.Tensor], MaskTimes]:
+        """({id(seq): allowed [V] bool} for every constrained sequence of `sampling`, what they
+        cost). Sequences the mask thread did not start with (completions forked this step, with
+        fresh matchers) get theirs computed now, in this thread, all of it waited for."""
+        times = MaskTimes()
+        masks = {}
+        if self.future is not None:
+            started = time.perf_counter()
+            allowed, times.computing = self.future.result()
+            times.waited = time.perf_counter() - started
+            masks = {id(seq): allowed[row] for row, seq in enumerate(self.seqs)}
+        late = [seq for seq in sampling if seq.matcher is not None and id(seq) not in masks]
+        if late:
+            started = time.perf_counter()
+            masks.update(zip(map(id, late), self.grammars.allowed([s.matcher for s in late])))
+            spent = time.perf_counter() - started
+            times.computing += spent
+            times.waited += spent
+        times.rows = len(masks)
+        return masks, times
 
     def settle(self) -> None:
         """Waits out the computation, whatever its outcome (a failed step must not leave a matcher in use)."""
@@ -158,4 +182,4 @@ class PendingMasks:
             self.future.exception()
 
 
-NO_MASKS = PendingMasks([], None)  # a step without constrained rows
+NO_MASKS = PendingMasks([], None, None)  # an engine that has never had a constrained request

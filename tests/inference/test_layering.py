@@ -52,3 +52,11 @@ def test_no_layer_imports_a_layer_above_it(layer, forbidden):
         if any(name == above or name.startswith(above + ".") for above in forbidden)
     ]
     assert not upward, upward
+
+
+@pytest.mark.parametrize("name", ["block_manager", "scheduler", "sequence", "engine"])
+def test_the_engine_loop_imports_no_torch(name):
+    """The orchestration (what runs, which blocks, when a request ends) is bookkeeping: tensors
+    stay in the model runner, the sampler and the grammar masks, so this reads without torch."""
+    imported = imported_modules(PACKAGE / "engine" / f"{name}.py")
+    assert not [module for module in imported if module == "torch" or module.startswith("torch.")]
