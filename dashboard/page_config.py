@@ -55,6 +55,6 @@ def page_config() -> dict:
 def chat_defaults() -> dict:
     """The chat form's starting values: the served checkpoint's own temperature and top_p where its
     generation_config sets them (what a request leaving them out gets), else ours."""
-    info = runtime.model_info()
+    info = runtime.current_model_info()
     model = info.sampling_defaults if info is not None else {}
     return {**CHAT_DEFAULTS, **{name: model[name] for name in ("temperature", "top_p") if name in model}}

@@ -75,12 +75,6 @@ class Served:
         return runtime.served_model_name(self.info) or "unknown"
 
 
-def current_model_info() -> ModelInfo | None:
-    """The loaded model's ModelInfo, if any: what a request may read before it needs an engine."""
-    engine_client = runtime.get_engine_client()
-    return engine_client.model_info if engine_client is not None else None
-
-
 def ready_model() -> Served:
     """The engine client, ready, and its ModelInfo; 503 otherwise."""
     engine_client = runtime.get_engine_client()
@@ -186,7 +180,7 @@ async def completions(request):
 @api_endpoint("POST")
 async def chat_completions(request):
     # tools are read, written and forced in the served model's format (the default before a model is loaded)
-    loaded = current_model_info()
+    loaded = runtime.current_model_info()
     inp = parse_chat(parse_json_body(request), tool_parser=tool_parser_for(loaded.tokenizer if loaded else None))
 
     def prompts(info):

@@ -118,6 +118,13 @@ def _watch_loading(engine_client: EngineClient) -> None:
 # ---- what the API needs to know about the loaded model -----------------------------------------
 
 
+def current_model_info():
+    """The process's engine client's ModelInfo, or None before a model is loaded: for what a page
+    or a request may read before it needs a ready engine."""
+    engine_client = _engine_client
+    return engine_client.model_info if engine_client is not None else None
+
+
 def served_model_name(info) -> str | None:
     """The id the API reports and accepts for the model `info` (a ModelInfo, or None before one is
     loaded): MINIVLLM_SERVED_MODEL_NAME, else the model's own name."""
