@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -27,15 +26,11 @@ import httpx
 import psutil
 import pytest
 
+from tests.support.network import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 240  # the model loads in ~15-30 s; a busy machine is slower
 TERMINAL = {"completed", "aborted", "failed", "rejected"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class LiveServer:

@@ -9,25 +9,9 @@ from inference.models import GenerationRequest
 from minivllm_site.asgi import application
 from tests.serving.engine_fixtures import async_wait_until, is_idle
 from tests.sse import events_of_chunks
+from tests.support.asgi import http_scope
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def http_scope(path: str) -> dict:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
 
 
 async def _receive_events(comm, count: int) -> list:

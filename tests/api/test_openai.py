@@ -4,12 +4,9 @@ import pytest
 
 from inference.models import GenerationRequest
 from tests.sse import read_stream
+from tests.support.asgi import post
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-async def post(client, path, body):
-    return await client.post(path, body, content_type="application/json")
 
 
 async def test_models_lists_the_served_model(async_client, engine_client):

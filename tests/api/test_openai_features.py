@@ -11,6 +11,7 @@ import pytest
 
 from tests.serving.engine_fixtures import wait_until
 from tests.sse import assert_error_shape, events_of
+from tests.support.servers import idle
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 PROMPT = "Write a short story about a lighthouse keeper who collects lost maps in a quiet harbour town."
@@ -18,11 +19,6 @@ PROMPT = "Write a short story about a lighthouse keeper who collects lost maps i
 
 def stats(default_server) -> dict:
     return httpx.get(f"{default_server.url}/stats", timeout=10).json()
-
-
-def idle(default_server) -> bool:
-    s = stats(default_server)
-    return s["kv_blocks_used"] == 0 and s["batch_size"] == 0 and not any(slot["request_id"] for slot in s["slots"])
 
 
 def test_n_choices_are_reproducible_and_the_prompt_is_prefilled_once(openai_client, served_model, default_server):

@@ -12,7 +12,7 @@ from inference.api.stream_renderers import CallHoldback
 from inference.api.tool_calls import ToolRequest, parse_tool_calls
 from inference.api.tool_parsers import PARSERS, HermesToolParser, Llama3JsonToolParser, parser_for_template, tool_parser_for
 from inference.engine.sampling_params import SamplingParams
-from tests.engine.helpers import engine_for, run_to_completion
+from tests.engine.helpers import run_to_completion
 
 WEATHER = {
     "name": "get_weather",
@@ -76,11 +76,6 @@ def test_the_served_models_parser_comes_from_its_template_or_the_setting(smollm_
 def test_the_setting_offers_every_parser(settings):
     assert set(settings.TOOL_CALL_PARSERS) == set(PARSERS)
     assert settings.MINIVLLM_TOOL_CALL_PARSER in ("auto", *PARSERS)
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_hf, smollm_tokenizer):
-    return engine_for(tiny_hf, smollm_tokenizer, num_kv_blocks=512)
 
 
 @pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)

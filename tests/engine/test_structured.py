@@ -10,7 +10,7 @@ import pytest
 
 from inference.engine.sampling_params import SamplingParams
 from inference.engine.structured import GrammarError
-from tests.engine.helpers import engine_for, generated_ids, run_to_completion
+from tests.engine.helpers import generated_ids, run_to_completion
 
 SCHEMA = {
     "type": "object",
@@ -22,11 +22,6 @@ SCHEMA = {
     "required": ["colour", "bright", "count"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_hf, smollm_tokenizer):
-    return engine_for(tiny_hf, smollm_tokenizer, num_kv_blocks=512)
 
 
 def run(engine, rid, structured, **params):

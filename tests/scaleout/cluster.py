@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.network import free_port
+
 from .compose import REPO, load, local_argv
 
 REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 13
@@ -34,12 +36,6 @@ def unreachable() -> str | None:
     except ImportError:
         return "psycopg is not installed (pip install -r requirements.txt)"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Cluster:
