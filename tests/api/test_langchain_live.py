@@ -1,6 +1,7 @@
 """LangChain's OpenAI chat model against the live server on the real model, as applications use it:
 `with_structured_output(method="json_schema")` hands back the pydantic object, and `bind_tools`
 drives a whole round trip (the call, the tool's result sent back, the answer), whole and streamed.
+Every reply is greedy (temperature 0), so what each turn says is the same on every run.
 
 Nothing here reaches the network: ChatOpenAI only loads tiktoken's files to count tokens, which
 these calls never do, and LangSmith tracing stays off unless its environment variables say so.
@@ -73,11 +74,18 @@ def test_bind_tools_round_trip(chat_model):
     result = weather.invoke(call)  # a ToolMessage answering that call id
     assert result.tool_call_id == call["id"]
 
-    answer = chat_model.bind_tools([weather]).invoke([ask, call_message, result])
-    assert isinstance(answer.content, str)
-    assert answer.content.strip() or answer.tool_calls  # a reply the agent loop can act on
-    for later in answer.tool_calls:
-        assert later["name"] == "get_weather"
+    # the answer (tool_choice auto, greedy): text that reads the tool's result, and no further call
+    history = [ask, call_message, result]
+    answer = chat_model.bind_tools([weather]).invoke(history)
+    assert answer.tool_calls == [] and answer.response_metadata.get("finish_reason") == "stop", answer
+    assert "sunny" in answer.content.lower(), answer.content  # only the tool's result says so
+
+    # an agent that insists on another call over the same history gets one it can run
+    again = chat_model.bind_tools([weather], tool_choice="any").invoke(history)
+    assert again.tool_calls and again.response_metadata.get("finish_reason") == "tool_calls", again
+    for later in again.tool_calls:
+        assert later["name"] == "get_weather" and later["id"].startswith("call_") and later["id"] != call["id"]
+        assert set(later["args"]) == {"city", "unit"} and later["args"]["unit"] in ("celsius", "fahrenheit")
 
 
 def test_bind_tools_streamed_call_aggregates_into_tool_calls(chat_model):

@@ -11,11 +11,17 @@ from inference.serving import runtime
 from minivllm_site.asgi import application
 from tests.serving.engine_fixtures import async_wait_until, is_idle
 from tests.sse import events_of_chunks, read_stream
+from tests.support.asgi import http_scope, post
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ENGINE_GAUGES = ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")
 ENGINE_COUNTERS = ("prompt_tokens", "generation_tokens", "num_preemptions", "prefix_cache_queries", "prefix_cache_hits")
+# written for this test alone, so no earlier request of the session has left its blocks in the prefix cache
+SHARED_PROMPT = (
+    "Metrics check, prompt seven: the lighthouse keeper counts gulls, boats, waves and stars over the "
+    "harbour each night, and writes every number into a blue notebook kept beside the lamp."
+)
 REQUEST_HISTOGRAMS = (
     "time_to_first_token_seconds",
     "e2e_request_latency_seconds",
@@ -50,10 +56,6 @@ async def scrape(async_client) -> dict:
     return parse(resp.content.decode())
 
 
-async def post(client, path, body):
-    return await client.post(path, body, content_type="application/json")
-
-
 def test_metrics_without_engine(client, no_engine):
     resp = client.get("/metrics")
     assert resp.status_code == 200
@@ -73,12 +75,12 @@ async def test_counters_and_histograms_move_after_real_requests(async_client, en
     before = await scrape(async_client)
 
     usages = []
-    resp = await post(async_client, "/v1/completions", {"prompt": "The sky is", "max_tokens": 5, "ignore_eos": True})
+    resp = await post(async_client, "/v1/completions", {"prompt": SHARED_PROMPT, "max_tokens": 5, "ignore_eos": True})
     usages.append(resp.json()["usage"])
-    resp = await post(
+    resp = await post(  # the same prompt again: its full blocks come from the prefix cache
         async_client,
         "/v1/completions",
-        {"prompt": "Once upon", "max_tokens": 4, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}},
+        {"prompt": SHARED_PROMPT, "max_tokens": 4, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}},
     )
     usages.append((await read_stream(resp))[-2]["usage"])
     resp = await post(async_client, "/generate", {"prompt": "Hello there", "max_new_tokens": 6, "ignore_eos": True})
@@ -102,7 +104,16 @@ async def test_counters_and_histograms_move_after_real_requests(async_client, en
     assert delta("request_prompt_tokens_sum", model_name=model) == prompt
     # one output per generated token: each request has (tokens - 1) gaps between them
     assert delta("inter_token_latency_seconds_count", model_name=model) == completion - len(usages)
-    assert value(after, "e2e_request_latency_seconds_bucket", model_name=model, le="+Inf") >= 3
+    assert delta("e2e_request_latency_seconds_bucket", model_name=model, le="+Inf") == 3
+    # the prefix cache looks up a prompt's full blocks (all but the last token's) in order, up to the
+    # first miss: the new prompt misses its first block, the repeat finds every one, "Hello there" has none
+    block_size = engine_client.engine.config.block_size
+    shared_blocks = (usages[0]["prompt_tokens"] - 1) // block_size
+    assert shared_blocks >= 2 and usages[1]["prompt_tokens"] == usages[0]["prompt_tokens"]
+    assert usages[2]["prompt_tokens"] <= block_size
+    assert delta("prefix_cache_queries_total", model_name=model) == 1 + shared_blocks
+    assert delta("prefix_cache_hits_total", model_name=model) == shared_blocks
+    assert delta("num_preemptions_total", model_name=model) == 0  # three short requests on an ample pool
 
     families = after["families"]
     for name in ENGINE_GAUGES:
@@ -112,34 +123,13 @@ async def test_counters_and_histograms_move_after_real_requests(async_client, en
     assert value(after, "num_requests_running", model_name=model) == 0
     assert value(after, "num_requests_waiting", model_name=model) == 0
     assert 0 <= value(after, "kv_cache_usage_perc", model_name=model) <= 1
-    assert value(after, "prefix_cache_hits_total", model_name=model) <= value(
-        after, "prefix_cache_queries_total", model_name=model
-    )
-    assert value(after, "num_preemptions_total", model_name=model) >= 0
-
-
-def _http_scope(path: str) -> dict:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
 
 
 async def test_disconnect_counts_as_abort(async_client, engine_client):
     model = runtime.served_model_name(engine_client.model_info)
     before = await scrape(async_client)
 
-    comm = ApplicationCommunicator(application, _http_scope("/generate"))
+    comm = ApplicationCommunicator(application, http_scope("/generate"))
     body = {"prompt": "Tell me a long story", "max_new_tokens": 400, "ignore_eos": True}
     await comm.send_input({"type": "http.request", "body": json.dumps(body).encode(), "more_body": False})
     assert (await comm.receive_output(timeout=30))["status"] == 200

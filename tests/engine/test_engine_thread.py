@@ -10,6 +10,7 @@ from inference.engine.engine_thread import EngineThread
 from inference.engine.errors import EngineNotReadyError, QueueFullError
 from inference.engine.sampling_params import SamplingParams
 from tests.engine.helpers import engine_for, greedy
+from tests.serving.engine_fixtures import async_wait_until
 
 
 @pytest.fixture
@@ -53,9 +54,12 @@ async def test_abort_ends_the_stream_and_frees_the_blocks(engine_thread):
     stream.abort()
     rest = await collect(stream)
     assert rest[-1].finish_reason == "abort"
-    await asyncio.sleep(0.2)
-    stats = engine_thread.stats()
-    assert stats.kv_blocks_used == 0 and all(s["request_id"] is None for s in stats.slots)
+
+    def freed():  # the snapshot is refreshed by the loop's pass after the abort
+        stats = engine_thread.stats()
+        return stats.kv_blocks_used == 0 and all(s["request_id"] is None for s in stats.slots)
+
+    assert await async_wait_until(freed), engine_thread.stats()
 
 
 async def test_full_waiting_queue_refuses_new_requests(engine_thread):

@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from tests.daphne_server import TERMINAL
-from tests.serving.engine_fixtures import wait_until
-from tests.sse import aevents_of, event_of
+from tests.serving.engine_fixtures import async_wait_until, wait_until
+from tests.sse import event_of
+from tests.support.servers import idle
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 
@@ -24,6 +25,8 @@ REQUESTS = 320
 CLIENTS = 16
 RSS_GROWTH_BOUND_MB = 300
 MB = 1024 * 1024
+HELD_TOKENS = 400  # each of the 32 streams asks for this many, far more than the test waits for
+DECODED = 48  # tokens every stream has decoded in the snapshot that shows all 32 in slots
 PROMPTS = ["Tell me about the sea.", "Write a haiku about rain.", "What is 2 + 2?", "List three colours.", "Describe a cat."]
 INVALID = [
     ("/generate", {"prompt": ""}),
@@ -129,12 +132,6 @@ def server(daphne_server):
     return daphne_server()
 
 
-def idle(server) -> bool:
-    stats = server.stats()
-    busy = [slot for slot in stats["slots"] if slot.get("request_id")]
-    return stats["batch_size"] == 0 and stats["queue_depth"] == 0 and stats["kv_blocks_used"] == 0 and not busy
-
-
 @pytest.mark.timeout(900)  # ~2 min alone; several times that while other suites share the 2 cores
 def test_soak(server):
     rows_before = len(server.rows())  # the shared server may have served other tests first
@@ -171,40 +168,55 @@ def test_soak(server):
 
 
 def test_the_default_server_decodes_32_concurrent_streams_with_none_waiting_for_a_slot(server):
-    """`make run`'s defaults: 32 clients streaming at once all get a slot; the queue stays empty."""
-    body = {
-        "prompt": "Once upon a time",
-        "max_tokens": 48,
-        "ignore_eos": True,
-        "stream": True,
-        "temperature": 0.0,
-        "stream_options": {"include_usage": True},
-    }
-    peak = {"running": 0, "waiting": 0}
+    """`make run`'s defaults: 32 clients streaming at once all get a slot and decode side by side.
+    Each asks for far more tokens than the test waits for, so none can end (and free a slot for one
+    that waited) before one /stats snapshot shows all 32 in slots, each DECODED tokens in, and an
+    empty queue; then the clients hang up, and the rows say none had ended by itself."""
+    body = {"prompt": "Once upon a time", "max_tokens": HELD_TOKENS, "ignore_eos": True, "stream": True, "temperature": 0.0}
+    ids: set[str] = set()
 
-    async def stream(client: httpx.AsyncClient) -> int:
-        async with client.stream("POST", f"{server.url}/v1/completions", json=body) as response:
+    async def stream(client: httpx.AsyncClient, hang_up: asyncio.Event) -> None:
+        async with client.stream("POST", "/v1/completions", json=body) as response:
             assert response.status_code == 200
-            events = [e for e in await aevents_of(response.aiter_lines()) if e != "[DONE]"]
-            return next(e["usage"]["completion_tokens"] for e in events if e.get("usage"))
+            async for line in response.aiter_lines():
+                event = event_of(line)
+                assert event != "[DONE]", "a stream ended before all 32 were seen decoding"
+                if event is not None:
+                    ids.add(event["id"])
+                if hang_up.is_set():
+                    return  # leaving the block closes the connection: the server aborts the request
 
-    async def watch(client: httpx.AsyncClient, done: asyncio.Event) -> None:
-        while not done.is_set():
-            stats = (await client.get(f"{server.url}/stats")).json()
-            peak["running"] = max(peak["running"], stats["batch_size"])
-            peak["waiting"] = max(peak["waiting"], stats["queue_depth"])
-            await asyncio.sleep(0.02)
+    async def run() -> dict:  # the snapshot that showed all 32 decoding, or {} if none did
+        seen = {}
+        async with httpx.AsyncClient(base_url=server.url, timeout=300) as client:
+            hang_up = asyncio.Event()
+            streams = [asyncio.create_task(stream(client, hang_up)) for _ in range(32)]
 
-    async def run() -> list[int]:  # each stream's completion tokens
-        async with httpx.AsyncClient(timeout=300) as client:
-            done = asyncio.Event()
-            watcher = asyncio.create_task(watch(client, done))
-            counts = await asyncio.gather(*(stream(client) for _ in range(32)))
-            done.set()
-            await watcher
-            return counts
+            async def all_decoding() -> bool:
+                if any(task.done() for task in streams):
+                    return True  # a stream failed or ended early: gathering them below says how
+                stats = (await client.get("/stats")).json()
+                tokens = {slot["request_id"]: slot["tokens"] for slot in stats["slots"] if slot["request_id"] in ids}
+                if len(ids) == 32 and len(tokens) == 32 and min(tokens.values()) >= DECODED:
+                    seen.update(stats)
+                    return True
+                return False
 
+            try:
+                await async_wait_until(all_decoding, timeout=240, interval=0.1)
+            finally:
+                hang_up.set()
+            await asyncio.gather(*streams)
+        return seen
+
+    preemptions = server.stats()["num_preemptions"]
     assert server.stats()["num_slots"] >= 32
-    tokens = asyncio.run(run())
-    assert tokens == [48] * 32, tokens
-    assert peak["waiting"] == 0 and peak["running"] == 32, peak
+    stats = asyncio.run(run())
+    assert stats, "no /stats snapshot showed all 32 streams in slots at once"
+    assert stats["batch_size"] == 32 and stats["queue_depth"] == 0, stats
+    # the hang-ups abort all 32 and free every slot and block; none was preempted back to the queue
+    assert wait_until(lambda: idle(server), timeout=60), server.stats()
+    assert server.stats()["num_preemptions"] == preemptions
+    for request_id in ids:
+        row = server.wait_row(request_id)
+        assert row["status"] == "aborted" and DECODED <= row["completion_tokens"] < HELD_TOKENS, row
