@@ -18,14 +18,16 @@ anything else (ordinary JSON, another function, arguments that do not fit) stays
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
 from typing import ClassVar
 
 import jsonschema
+import regex
 from django.conf import settings
-from referencing.exceptions import Unresolvable
+from referencing import Registry
 
 from ..engine.json_schemas import grammar_schema
 
@@ -92,7 +94,11 @@ class ToolParser:
 def _object_schema(function: dict, arguments_key: str) -> dict:
     parameters = dict(function.get("parameters") or {"type": "object"})
     # the parameters' definitions move to the call's root, where their "#/$defs/..." refs now point
-    definitions = {key: parameters.pop(key) for key in ("$defs", "definitions") if key in parameters}
+    # (unless the parameters are a resource of their own, with an $id their refs resolve against)
+    movable = "$id" not in parameters
+    definitions = {
+        key: parameters.pop(key) for key in ("$defs", "definitions") if movable and isinstance(parameters.get(key), dict)
+    }
     return grammar_schema(
         {
             "type": "object",
@@ -203,11 +209,11 @@ class Llama3JsonToolParser(ToolParser):
             start = text.lstrip()
             if not start:
                 return 0, False  # leading blanks wait: a call may follow them
-            if start.startswith(self.TAG):
-                return 0, True
+            if start.startswith("{") or start.startswith(self.TAG):
+                return 0, True  # its own format, one call or several: held to the end
             if self.TAG.startswith(start):
                 return 0, False
-        return near_miss_start(text, shown), False  # a reply that opens with JSON is one candidate among these
+        return near_miss_start(text, shown), False
 
 
 def _call_object(text: str, functions: Functions, *argument_keys: str) -> Call | None:
@@ -246,12 +252,40 @@ def _valid_call(value, functions: Functions) -> Call | None:
             return None
     if not isinstance(arguments, dict):
         return None
-    schema = functions[value["name"]] or {"type": "object"}
+    return (value["name"], arguments) if _arguments_fit(functions[value["name"]] or {"type": "object"}, arguments) else None
+
+
+PATTERN_TIMEOUT_S = 0.05  # a client's pattern is matched on the event loop: never for long
+NO_RETRIEVAL = Registry()  # a client's $ref to a URL or a file is never fetched: it is unresolvable
+
+
+def _pattern(validator, pattern, instance, schema):
+    """jsonschema's `pattern`, matched by `regex` with a timeout (a client's pattern could
+    backtrack for ever under `re`; `regex` also reads the \\p{...} classes JSON schemas use)."""
+    if not validator.is_type(instance, "string"):
+        return
     try:
-        valid = jsonschema.validators.validator_for(schema)(schema).is_valid(arguments)
-    except (jsonschema.SchemaError, Unresolvable, RecursionError, TypeError, ValueError):
-        valid = False  # a schema we cannot check against: no near miss is taken on trust
-    return (value["name"], arguments) if valid else None
+        matched = regex.search(pattern, instance, timeout=PATTERN_TIMEOUT_S) is not None
+    except (regex.error, TimeoutError):
+        matched = False
+    if not matched:
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.cache
+def _validator_class(base):
+    return jsonschema.validators.extend(base, {"pattern": _pattern})
+
+
+def _arguments_fit(schema: dict, arguments: dict) -> bool:
+    """Whether a near miss's arguments validate against the function's parameters. Any failure to
+    check (a schema jsonschema refuses, an unknown type, a ref it may not fetch) means no: a near
+    miss is never taken on trust."""
+    try:
+        validator = _validator_class(jsonschema.validators.validator_for(schema))
+        return validator(schema, registry=NO_RETRIEVAL).is_valid(arguments)
+    except Exception:
+        return False
 
 
 FENCE = re.compile(r"```[\w-]*[ \t]*\n?(.*?)\n?[ \t]*```\s*\Z", re.S)

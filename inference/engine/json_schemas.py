@@ -24,6 +24,8 @@ with no optional whitespace between tokens at all.
 
 from __future__ import annotations
 
+from decimal import ROUND_CEILING, Decimal
+
 from .env import env_bool
 
 SAFE_INTEGER = 2**53 - 1
@@ -31,8 +33,12 @@ SAFE_INTEGER = 2**53 - 1
 FRACTION_DIGITS = 10
 _ANNOTATIONS = frozenset(("title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"))
 ANY_NAME = "minivllm_any_json"
-ANY_REF = {"$ref": f"#/$defs/{ANY_NAME}"}
+# referred to by its own absolute $id, not a "#/..." pointer: a free value inside a sub-schema with
+# an $id of its own would resolve a pointer against that sub-schema
+ANY_ID = "urn:minivllm:any-json"
+ANY_REF = {"$ref": ANY_ID}
 ANY_VALUE = {
+    "$id": ANY_ID,
     "anyOf": [
         {"type": "null"},
         {"type": "boolean"},
@@ -40,7 +46,7 @@ ANY_VALUE = {
         {"type": "string"},
         {"type": "array", "items": ANY_REF},
         {"type": "object", "additionalProperties": ANY_REF},
-    ]
+    ],
 }
 
 # Keywords whose value is one sub-schema, a list of them, or a map of them. allOf, not and
@@ -96,7 +102,21 @@ def closed_objects(schema):
 
 def _types(schema: dict) -> set:
     declared = schema.get("type")
-    return {declared} if isinstance(declared, str) else set(declared) if isinstance(declared, list) else set()
+    if isinstance(declared, str):
+        return {declared}
+    return {name for name in declared if isinstance(name, str)} if isinstance(declared, list) else set()
+
+
+def _holds_a_step(low, high, exclusive_low: bool, exclusive_high: bool) -> bool:
+    """Whether [low, high] (open where exclusive) holds a multiple of the decimal step, so that
+    adding it leaves the schema satisfiable (a range such as [1e-11, 9e-11] does not)."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)):
+        return True
+    step = Decimal(1).scaleb(-FRACTION_DIGITS)
+    first = (Decimal(str(low)) / step).to_integral_value(rounding=ROUND_CEILING) * step
+    if exclusive_low and first == Decimal(str(low)):
+        first += step
+    return first < Decimal(str(high)) or (first == Decimal(str(high)) and not exclusive_high)
 
 
 def _bounded(schema):
@@ -113,7 +133,17 @@ def _bounded(schema):
             bounded["minimum"] = -SAFE_INTEGER
         if high is None and (not isinstance(low, (int, float)) or low < SAFE_INTEGER):
             bounded["maximum"] = SAFE_INTEGER
-        if "number" in types and "multipleOf" not in bounded:
+        inclusive_low, inclusive_high = "minimum" in bounded, "maximum" in bounded
+        if (
+            "number" in types
+            and "multipleOf" not in bounded
+            and _holds_a_step(
+                bounded.get("minimum", bounded.get("exclusiveMinimum")),
+                bounded.get("maximum", bounded.get("exclusiveMaximum")),
+                not inclusive_low,
+                not inclusive_high,
+            )
+        ):
             bounded["multipleOf"] = 10.0**-FRACTION_DIGITS
     if "object" in types and not any(key in bounded for key in ("properties", "additionalProperties", "patternProperties")):
         bounded["additionalProperties"] = dict(ANY_REF)
@@ -136,7 +166,10 @@ def bounded_numbers(schema):
     bounded = _bounded(schema)
     if not isinstance(bounded, dict) or not _uses_any(bounded):
         return bounded
-    return {**bounded, "$defs": {**bounded.get("$defs", {}), ANY_NAME: ANY_VALUE}}
+    definitions = bounded.get("$defs", {})
+    if not isinstance(definitions, dict):
+        return bounded  # not a schema llguidance will take: its error, not ours, reaches the client
+    return {**bounded, "$defs": {**definitions, ANY_NAME: ANY_VALUE}}
 
 
 def grammar_schema(schema):

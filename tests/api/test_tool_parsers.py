@@ -195,3 +195,44 @@ def test_a_stream_never_shows_a_near_miss_call_and_ends_with_the_same_content(pa
 def test_a_stream_of_json_that_is_not_a_call_sends_all_of_it(parser, reply):
     shown, rest = streamed(parser, reply)
     assert shown + rest == reply
+
+
+def test_a_llama3_stream_of_several_calls_shows_none_of_them():
+    parser = Llama3JsonToolParser()
+    reply = parser.calls_text([("add", {"a": 1}), ("add", {"a": 2})])
+    shown, rest = streamed(parser, reply)
+    assert shown == "" and rest == reply and parser.parse(reply, FUNCTIONS) == (None, [("add", {"a": 1}), ("add", {"a": 2})])
+
+
+def test_a_near_miss_is_checked_without_fetching_refs_or_failing_on_odd_schemas(tmp_path):
+    """A client's parameters are checked as they are: a $ref to a URL or a file is never fetched
+    (it stays unresolved, so the reply stays content), a schema jsonschema cannot use is no match
+    rather than an error, and patterns read as JSON schemas write them (\\p{L})."""
+    anything = tmp_path / "anything.json"
+    anything.write_text('{"type": "object"}')  # were it fetched, every argument would fit
+    reply = '{"name": "f", "arguments": {"a": 1}}'
+    for parameters in (
+        {"$ref": anything.as_uri()},
+        {"$ref": "http://127.0.0.1:9/schema.json"},
+        {"type": "object", "properties": {"a": {"type": "int"}}},
+    ):
+        assert HermesToolParser().parse(reply, {"f": parameters}) == (reply, [])
+    letters = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^\\p{L}+$"}}}
+    assert HermesToolParser().parse('{"name": "f", "arguments": {"a": "abc"}}', {"f": letters}) == (None, [("f", {"a": "abc"})])
+    assert HermesToolParser().parse('{"name": "f", "arguments": {"a": "a1"}}', {"f": letters})[1] == []
+
+
+def test_forced_parameters_that_are_a_resource_of_their_own_keep_their_definitions(engine):
+    """Parameters with an $id resolve their refs against themselves: their $defs stay with them."""
+    tool = {
+        "name": "book",
+        "parameters": {
+            "$id": "http://example.com/book",
+            "type": "object",
+            "properties": {"when": {"$ref": "#/$defs/day"}},
+            "required": ["when"],
+            "$defs": {"day": {"enum": ["mon", "tue"]}},
+        },
+    }
+    request = ToolRequest([{"type": "function", "function": tool}], "required", False, HermesToolParser())
+    engine.grammars.compile({"kind": "lark", "value": request.grammar(), "param": "tool_choice"})

@@ -130,3 +130,17 @@ def test_objects_that_list_their_properties_allow_no_others_unless_the_schema_sa
     assert closed_objects({"not": {"properties": {"a": {}}}}) == {"not": {"properties": {"a": {}}}}
     assert closed["$defs"]["thing"]["additionalProperties"] is False
     assert closed_objects({"type": "object"}) == {"type": "object"}  # any object stays any object
+
+
+def test_the_rewrite_leaves_a_schema_it_can_compile_compilable(grammars, smollm_tokenizer):
+    """A free value inside a sub-schema with its own $id (a "#/..." pointer would resolve there),
+    and a range too narrow for the default decimal step, both compile and keep their meaning."""
+    resource = {
+        "type": "object",
+        "properties": {"sub": {"$id": "http://example.com/sub", "type": "object", "properties": {"v": {}}}},
+    }
+    assert accepts(grammars, smollm_tokenizer, '{"sub":{"v":[1,"x"]}}', resource)
+    tiny = {"type": "number", "minimum": 1e-11, "maximum": 9e-11}
+    assert "multipleOf" not in grammar_schema(tiny)
+    assert accepts(grammars, smollm_tokenizer, "0.00000000005", tiny)
+    assert grammar_schema({"type": "number", "minimum": 0, "maximum": 1})["multipleOf"] == 1e-10
