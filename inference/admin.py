@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from .api_keys import PREFIX_CHARS, generate_key, hash_key
+from .keys import PREFIX_CHARS, generate_key, hash_key
 from .models import ApiKey, GenerationRequest
 
 

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.utils import timezone
 
-from ..api_keys import hash_key
+from ..keys import hash_key
 from .errors import ApiError
 
 _LAST_USED_RESOLUTION = timedelta(seconds=30)  # last_used_at is written at most this often per key

@@ -1,6 +1,6 @@
 """The layers import downward only: the engine knows nothing of the request path or HTTP, the
 request path (serving) nothing of HTTP (api), and the history's modules (models, services, the
-admin, api_keys) nothing of HTTP either. A read of one request then goes one way."""
+admin, keys) nothing of HTTP either. A read of one request then goes one way."""
 
 import ast
 from pathlib import Path
@@ -41,7 +41,7 @@ def sources(*parts: str) -> list[Path]:
     [
         (("engine",), ("inference.serving", "inference.api", "django")),
         (("serving",), ("inference.api",)),
-        (("models.py", "services.py", "admin.py", "api_keys.py"), ("inference.api",)),
+        (("models.py", "services.py", "admin.py", "keys.py"), ("inference.api",)),
     ],
 )
 def test_no_layer_imports_a_layer_above_it(layer, forbidden):

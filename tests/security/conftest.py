@@ -22,7 +22,7 @@ LIMITS = {
 
 _SETUP = """
 from django.contrib.auth.models import User
-from inference.api_keys import PREFIX_CHARS, generate_key, hash_key
+from inference.keys import PREFIX_CHARS, generate_key, hash_key
 from inference.models import ApiKey
 raws = []
 for name, revoked in (("good", False), ("revoked", True)):

@@ -8,7 +8,7 @@ import re
 import pytest
 from django.contrib.messages import get_messages
 
-from inference import api_keys
+from inference import keys
 from inference.api import auth
 from inference.models import ApiKey
 
@@ -25,8 +25,8 @@ def create_key(admin_client, name="ci") -> tuple[ApiKey, str]:
 
 def test_created_key_is_shown_once_and_stored_hashed(admin_client):
     key, raw = create_key(admin_client)
-    assert key.key_hash == api_keys.hash_key(raw) and raw not in (key.key_hash, key.prefix)
-    assert raw.startswith(key.prefix) and len(key.prefix) == api_keys.PREFIX_CHARS
+    assert key.key_hash == keys.hash_key(raw) and raw not in (key.key_hash, key.prefix)
+    assert raw.startswith(key.prefix) and len(key.prefix) == keys.PREFIX_CHARS
     assert raw in admin_client.get("/admin/inference/apikey/").content.decode()  # the one showing
     page = admin_client.get(f"/admin/inference/apikey/{key.pk}/change/").content.decode()
     listing = admin_client.get("/admin/inference/apikey/").content.decode()
