@@ -224,10 +224,14 @@ def _call_object(text: str, functions: Functions, *argument_keys: str) -> Call |
     return _call_value(value, functions, argument_keys)
 
 
+def _names_an_offered_function(value, functions: Functions) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("name"), str) and value["name"] in functions
+
+
 def _call_value(value, functions: Functions, argument_keys) -> Call | None:
     """(name, arguments) when `value` is a call to an offered function with an object of arguments
     under one of `argument_keys` (the format's own: not checked against the parameters)."""
-    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or value["name"] not in functions:
+    if not _names_an_offered_function(value, functions):
         return None
     key = next((k for k in argument_keys if k in value), None)
     if key is None and any(k in value for k in ("arguments", "parameters")):
@@ -239,7 +243,7 @@ def _call_value(value, functions: Functions, argument_keys) -> Call | None:
 def _valid_call(value, functions: Functions) -> Call | None:
     """A near-miss call: exactly {"name", "arguments" or "parameters"} naming an offered function,
     whose arguments (an object, or a string holding one) validate against its parameters."""
-    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or value["name"] not in functions:
+    if not _names_an_offered_function(value, functions):
         return None
     keys = set(value) - {"name"}
     if len(keys) > 1 or not keys <= {"arguments", "parameters"}:
