@@ -28,6 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from .gguf_config import fast_gguf_config
 from .kernels import kernels
 
 log = logging.getLogger("minivllm.engine")
@@ -69,17 +70,14 @@ class GGUFCheckpoint:
                 return cls(path, config, _BACKGROUND.submit(_read_cached_tokenizer, cache, path), tensors)
             except (OSError, ValueError, KeyError) as error:  # a damaged cache: parse again
                 log.warning("GGUF cache %s unreadable (%s): reading the file again", cache, error)
-        from transformers import AutoConfig, AutoTokenizer
+        from transformers import AutoConfig
 
-        tensors = _parse_index(path)  # first: a truncated file fails here, in a fraction of a second
+        tensors, architecture = _parse_index(path)  # first: a truncated file fails here, in a fraction of a second
         folder, name = os.path.split(os.path.abspath(path))
-        hf_config = AutoConfig.from_pretrained(folder, gguf_file=name)
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        if _write_cache(cache, hf_config, tokenizer, tensors):
-            try:
-                hf_config, tokenizer = _read_cached_config(cache), _read_cached_tokenizer(cache, path)  # what later starts get
-            except (OSError, ValueError, KeyError, ImportError) as error:  # keep the ones in hand
-                log.warning("GGUF cache %s unreadable right after writing it (%s): using the parsed file", cache, error)
+        with fast_gguf_config(architecture):  # not gguf-py's ~10 s parse of the whole file
+            parsed = AutoConfig.from_pretrained(folder, gguf_file=name)
+        hf_config = SavedConfig(**json.loads(parsed.to_json_string(use_diff=False)))  # what later starts read back
+        tokenizer = _BACKGROUND.submit(_parse_tokenizer, path, architecture, parsed, tensors)  # beside the packing
         return cls(path, hf_config, tokenizer, tensors)
 
     @property
@@ -150,8 +148,8 @@ def cache_dir(path: str) -> Path:
     return CACHE_ROOT / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
-def _parse_index(path: str) -> dict[str, TensorEntry]:
-    """Every tensor's type, shape, offset and size, read from the file's header alone: gguf's
+def _parse_index(path: str) -> tuple[dict[str, TensorEntry], str | None]:
+    """Every tensor's type, shape, offset and size, and the file's architecture, read from the file's header alone: gguf's
     GGUFReader builds a numpy view per metadata item, ~8 s for a 151,936-token vocabulary; this
     skips the metadata values it does not need (well under a second)."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -164,12 +162,14 @@ def _parse_index(path: str) -> dict[str, TensorEntry]:
         version, tensor_count, kv_count = struct.unpack_from("<IQQ", blob, 4)
         if version not in (2, 3):
             raise ValueError(f"{path} is GGUF version {version}; versions 2 and 3 are read")
-        pos, alignment = 24, 32
+        pos, alignment, architecture = 24, 32, None
         for _ in range(kv_count):
             key, pos = _string(blob, pos)
             (kind,) = struct.unpack_from("<I", blob, pos)
             if key == "general.alignment":
                 (alignment,) = struct.unpack_from("<I", blob, pos + 4)
+            elif key == "general.architecture" and kind == 8:
+                architecture = _string(blob, pos + 4)[0]
             pos = _skip_value(blob, pos + 4, kind)
         raw_entries = []
         for _ in range(tensor_count):
@@ -192,7 +192,7 @@ def _parse_index(path: str) -> dict[str, TensorEntry]:
         if data_start + offset + nbytes > size:
             raise ValueError(f"{path} is truncated: tensor {name} ends past the file's {size} bytes")
         tensors[name] = TensorEntry(ggml_type.name.lower(), shape, data_start + offset, nbytes)
-    return tensors
+    return tensors, architecture
 
 
 _SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value types but string / array
@@ -248,6 +248,23 @@ def _read_cached_tokenizer(cache: Path, path: str):
 
         folder, name = os.path.split(os.path.abspath(path))
         return AutoTokenizer.from_pretrained(folder, gguf_file=name)
+
+
+def _parse_tokenizer(path: str, architecture: str | None, hf_config, tensors: dict[str, TensorEntry]):
+    """A new file's tokenizer, as transformers converts it, then the file's cache written (config,
+    tokenizer, index); the tokenizer is the one read back from the cache, what later starts get."""
+    from transformers import AutoTokenizer
+
+    folder, name = os.path.split(os.path.abspath(path))
+    with fast_gguf_config(architecture):
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    cache = cache_dir(path)
+    if _write_cache(cache, hf_config, tokenizer, tensors):
+        try:
+            return _read_cached_tokenizer(cache, path)
+        except (OSError, ValueError, KeyError, ImportError) as error:  # keep the one in hand
+            log.warning("GGUF cache %s unreadable right after writing it (%s): using the parsed file", cache, error)
+    return tokenizer
 
 
 _BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gguf-tokenizer")

@@ -1,0 +1,68 @@
+"""A GGUF's transformers config, built from its metadata without gguf-py's reader.
+
+transformers 5.x reads a GGUF's config with its fast metadata reader only for the architectures in
+`GGUF_CONFIG_ARCHS`; for every other one (Llama, Mistral, Qwen2, Qwen3 among them) it parses the
+whole file with gguf-py's `GGUFReader`, which builds a numpy view per vocabulary string: ~10 s a
+parse for a 150k-token vocabulary, and AutoConfig and AutoTokenizer each parse once. That made a
+new file's first start ~25 s against llama-server's ~3.
+
+`config_dict` is that legacy parse's config, rebuilt from the fast reader's metadata by the same
+rules and transformers' own key tables (tests compare the two on every family we serve);
+`fast_gguf_config` lets transformers' AutoConfig and AutoTokenizer take their fast path with it for
+one file, so the tokenizer class and its conversion stay transformers' own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+SERVED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")  # what our model classes run from a GGUF
+_REGISTRY_LOCK = threading.Lock()
+
+
+def config_dict(metadata: dict, tensor_names: tuple[str, ...]) -> dict:
+    """The config dict transformers' legacy `load_gguf_checkpoint` gives for a file of a served
+    architecture. `metadata`: transformers' `read_gguf_metadata` (string arrays left as counts)."""
+    from transformers.integrations.ggml import GGUF_CONFIG_DEFAULTS_MAPPING
+    from transformers.modeling_gguf_pytorch_utils import GGUF_TO_TRANSFORMERS_MAPPING
+
+    architecture = metadata["general.architecture"]
+    name = metadata.get("general.name")
+    # as the legacy reader: a "llama" file whose name is exactly "mistral" is Mistral
+    updated = "mistral" if "llama" in architecture and name == "mistral" else architecture
+    config: dict = {"tie_word_embeddings": "output.weight" not in tensor_names}
+    for key, value in GGUF_CONFIG_DEFAULTS_MAPPING.get(updated, GGUF_CONFIG_DEFAULTS_MAPPING.get(architecture) or {}).items():
+        config.setdefault(key, value)
+    renames = GGUF_TO_TRANSFORMERS_MAPPING["config"]
+    for gguf_key, value in metadata.items():
+        prefix, _, config_key = gguf_key.replace(architecture, updated).partition(".")
+        if isinstance(value, list) and len(value) == 1:  # the legacy reader unwraps one-element arrays
+            value = value[0]
+        if isinstance(value, str) and architecture in value:
+            value = value.replace(architecture, updated)
+        renamed = renames.get(prefix, {}).get(config_key, -1)
+        if renamed not in (-1, None):
+            config[renamed] = value
+    if "vocab_size" not in config and isinstance(metadata.get("tokenizer.ggml.tokens"), int):
+        config["vocab_size"] = metadata["tokenizer.ggml.tokens"]  # the fast reader counts the strings
+    return config
+
+
+@contextlib.contextmanager
+def fast_gguf_config(architecture: str):
+    """For the block's duration, transformers reads configs of `architecture` through `config_dict`
+    (its fast path), where it would parse the whole file with gguf-py. Architectures we do not
+    serve keep transformers' own reading (and its errors)."""
+    from transformers.integrations import gguf
+
+    registry = gguf.GGUF_CONFIG_ARCHS
+    with _REGISTRY_LOCK:
+        added = architecture in SERVED_ARCHITECTURES and architecture not in registry
+        if added:
+            registry[architecture] = config_dict
+        try:
+            yield
+        finally:
+            if added:
+                registry.pop(architecture, None)
