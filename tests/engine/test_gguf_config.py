@@ -49,7 +49,7 @@ def test_transformers_takes_the_fast_path_only_inside_the_block(tmp_path):
     from transformers import AutoConfig
     from transformers.integrations.gguf import GGUF_CONFIG_ARCHS
 
-    path = write_block_gguf(tmp_path / "m.gguf", "qwen2")
+    write_block_gguf(tmp_path / "m.gguf", "qwen2")
     with fast_gguf_config("qwen2"):
         assert "qwen2" in GGUF_CONFIG_ARCHS
         inside = AutoConfig.from_pretrained(str(tmp_path), gguf_file="m.gguf")
