@@ -121,10 +121,7 @@ class GGUFCheckpoint:
         """Maps every page of the file in one call, before the load reads it all: faulting a 1 GB file
         in page by page took ~1.1 s of a 1.5B model's 1.5 s of packing (warm page cache), and a cold
         cache reads ahead in large requests. Linux 5.14+ (MADV_POPULATE_READ); elsewhere a read-ahead hint."""
-        try:
-            self._map.madvise(MADV_POPULATE_READ)
-        except OSError:
-            self._map.madvise(mmap.MADV_WILLNEED)
+        populate(self._map)
 
     def release_pages(self) -> None:
         """Hands the mapped file's pages back (they count as the process's memory while mapped): after
@@ -140,6 +137,14 @@ class GGUFCheckpoint:
         raw = self.raw_tensor(name)  # a view of the map: gguf_groups only reads it
         levels, scales, minimums = kernels().gguf_groups(raw, *entry.shape, entry.type)
         return levels, scales, minimums, 8 if entry.type == "q8_0" else 4
+
+
+def populate(mapped: mmap.mmap) -> None:
+    """Every page of a map mapped in one call; where the kernel is older than 5.14, a read-ahead hint."""
+    try:
+        mapped.madvise(MADV_POPULATE_READ)
+    except OSError:
+        mapped.madvise(mmap.MADV_WILLNEED)
 
 
 def cache_dir(path: str) -> Path:
@@ -232,16 +237,15 @@ def _read_cached_config(cache: Path) -> SavedConfig:
 
 
 def _read_cached_tokenizer(cache: Path, path: str):
-    """The cached tokenizer. A GGUF's tokenizer is transformers' TokenizersBackend (tokenizer.json
-    and the chat template), loaded by that class's own from_pretrained: through AutoTokenizer the
-    same object costs another ~60 MB of imports. A damaged cache: the file's own tokenizer again."""
+    """The cached tokenizer: tokenizer.json (the pipeline transformers converted from the GGUF) and
+    tokenizer_config.json (special tokens, chat template), read by TokenizersBackend, whose pipeline
+    is exactly the file's. Not the class transformers named (Qwen2Tokenizer, ...): those rebuild their
+    family's pre-tokenizer over the file's (a Qwen2 file split code differently from the GGUF's own
+    tokenizer), and AutoTokenizer's machinery cost ~1.5 s of a start. A damaged cache: the file's again."""
     try:
-        tokenizer_class = json.loads((cache / "tokenizer_config.json").read_text()).get("tokenizer_class")
-        if tokenizer_class == "TokenizersBackend":
-            from transformers.tokenization_utils_tokenizers import TokenizersBackend as loader
-        else:
-            from transformers import AutoTokenizer as loader
-        return loader.from_pretrained(cache)
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+        return TokenizersBackend.from_pretrained(cache)
     except (OSError, ValueError, KeyError, ImportError) as error:
         log.warning("GGUF cache %s: tokenizer unreadable (%s): reading the file's again", cache, error)
         from transformers import AutoTokenizer

@@ -12,11 +12,13 @@ are (`gguf_layout`); otherwise the loader takes transformers' de-quantized weigh
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 import torch
 from torch import nn
 
+from . import packed_cache
 from .gguf_checkpoint import GROUPED_TYPES, GGUFCheckpoint
 from .layers.linear import GGUF_BLOCK_TYPES
 from .layers.linear.base import RowKernelLinear
@@ -27,6 +29,7 @@ from .models.no_init import WithoutWeightInit
 
 FLOAT_TYPES = ("f16", "bf16", "f32")
 KERNELS = {**{t: "group" for t in GROUPED_TYPES}, **{t: "block" for t in GGUF_BLOCK_TYPES}, **{t: "float" for t in FLOAT_TYPES}}
+log = logging.getLogger("minivllm.engine")
 KEPT_FORMATS = ("int4", "q8_0", "gguf")  # the formats that keep a GGUF's own blocks (layers/linear/__init__.py)
 
 
@@ -49,7 +52,14 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
     with WithoutWeightInit():  # allocated, never written: untouched pages cost no memory, and each is replaced below
         model = model_class(hf_config, max_positions=max_model_len)
     linears, floats = model.gguf_layout()
-    checkpoint.populate()
+    grouped = any(
+        checkpoint.tensors[name].type in GROUPED_TYPES
+        for path, parts in linears.items()
+        if path.endswith(".weight")
+        for name, _ in parts
+    )
+    if grouped:  # read whole below, as GroupLinears
+        checkpoint.populate()
     kernels_used: Counter = Counter()
     specs: list = []  # the block and float weights, packed together below
     plans = {}
@@ -58,7 +68,7 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
             bias_parts = linears.get(path.removesuffix(".weight") + ".bias")
             bias = _float_rows(checkpoint, bias_parts) if bias_parts and bias_parts[0][0] in checkpoint.tensors else None
             plans[path.removesuffix(".weight")] = (_plan(checkpoint, parts, kernels_used, specs), bias)
-    packed = pack_file_weights(specs)
+    packed = _packed(checkpoint, specs, populated=grouped)
     for path, (runs, bias) in plans.items():
         _set(model, path, _linear(runs, packed, bias))
     for path, name in floats.items():
@@ -103,8 +113,26 @@ def _run_plan(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]], spe
         first += rows
     order = torch.cat(orders) if any(heads is not None for _, heads in run) else None
     columns = checkpoint.tensors[run[0][0]].shape[1]
-    specs.append(([checkpoint.raw_tensor(name) for name, _ in run], columns, kind, order))
+    specs.append(([checkpoint.raw_tensor(name) for name, _ in run], columns, kind, order, [name for name, _ in run]))
     return (FloatLinear if kind in FLOAT_TYPES else BlockLinear, len(specs) - 1, first, columns, kind)
+
+
+def _packed(checkpoint: GGUFCheckpoint, specs: list, populated: bool) -> list[torch.Tensor]:
+    """The block and float weights: mapped from the packed cache of an earlier start, else packed
+    from the file (and cached for the next start)."""
+    cache = None
+    if specs and packed_cache.enabled():
+        cache = packed_cache.PackedCache(checkpoint.path, [packed_cache.spec_key(s[4], *s[1:4]) for s in specs])
+        mapped = cache.load()
+        if mapped is not None:
+            log.info("packed weights mapped from %s", cache.folder / packed_cache.FILE_NAME)
+            return mapped
+    if not populated:
+        checkpoint.populate()
+    packed = pack_file_weights([spec[:4] for spec in specs])
+    if cache is not None:
+        cache.save_later(packed)
+    return packed
 
 
 def _linear(runs: list, packed: list[torch.Tensor], bias) -> RowKernelLinear:

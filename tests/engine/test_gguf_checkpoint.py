@@ -10,6 +10,7 @@ import pytest
 
 from inference.engine import gguf_checkpoint
 from inference.engine.loader import embedded_model_source
+from tests.engine.gguf_files import write_block_gguf
 
 pytestmark = pytest.mark.real_model  # the embedded GGUF, read and served
 
@@ -19,6 +20,7 @@ TEXTS = [
     "<|im_start|>user\nhi<|im_end|> special tokens inside text",
     "unicode: café, naïve, 日本語, emoji 🙂, math ∑",
     "",
+    "def f(a):\n    return a + 1\n",  # a Qwen2 split regex takes the newline and indent apart
 ]
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]
 
@@ -51,20 +53,35 @@ def test_the_cached_config_holds_every_field_of_transformers_config(embedded):
 
 
 def test_the_cached_tokenizer_encodes_decodes_and_renders_chats_as_transformers_does(embedded, smollm_tokenizer):
-    _, cached = embedded
-    tokenizer = cached.tokenizer
+    assert_same_tokenizer(embedded[1].tokenizer, smollm_tokenizer)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_a_qwen_files_cached_tokenizer_is_the_ggufs_own(tmp_path, monkeypatch, arch):
+    """transformers names Qwen2Tokenizer for these files, whose constructor puts Qwen2's own pre-tokenizer
+    over the file's: read back through it, code split differently from the GGUF's tokenizer."""
+    from transformers import AutoTokenizer
+
+    monkeypatch.setattr(gguf_checkpoint, "CACHE_ROOT", tmp_path / "cache")
+    path = write_block_gguf(tmp_path / "m.gguf", arch)
+    gguf_checkpoint.GGUFCheckpoint.open(path).tokenizer  # parses and writes the cache
+    cached = gguf_checkpoint.GGUFCheckpoint.open(path)  # reads it back
+    assert_same_tokenizer(cached.tokenizer, AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="m.gguf"))
+
+
+def assert_same_tokenizer(tokenizer, reference):
     for text in TEXTS:
-        ids = smollm_tokenizer(text).input_ids
+        ids = reference(text).input_ids
         assert tokenizer(text).input_ids == ids, text
-        assert tokenizer.decode(ids) == smollm_tokenizer.decode(ids)
-        assert tokenizer.decode(ids, skip_special_tokens=True) == smollm_tokenizer.decode(ids, skip_special_tokens=True)
+        assert tokenizer.decode(ids) == reference.decode(ids)
+        assert tokenizer.decode(ids, skip_special_tokens=True) == reference.decode(ids, skip_special_tokens=True)
     for generation_prompt in (True, False):
         assert tokenizer.apply_chat_template(
             MESSAGES, tokenize=False, add_generation_prompt=generation_prompt
-        ) == smollm_tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=generation_prompt)
+        ) == reference.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=generation_prompt)
     for attribute in ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id", "all_special_ids"):
-        assert getattr(tokenizer, attribute) == getattr(smollm_tokenizer, attribute), attribute
-    assert len(tokenizer) == len(smollm_tokenizer)
-    assert tokenizer.convert_ids_to_tokens(list(range(0, 49152, 997))) == smollm_tokenizer.convert_ids_to_tokens(
+        assert getattr(tokenizer, attribute) == getattr(reference, attribute), attribute
+    assert len(tokenizer) == len(reference)
+    assert tokenizer.convert_ids_to_tokens(list(range(0, 49152, 997))) == reference.convert_ids_to_tokens(
         list(range(0, 49152, 997))
     )

@@ -10,7 +10,11 @@ is also the CUDA path.
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
+import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -23,6 +27,8 @@ STALE_LOCK_S = 600  # a build takes ~2 min; a lock this old was left by a killed
 # attention/, layers/ (a decoder layer's fused halves, RMSNorm, RoPE). Every .cpp below is built;
 # includes are written from this folder ("common/simd.h").
 SOURCE_DIR = Path(__file__).parent
+# where the last build's module file is, and the sources it was built from (source_hash)
+BUILD_RECORD = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm" / "kernels-build.json"
 
 
 def sources() -> list[str]:
@@ -53,11 +59,14 @@ def load():
     capability = torch.backends.cpu.get_cpu_capability()
     if not capability.startswith("AVX"):  # AVX2, AVX512, ...
         raise KernelsUnavailable(f"the kernels need AVX2; this CPU offers {capability}")
+    built = _built_before()
+    if built is not None:
+        return built
     from torch.utils import cpp_extension
 
     try:
         _clear_stale_lock(Path(cpp_extension._get_build_directory(NAME, verbose=False)) / "lock")
-        return cpp_extension.load(
+        module = cpp_extension.load(
             name=NAME,
             sources=sources(),
             extra_include_paths=[str(SOURCE_DIR)],
@@ -66,6 +75,40 @@ def load():
         )
     except (RuntimeError, OSError, ImportError) as error:  # no compiler, no ninja, a build error
         raise KernelsUnavailable(str(error)) from error
+    _remember_build(module)
+    return module
+
+
+@functools.cache
+def source_hash() -> str:
+    """Every kernel source's name and bytes, the build flags and torch's version, hashed: what a build is of."""
+    digest = hashlib.sha256(f"{FLAGS}|{torch.__version__}".encode())
+    for path in sorted(SOURCE_DIR.glob("*/*.[ch]*")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _built_before():
+    """The module built from exactly these sources, imported straight from its file, or None.
+    cpp_extension.load imports setuptools and runs ninja to find out (~0.2 s of every start)."""
+    try:
+        record = json.loads(BUILD_RECORD.read_text())
+        if record.get("sources") != source_hash() or not os.path.isfile(record["path"]):
+            return None
+        spec = importlib.util.spec_from_file_location(NAME, record["path"])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except (OSError, ValueError, KeyError, ImportError):
+        return None
+
+
+def _remember_build(module) -> None:
+    try:
+        BUILD_RECORD.parent.mkdir(parents=True, exist_ok=True)
+        BUILD_RECORD.write_text(json.dumps({"sources": source_hash(), "path": module.__file__}))
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def _clear_stale_lock(lock: Path) -> None:

@@ -27,3 +27,30 @@ def test_every_cpp_file_under_a_concern_folder_is_built():
     on_disk = {str(p.relative_to(SOURCE_DIR)) for p in SOURCE_DIR.rglob("*.cpp")}
     assert built == on_disk and all("/" in name for name in built)  # no file left at the top, none missed
     assert {name.split("/")[0] for name in built} == {"common", "int8", "groups", "blocks", "floats", "attention", "layers"}
+
+
+def test_a_later_start_imports_the_build_of_the_same_sources_straight_from_its_file(tmp_path, monkeypatch):
+    import json
+
+    from inference.engine import kernels as package
+
+    built = package.kernels()
+    record = tmp_path / "kernels-build.json"
+    monkeypatch.setattr(package, "BUILD_RECORD", record)
+    package._remember_build(built)
+    assert json.loads(record.read_text()) == {"sources": package.source_hash(), "path": built.__file__}
+    again = package._built_before()
+    assert again is not None and again.__file__ == built.__file__ and hasattr(again, "block_linear")
+    record.write_text(json.dumps({"sources": "another build", "path": built.__file__}))  # sources changed since
+    assert package._built_before() is None
+    record.write_text(json.dumps({"sources": package.source_hash(), "path": str(tmp_path / "gone.so")}))
+    assert package._built_before() is None
+    record.write_text("{not json")
+    assert package._built_before() is None
+
+
+def test_the_source_hash_covers_every_header_and_source():
+    from inference.engine.kernels import SOURCE_DIR
+
+    covered = {p.name for p in SOURCE_DIR.glob("*/*.[ch]*")}
+    assert {p.name for p in SOURCE_DIR.rglob("*") if p.suffix in (".cpp", ".h")} <= covered

@@ -1,0 +1,133 @@
+"""A GGUF's packed weights kept on disk beside its cached config, and mapped at later starts.
+
+Packing a 1.5B Q4_K_M (gguf_weights.py) reads the whole file and writes ~1 GB of fresh memory:
+1-2.5 s of a start, most of it the kernel faulting in and zeroing new pages (more in a VM whose
+memory the host has not backed yet). The packed bytes depend only on the file and on our packer, so
+the first start writes them to `packed.bin` in the file's cache folder (after the load, on a
+thread) and every later start maps that file: no packing, no fresh memory, and the pages are the
+page cache's, shared by every process serving the file. A cold page cache reads as many bytes from
+disk as the GGUF itself would.
+
+The manifest names what the packing was made of (each weight's tensors, type, row order) and the
+kernels' source hash, so a new packer or another model layout never maps stale bytes; a damaged or
+short file is packed again. MINIVLLM_PACKED_CACHE=0 packs at every start and writes nothing: the
+cache costs about the GGUF's size on disk again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import mmap
+import os
+import shutil
+import threading
+
+import numpy as np
+import torch
+
+from .env import env_bool
+from .gguf_checkpoint import cache_dir, populate
+from .kernels import source_hash
+
+log = logging.getLogger("minivllm.engine")
+
+ALIGNMENT = 4096  # each weight starts on a page: the kernels' loads are aligned as torch's allocator would give
+FILE_NAME, MANIFEST_NAME = "packed.bin", "packed.json"
+_writes: list[threading.Thread] = []
+
+
+def enabled() -> bool:
+    return env_bool("MINIVLLM_PACKED_CACHE", True)
+
+
+def spec_key(names: list[str], columns: int, kind: str, order: torch.Tensor | None) -> list:
+    """What one packed weight is made of, as the manifest records it."""
+    order_hash = hashlib.sha256(order.numpy().tobytes()).hexdigest()[:16] if order is not None else None
+    return [names, columns, kind, order_hash]
+
+
+class PackedCache:
+    """The packed weights of one GGUF for one list of weights (`keys`), in a folder beside the file's
+    cached config (its own: that folder is renamed into place whole)."""
+
+    def __init__(self, gguf_path: str, keys: list[list]):
+        config_cache = cache_dir(gguf_path)
+        self.source = os.path.abspath(gguf_path)
+        self.folder = config_cache.with_name(config_cache.name + "-packed")
+        self.key = hashlib.sha256(json.dumps([source_hash(), keys]).encode()).hexdigest()
+
+    def load(self) -> list[torch.Tensor] | None:
+        """The weights mapped from the file, or None where there is no cache for exactly these weights."""
+        try:
+            manifest = json.loads((self.folder / MANIFEST_NAME).read_text())
+            if manifest.get("key") != self.key:
+                return None
+            with open(self.folder / FILE_NAME, "rb") as file:
+                if os.fstat(file.fileno()).st_size != manifest["bytes"]:
+                    return None
+                # copy-on-write, as the GGUF's own map: torch takes views without a read-only warning; nothing writes them
+                mapped = mmap.mmap(file.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except (OSError, ValueError, KeyError):
+            return None
+        populate(mapped)  # one call, not a fault per page in the first steps
+        data = np.frombuffer(mapped, dtype=np.uint8)
+        return [
+            torch.from_numpy(data[offset : offset + rows * width]).view(rows, width)
+            for rows, width, offset in manifest["tensors"]
+        ]
+
+    def save_later(self, packed: list[torch.Tensor]) -> None:
+        """Writes the weights on a thread (a whole file, then renamed in: a reader sees none or all)."""
+        # not a daemon: a process that stops right after its start finishes the file rather than leave half of one
+        thread = threading.Thread(target=self._save, args=(packed,), name="packed-cache-write")
+        _writes.append(thread)
+        thread.start()
+
+    def _save(self, packed: list[torch.Tensor]) -> None:
+        try:  # this thread only: the server is taking requests while ~1 GB is copied out
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
+            pass
+        partial = self.folder / f"{FILE_NAME}.{os.getpid()}.tmp"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            for stale in self.folder.glob(f"{FILE_NAME}.*.tmp"):  # left by a process killed while writing
+                if stale != partial:
+                    stale.unlink(missing_ok=True)
+            entries, offset = [], 0
+            with open(partial, "wb") as file:
+                for tensor in packed:
+                    rows, width = tensor.shape
+                    file.seek(offset)
+                    file.write(memoryview(tensor.contiguous().numpy()))
+                    entries.append([rows, width, offset])
+                    offset = (offset + rows * width + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+                file.truncate(offset)
+            partial.replace(self.folder / FILE_NAME)
+            manifest = {"key": self.key, "source": self.source, "bytes": offset, "tensors": entries}
+            (self.folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+            self._remove_stale()
+            log.info("packed weights cached for the next start: %s (%.0f MB)", self.folder / FILE_NAME, offset / 2**20)
+        except OSError as error:  # a full or read-only disk: later starts pack again
+            log.warning("could not cache the packed weights in %s: %s", self.folder, error)
+            partial.unlink(missing_ok=True)
+
+    def _remove_stale(self) -> None:
+        """Other packed caches of this file (an older version of it) or of files that are gone: each holds
+        about a model's size of disk."""
+        for manifest_path in self.folder.parent.glob(f"*-packed/{MANIFEST_NAME}"):
+            folder = manifest_path.parent
+            try:
+                source = json.loads(manifest_path.read_text()).get("source")
+            except (OSError, ValueError):
+                continue
+            if folder != self.folder and (source == self.source or not (source and os.path.exists(source))):
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def wait_for_writes(timeout: float | None = None) -> None:
+    """Until every cache write this process started has finished (tests, and a clean shutdown)."""
+    for thread in list(_writes):
+        thread.join(timeout)

@@ -1,0 +1,87 @@
+"""A GGUF's packed weights written at its first start and mapped at the next: the same bytes and the
+same logits, never a stale or short file, nothing written when turned off, one cache per file."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+from inference.engine import gguf_checkpoint, packed_cache
+from inference.engine.config import EngineConfig
+from inference.engine.engine import LLMEngine
+from inference.engine.layers.linear.blocks import BlockLinear
+from tests.engine.gguf_files import write_block_gguf
+from tests.engine.helpers import prefill_logits
+
+pytestmark = pytest.mark.real_model  # the embedded GGUF's tokenizer, in the files written here
+TYPES = {"attn_q": "f16", "ffn_up": "q5_k"}  # block and float weights, a fused Q/K/V of mixed types
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(gguf_checkpoint, "CACHE_ROOT", tmp_path / "cache")
+    monkeypatch.delenv("MINIVLLM_PACKED_CACHE", raising=False)
+
+
+def started(path: str) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """(every packed weight, the logits of one prefill) of an engine started on the file; its cache written."""
+    engine = LLMEngine(EngineConfig(model=path, device="cpu"))
+    packed = [m.packed.clone() for m in engine.bundle.model.modules() if isinstance(m, BlockLinear)]
+    logits = prefill_logits(engine, [1, 17, 300, 4000, 9, 12])
+    packed_cache.wait_for_writes()
+    return packed, logits
+
+
+def mapped(caplog) -> bool:
+    return any("packed weights mapped" in r.getMessage() for r in caplog.records)
+
+
+def test_the_next_start_maps_the_same_bytes_and_computes_the_same_logits(tmp_path, caplog):
+    path = write_block_gguf(tmp_path / "m.gguf", types=TYPES)
+    with caplog.at_level(logging.INFO, logger="minivllm.engine"):
+        first, first_logits = started(path)
+        assert not mapped(caplog)
+        (folder,) = (tmp_path / "cache").glob("*-packed")
+        assert (folder / packed_cache.FILE_NAME).is_file()
+        caplog.clear()
+        second, second_logits = started(path)
+        assert mapped(caplog)
+    assert len(first) == len(second) > 0 and all(torch.equal(a, b) for a, b in zip(first, second))
+    assert torch.equal(first_logits, second_logits)
+
+
+def test_a_short_file_or_another_packer_is_packed_again(tmp_path, caplog):
+    path = write_block_gguf(tmp_path / "m.gguf")
+    _, logits = started(path)
+    (folder,) = (tmp_path / "cache").glob("*-packed")
+    data = folder / packed_cache.FILE_NAME
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    with caplog.at_level(logging.INFO, logger="minivllm.engine"):
+        _, again = started(path)
+        assert not mapped(caplog)
+    assert torch.equal(again, logits)
+    manifest = json.loads((folder / packed_cache.MANIFEST_NAME).read_text())
+    (folder / packed_cache.MANIFEST_NAME).write_text(json.dumps({**manifest, "key": "an older packer's"}))
+    with caplog.at_level(logging.INFO, logger="minivllm.engine"):
+        _, again = started(path)
+        assert not mapped(caplog)
+    assert torch.equal(again, logits)
+
+
+def test_turned_off_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIVLLM_PACKED_CACHE", "0")
+    started(write_block_gguf(tmp_path / "m.gguf"))
+    assert not list((tmp_path / "cache").glob("*-packed"))
+
+
+def test_a_changed_files_old_cache_is_removed(tmp_path):
+    path = write_block_gguf(tmp_path / "m.gguf", seed=1)
+    started(path)
+    (old,) = (tmp_path / "cache").glob("*-packed")
+    write_block_gguf(tmp_path / "m.gguf", seed=2)  # the same path, new bytes: a new cache folder
+    started(path)
+    (new,) = (tmp_path / "cache").glob("*-packed")
+    assert new != old
