@@ -64,7 +64,7 @@ def test_a_qwen_files_cached_tokenizer_is_the_ggufs_own(tmp_path, monkeypatch, a
 
     monkeypatch.setattr(gguf_checkpoint, "CACHE_ROOT", tmp_path / "cache")
     path = write_block_gguf(tmp_path / "m.gguf", arch)
-    gguf_checkpoint.GGUFCheckpoint.open(path).tokenizer  # parses and writes the cache
+    assert gguf_checkpoint.GGUFCheckpoint.open(path).tokenizer is not None  # parses, then writes the cache
     cached = gguf_checkpoint.GGUFCheckpoint.open(path)  # reads it back
     assert_same_tokenizer(cached.tokenizer, AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="m.gguf"))
 

@@ -127,7 +127,7 @@ def test_the_index_config_and_tokenizer_are_cached_and_a_damaged_cache_is_read_a
     monkeypatch.setattr(gguf_checkpoint, "CACHE_ROOT", tmp_path / "cache")  # empty: this test parses the file
     path = write_tiny_gguf(tmp_path / "tiny.gguf")
     first = gguf_checkpoint.GGUFCheckpoint.open(path)
-    first.tokenizer  # the tokenizer's parse, beside the weights' packing, ends by writing the cache
+    assert first.tokenizer is not None  # the tokenizer's parse, beside the weights' packing, ends by writing the cache
     cache = gguf_checkpoint.cache_dir(path)
     assert (cache / "index.json").is_file() and (cache / "tokenizer.json").is_file()
     again = gguf_checkpoint.GGUFCheckpoint.open(path)
