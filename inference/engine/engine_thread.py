@@ -15,6 +15,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import packed_cache
 from .config import EngineConfig
 from .engine import LLMEngine
 from .engine_state import EngineState, ModelInfo
@@ -118,6 +119,7 @@ class EngineThread:
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        packed_cache.wait_for_writes(timeout)  # a server stopped right after its start still leaves the whole file
         if self.state not in (EngineState.DEAD,):
             self.state = EngineState.STOPPED
 
