@@ -35,7 +35,7 @@ log = logging.getLogger("minivllm.engine")
 
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm" / "gguf"
 INDEX_VERSION = 2  # 2: config.json holds every field, defaults included (SavedConfig)
-MADV_POPULATE_READ = 22  # linux/mman.h; Python's mmap module does not name it
+MADV_POPULATE_READ, MADV_HUGEPAGE = 22, 14  # linux/mman.h; Python's mmap module names neither everywhere
 GROUPED_TYPES = ("q4_0", "q4_1", "q8_0")  # blocks of 32 weights our grouped kernel takes as they are
 
 
@@ -139,8 +139,14 @@ class GGUFCheckpoint:
         return levels, scales, minimums, 8 if entry.type == "q8_0" else 4
 
 
-def populate(mapped: mmap.mmap) -> None:
-    """Every page of a map mapped in one call; where the kernel is older than 5.14, a read-ahead hint."""
+def populate(mapped: mmap.mmap, huge: bool = False) -> None:
+    """Every page of a map mapped in one call; where the kernel is older than 5.14, a read-ahead hint.
+    `huge`: in 2 MB pages where the page cache holds 2 MB folios, and reading them so from disk."""
+    if huge:
+        try:
+            mapped.madvise(MADV_HUGEPAGE)
+        except OSError:  # a kernel without transparent huge pages
+            pass
     try:
         mapped.madvise(MADV_POPULATE_READ)
     except OSError:
