@@ -35,6 +35,7 @@ class EngineConfig:
     num_kv_blocks: int | None = None  # exact pool size, overriding the memory-based plan (tests, tuning)
     kv_cache_dtype: str = "auto"  # auto (kv_dtype_for) | float32 | float16 | bfloat16
     cpu_isa: str = "auto"  # caps the kernels' instruction set: auto | avx2 | avx512bw | avx512_vnni | amx (the loader applies it)
+    packed_cache: bool = True  # a GGUF's packed weights kept on disk at its first start, mapped by later ones (packed_cache.py)
 
     def __post_init__(self):
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -95,4 +96,5 @@ class EngineConfig:
             kv_cache_dtype=env_str("MINIVLLM_KV_CACHE_DTYPE", "auto", env),
             cpu_isa=env_str("MINIVLLM_CPU_ISA", "auto", env),
             enable_prefix_caching=env_bool("MINIVLLM_PREFIX_CACHING", True, env),
+            packed_cache=env_bool("MINIVLLM_PACKED_CACHE", True, env),
         )

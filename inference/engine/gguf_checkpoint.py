@@ -48,9 +48,11 @@ class TensorEntry:
 
 
 class GGUFCheckpoint:
-    def __init__(self, path: str, hf_config, tokenizer, tensors: dict[str, TensorEntry]):
-        """`tokenizer`: the tokenizer, or a Future of it (loading beside the weights' packing)."""
+    def __init__(self, path: str, hf_config, tokenizer, tensors: dict[str, TensorEntry], cache: Path | None = None):
+        """`tokenizer`: the tokenizer, or a Future of it (loading beside the weights' packing); `cache`:
+        the file's cache folder as its open found it (what is cached beside it must be of the same file)."""
         self.path = path
+        self.cache = cache or cache_dir(path)
         self.hf_config = hf_config
         self._tokenizer = tokenizer
         self.tensors = tensors
@@ -67,7 +69,7 @@ class GGUFCheckpoint:
             try:
                 config, tensors = _read_cached_config(cache), _read_index(cache)
                 # the tokenizer's ~1.5 s (transformers' imports, 150k-token vocabularies) runs while the weights pack
-                return cls(path, config, _BACKGROUND.submit(_read_cached_tokenizer, cache, path), tensors)
+                return cls(path, config, _BACKGROUND.submit(_read_cached_tokenizer, cache, path), tensors, cache)
             except (OSError, ValueError, KeyError) as error:  # a damaged cache: parse again
                 log.warning("GGUF cache %s unreadable (%s): reading the file again", cache, error)
         from transformers import AutoConfig
@@ -77,8 +79,8 @@ class GGUFCheckpoint:
         with fast_gguf_config(architecture):  # not gguf-py's ~10 s parse of the whole file
             parsed = AutoConfig.from_pretrained(folder, gguf_file=name)
         hf_config = SavedConfig(**json.loads(parsed.to_json_string(use_diff=False)))  # what later starts read back
-        tokenizer = _BACKGROUND.submit(_parse_tokenizer, path, architecture, parsed, tensors)  # beside the packing
-        return cls(path, hf_config, tokenizer, tensors)
+        tokenizer = _BACKGROUND.submit(_parse_tokenizer, path, cache, architecture, parsed, tensors)  # beside the packing
+        return cls(path, hf_config, tokenizer, tensors, cache)
 
     @property
     def tokenizer(self):
@@ -260,7 +262,7 @@ def _read_cached_tokenizer(cache: Path, path: str):
         return AutoTokenizer.from_pretrained(folder, gguf_file=name)
 
 
-def _parse_tokenizer(path: str, architecture: str | None, hf_config, tensors: dict[str, TensorEntry]):
+def _parse_tokenizer(path: str, cache: Path, architecture: str | None, hf_config, tensors: dict[str, TensorEntry]):
     """A new file's tokenizer, as transformers converts it, then the file's cache written (config,
     tokenizer, index); the tokenizer is the one read back from the cache, what later starts get."""
     from transformers import AutoTokenizer
@@ -268,7 +270,6 @@ def _parse_tokenizer(path: str, architecture: str | None, hf_config, tensors: di
     folder, name = os.path.split(os.path.abspath(path))
     with fast_gguf_config(architecture):
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    cache = cache_dir(path)
     if _write_cache(cache, hf_config, tokenizer, tensors):
         try:
             return _read_cached_tokenizer(cache, path)

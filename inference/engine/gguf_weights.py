@@ -47,8 +47,11 @@ def can_build(model_class, hf_config, checkpoint: GGUFCheckpoint, fmt: str) -> b
     return all(e.type in GROUPED_TYPES for e in matrices) and checkpoint.weight_type in wanted
 
 
-def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int) -> tuple[nn.Module, Counter]:
-    """The model and, per tensor type, how many of its matrices each kernel runs ({"q4_k block": 112, ...})."""
+def build(
+    model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int, keep_packed: bool = True
+) -> tuple[nn.Module, Counter]:
+    """The model and, per tensor type, how many of its matrices each kernel runs ({"q4_k block": 112, ...}).
+    `keep_packed`: the packed weights from (and for) the file's packed cache (packed_cache.py)."""
     with WithoutWeightInit():  # allocated, never written: untouched pages cost no memory, and each is replaced below
         model = model_class(hf_config, max_positions=max_model_len)
     linears, floats = model.gguf_layout()
@@ -68,7 +71,7 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
             bias_parts = linears.get(path.removesuffix(".weight") + ".bias")
             bias = _float_rows(checkpoint, bias_parts) if bias_parts and bias_parts[0][0] in checkpoint.tensors else None
             plans[path.removesuffix(".weight")] = (_plan(checkpoint, parts, kernels_used, specs), bias)
-    packed = _packed(checkpoint, specs, populated=grouped)
+    packed = _packed(checkpoint, specs, populated=grouped, keep=keep_packed)
     for path, (runs, bias) in plans.items():
         _set(model, path, _linear(runs, packed, bias))
     for path, name in floats.items():
@@ -117,15 +120,16 @@ def _run_plan(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]], spe
     return (FloatLinear if kind in FLOAT_TYPES else BlockLinear, len(specs) - 1, first, columns, kind)
 
 
-def _packed(checkpoint: GGUFCheckpoint, specs: list, populated: bool) -> list[torch.Tensor]:
+def _packed(checkpoint: GGUFCheckpoint, specs: list, populated: bool, keep: bool) -> list[torch.Tensor]:
     """The block and float weights: mapped from the packed cache of an earlier start, else packed
     from the file (and cached for the next start)."""
     cache = None
-    if specs and packed_cache.enabled():
-        cache = packed_cache.PackedCache(checkpoint.path, [packed_cache.spec_key(s[4], *s[1:4]) for s in specs])
+    if specs and keep:
+        keys = [packed_cache.spec_key(spec[4], *spec[1:4]) for spec in specs]
+        cache = packed_cache.PackedCache(checkpoint.cache, checkpoint.path, keys)
         mapped = cache.load()
         if mapped is not None:
-            log.info("packed weights mapped from %s", cache.folder / packed_cache.FILE_NAME)
+            log.info("packed weights read from %s", cache.folder / cache.file_name)
             return mapped
     if not populated:
         checkpoint.populate()

@@ -91,7 +91,7 @@ def embedded_model_source() -> ModelSource:
 def cache_embedded_model() -> None:
     """`make install`: parses the embedded GGUF once, so the first server start reads its cache."""
     source = embedded_model_source()
-    GGUFCheckpoint.open(os.path.join(source.path, source.gguf_file))
+    _gguf_tokenizer(GGUFCheckpoint.open(os.path.join(source.path, source.gguf_file)), source)  # the cache is written with it
 
 
 def resolve_source(model: str | None) -> ModelSource:
@@ -132,13 +132,13 @@ def load_model(config: EngineConfig) -> ModelBundle:
             and gguf_weights.can_build(model_class, gguf.hf_config, gguf, choice.format)
         ):
             max_model_len = _context_length(gguf.hf_config, config.max_model_len)
-            model, kernels_used = gguf_weights.build(model_class, gguf.hf_config, gguf, max_model_len)
+            model, kernels_used = gguf_weights.build(model_class, gguf.hf_config, gguf, max_model_len, config.packed_cache)
             _return_freed_memory()
             per_type = ", ".join(f"{n} {kind}" for kind, n in sorted(kernels_used.items()))
             return _bundle(
                 model,
                 gguf.hf_config,
-                gguf.tokenizer,
+                _gguf_tokenizer(gguf, source),
                 source.display_name,
                 device,
                 dtype,
@@ -150,7 +150,8 @@ def load_model(config: EngineConfig) -> ModelBundle:
         # float32 weights then, which `auto` keeps as float32 rather than asking for the file's blocks again
         state = _read_weights(source)
         checkpoint = "float32" if gguf.weight_type in GGUF_BLOCK_TYPES else gguf.weight_type
-        return build_bundle(gguf.hf_config, gguf.tokenizer, state, name=source.display_name, config=config, checkpoint=checkpoint)
+        tokenizer = _gguf_tokenizer(gguf, source)
+        return build_bundle(gguf.hf_config, tokenizer, state, name=source.display_name, config=config, checkpoint=checkpoint)
     hf_config, tokenizer, state = _read_checkpoint(source)
     bundle = build_bundle(
         hf_config, tokenizer, state, name=source.display_name, config=config, checkpoint=checkpoint_format(hf_config)
@@ -228,6 +229,14 @@ def _open_gguf(source: ModelSource) -> GGUFCheckpoint:
         raise ModelLoadError(f"could not read the GGUF file {source.gguf_file} in {source.path}: {exc}") from exc
     model_class_for(gguf.hf_config)  # fail before reading the weights
     return gguf
+
+
+def _gguf_tokenizer(gguf: GGUFCheckpoint, source: ModelSource):
+    """The file's tokenizer, read beside the weights: a failure there is the load's, naming the file."""
+    try:
+        return gguf.tokenizer
+    except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
+        raise ModelLoadError(f"could not read the tokenizer of the GGUF file {source.gguf_file} in {source.path}: {exc}") from exc
 
 
 def _read_checkpoint(source: ModelSource):

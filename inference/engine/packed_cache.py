@@ -3,7 +3,7 @@
 Packing a 1.5B Q4_K_M (gguf_weights.py) reads the whole file and writes ~1 GB of fresh memory:
 1-2.5 s of a start, most of it the kernel faulting in and zeroing new pages (more in a VM whose
 memory the host has not backed yet). The packed bytes depend only on the file and on our packer, so
-the first start writes them to `packed.bin` in the file's cache folder (after the load, on a
+the first start writes them to a `packed-<key>.bin` in the file's cache folder (after the load, on a
 thread) and every later start maps that file: no packing, no fresh memory, and the pages are the
 page cache's, shared by every process serving the file. A cold page cache reads as many bytes from
 disk as the GGUF itself would.
@@ -23,25 +23,22 @@ import mmap
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .env import env_bool
-from .gguf_checkpoint import cache_dir, populate
+from .gguf_checkpoint import populate
 from .kernels import source_hash
 
 log = logging.getLogger("minivllm.engine")
 
 ALIGNMENT = 4096  # each weight starts on a page: the kernels' loads are aligned as torch's allocator would give
 HUGE_PAGE = 2 << 20
-FILE_NAME, MANIFEST_NAME = "packed.bin", "packed.json"
+MANIFEST_NAME = "packed.json"
+STALE_TEMPORARY_S = 24 * 3600
 _writes: list[threading.Thread] = []
-
-
-def enabled() -> bool:
-    return env_bool("MINIVLLM_PACKED_CACHE", True)
 
 
 def spec_key(names: list[str], columns: int, kind: str, order: torch.Tensor | None) -> list:
@@ -52,13 +49,15 @@ def spec_key(names: list[str], columns: int, kind: str, order: torch.Tensor | No
 
 class PackedCache:
     """The packed weights of one GGUF for one list of weights (`keys`), in a folder beside the file's
-    cached config (its own: that folder is renamed into place whole)."""
+    cached config (its own: that folder is renamed into place whole). The data file is named by its
+    key, so a manifest always names bytes of its own key, whichever writer came last."""
 
-    def __init__(self, gguf_path: str, keys: list[list]):
-        config_cache = cache_dir(gguf_path)
-        self.source = os.path.abspath(gguf_path)
+    def __init__(self, config_cache: Path, source: str, keys: list[list]):
+        """`config_cache`: the file's cache folder as its open found it (gguf_checkpoint.cache_dir)."""
+        self.source = os.path.abspath(source)
         self.folder = config_cache.with_name(config_cache.name + "-packed")
         self.key = hashlib.sha256(json.dumps([source_hash(), keys]).encode()).hexdigest()
+        self.file_name = f"packed-{self.key[:16]}.bin"
 
     def load(self) -> list[torch.Tensor] | None:
         """The weights mapped from the file, or None where there is no cache for exactly these weights."""
@@ -66,32 +65,35 @@ class PackedCache:
             manifest = json.loads((self.folder / MANIFEST_NAME).read_text())
             if manifest.get("key") != self.key:
                 return None
-            with open(self.folder / FILE_NAME, "rb") as file:
+            with open(self.folder / self.file_name, "rb") as file:
                 if os.fstat(file.fileno()).st_size != manifest["bytes"]:
                     return None
                 # copy-on-write, as the GGUF's own map: torch takes views without a read-only warning; nothing writes them
                 mapped = mmap.mmap(file.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        except (OSError, ValueError, KeyError):
+            populate(mapped, huge=True)  # one call, and in 2 MB pages where the page cache holds (or reads) them so
+            data = np.frombuffer(mapped, dtype=np.uint8)
+            weights = [
+                torch.from_numpy(data[offset : offset + rows * width]).view(rows, width)
+                for rows, width, offset in manifest["tensors"]
+            ]
+            huge = _huge_mapped_bytes(data.ctypes.data)
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError):
             return None
-        populate(mapped, huge=True)  # one call, and in 2 MB pages where the page cache holds (or reads) them so
-        data = np.frombuffer(mapped, dtype=np.uint8)
-        weights = [
-            torch.from_numpy(data[offset : offset + rows * width]).view(rows, width)
-            for rows, width, offset in manifest["tensors"]
-        ]
-        huge = _huge_mapped_bytes(data.ctypes.data)
-        if huge < 0.9 * len(data):
-            # 4 KB pages: a decode step's page walks cost ~30% of one stream's speed (57 against 44 ms a
-            # token, 1.5B Q4_K_M). Copied into memory of 2 MB pages instead, as packing would have.
-            log.info(
-                "packed weights: %.0f of %.0f MB in 2 MB pages of the page cache; copied to memory",
-                huge / 2**20,
-                len(data) / 2**20,
-            )
-            copies = [weight.clone() for weight in weights]
-            _drop_from_page_cache(self.folder / FILE_NAME)  # the next start reads it back in 2 MB folios
+        if huge >= 0.9 * len(data):
+            return weights
+        # 4 KB pages: a decode step's page walks cost ~30% of one stream's speed (57 against 44 ms a
+        # token, 1.5B Q4_K_M). Copied into memory of 2 MB pages instead, as packing would have.
+        log.info(
+            "packed weights: %.0f of %.0f MB in 2 MB pages of the page cache; copied to memory", huge / 2**20, len(data) / 2**20
+        )
+        copies = [weight.clone() for weight in weights]
+        del weights, data
+        try:
+            mapped.close()
+        except BufferError:  # a view still alive somewhere: the pages stay mapped and cannot be dropped
             return copies
-        return weights
+        _drop_from_page_cache(self.folder / self.file_name)  # the next start reads it back in 2 MB folios
+        return copies
 
     def save_later(self, packed: list[torch.Tensor]) -> None:
         """Writes the weights on a thread (a whole file, then renamed in: a reader sees none or all)."""
@@ -105,37 +107,44 @@ class PackedCache:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         except (AttributeError, OSError):
             pass
-        partial = self.folder / f"{FILE_NAME}.{os.getpid()}.tmp"
+        partial = self.folder / f"{self.file_name}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            for stale in self.folder.glob(f"{FILE_NAME}.*.tmp"):  # left by a process killed while writing
-                if stale != partial:
-                    stale.unlink(missing_ok=True)
             entries, offset = [], 0
             for tensor in packed:
                 entries.append([*tensor.shape, offset])
                 offset = (offset + tensor.numel() + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
-            with open(partial, "wb") as file:
+            with open(partial, "xb") as file:
                 _write_in_huge_pages(file, [tensor.contiguous().numpy().reshape(-1) for tensor in packed], entries, offset)
-            partial.replace(self.folder / FILE_NAME)
+                file.flush()
+                os.fsync(file.fileno())
+            partial.replace(self.folder / self.file_name)
             manifest = {"key": self.key, "source": self.source, "bytes": offset, "tensors": entries}
-            (self.folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+            written = self.folder / f"{MANIFEST_NAME}.{os.getpid()}.{threading.get_ident()}.tmp"
+            written.write_text(json.dumps(manifest))
+            written.replace(self.folder / MANIFEST_NAME)
             self._remove_stale()
-            log.info("packed weights cached for the next start: %s (%.0f MB)", self.folder / FILE_NAME, offset / 2**20)
+            log.info("packed weights cached for the next start: %s (%.0f MB)", self.folder / self.file_name, offset / 2**20)
         except OSError as error:  # a full or read-only disk: later starts pack again
             log.warning("could not cache the packed weights in %s: %s", self.folder, error)
             partial.unlink(missing_ok=True)
 
     def _remove_stale(self) -> None:
-        """Other packed caches of this file (an older version of it) or of files that are gone: each holds
-        about a model's size of disk."""
+        """What an earlier packer or an earlier version of this file left (each about a model's size of
+        disk): other data files in this folder, temporary files over a day old (a process killed while
+        writing), and the packed folders of this same path's earlier contents. A mapped file stays
+        readable to whoever maps it until they unmap it."""
+        for path in self.folder.iterdir():
+            old_temporary = path.suffix == ".tmp" and time.time() - path.stat().st_mtime > STALE_TEMPORARY_S
+            if (path.suffix == ".bin" and path.name != self.file_name) or old_temporary:
+                path.unlink(missing_ok=True)
         for manifest_path in self.folder.parent.glob(f"*-packed/{MANIFEST_NAME}"):
             folder = manifest_path.parent
             try:
                 source = json.loads(manifest_path.read_text()).get("source")
             except (OSError, ValueError):
                 continue
-            if folder != self.folder and (source == self.source or not (source and os.path.exists(source))):
+            if folder != self.folder and source == self.source:
                 shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -166,7 +175,8 @@ def _drop_from_page_cache(path: Path) -> None:
 
 
 def _huge_mapped_bytes(address: int) -> int:
-    """How many bytes of the mapping at `address` are mapped as 2 MB pages of a file (FilePmdMapped)."""
+    """How many bytes of the mapping at `address` are mapped as 2 MB pages of a file (FilePmdMapped);
+    0 where /proc does not say (then the weights are copied: slower to start, never slower to run)."""
     inside = False
     with open("/proc/self/smaps") as smaps:
         for line in smaps:

@@ -35,8 +35,10 @@ def embedded(tmp_path_factory):
     original = gguf_checkpoint.CACHE_ROOT
     gguf_checkpoint.CACHE_ROOT = tmp_path_factory.mktemp("gguf-cache")
     try:
-        gguf_checkpoint.GGUFCheckpoint.open(path)  # parses and writes the cache
+        assert gguf_checkpoint.GGUFCheckpoint.open(path).tokenizer is not None  # parses, then writes the cache
+        assert (gguf_checkpoint.cache_dir(path) / "index.json").is_file()
         cached = gguf_checkpoint.GGUFCheckpoint.open(path)  # reads it back
+        assert cached.tokenizer is not None
     finally:
         gguf_checkpoint.CACHE_ROOT = original
     return AutoConfig.from_pretrained(source.path, gguf_file=source.gguf_file), cached

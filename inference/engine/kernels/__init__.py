@@ -83,7 +83,7 @@ def load():
 def source_hash() -> str:
     """Every kernel source's name and bytes, the build flags and torch's version, hashed: what a build is of."""
     digest = hashlib.sha256(f"{FLAGS}|{torch.__version__}".encode())
-    for path in sorted(SOURCE_DIR.glob("*/*.[ch]*")):
+    for path in sorted([*SOURCE_DIR.glob("*/*.cpp"), *SOURCE_DIR.glob("*/*.h")]):
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -93,8 +93,8 @@ def _built_before():
     cpp_extension.load imports setuptools and runs ninja to find out (~0.2 s of every start)."""
     try:
         record = json.loads(BUILD_RECORD.read_text())
-        if record.get("sources") != source_hash() or not os.path.isfile(record["path"]):
-            return None
+        if record.get("sources") != source_hash() or record.get("file") != _file_identity(record["path"]):
+            return None  # other sources, or the module file rebuilt since (another checkout's build)
         spec = importlib.util.spec_from_file_location(NAME, record["path"])
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -106,9 +106,21 @@ def _built_before():
 def _remember_build(module) -> None:
     try:
         BUILD_RECORD.parent.mkdir(parents=True, exist_ok=True)
-        BUILD_RECORD.write_text(json.dumps({"sources": source_hash(), "path": module.__file__}))
+        record = {"sources": source_hash(), "path": module.__file__, "file": _file_identity(module.__file__)}
+        partial = BUILD_RECORD.with_name(f"{BUILD_RECORD.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(record))
+        partial.replace(BUILD_RECORD)
     except (OSError, AttributeError, TypeError):
         pass
+
+
+def _file_identity(path: str) -> list[int] | None:
+    """The module file's size, time and inode: a rebuild in place changes them."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ino]
 
 
 def _clear_stale_lock(lock: Path) -> None:
