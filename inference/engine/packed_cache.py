@@ -16,6 +16,7 @@ cache costs about the GGUF's size on disk again.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
@@ -79,12 +80,18 @@ class PackedCache:
             huge = _huge_mapped_bytes(data.ctypes.data)
         except (OSError, ValueError, KeyError, TypeError, RuntimeError):
             return None
-        if huge >= 0.9 * len(data):
+        in_huge_pages = huge >= 0.9 * len(data)
+        if in_huge_pages and _lock(data):
             return weights
-        # 4 KB pages: a decode step's page walks cost ~30% of one stream's speed (57 against 44 ms a
-        # token, 1.5B Q4_K_M). Copied into memory of 2 MB pages instead, as packing would have.
+        # In 4 KB pages a decode step's page walks cost ~30% of one stream's speed (57 against 44 ms a
+        # token, 1.5B Q4_K_M); unlocked, the pages are clean page cache that reclaim may take back (this
+        # VM's DAMON pageout did, between requests) and a step then reads them from disk. Copied into
+        # memory of 2 MB pages instead, as packing would have.
         log.info(
-            "packed weights: %.0f of %.0f MB in 2 MB pages of the page cache; copied to memory", huge / 2**20, len(data) / 2**20
+            "packed weights: %.0f of %.0f MB in 2 MB pages of the page cache%s; copied to memory",
+            huge / 2**20,
+            len(data) / 2**20,
+            ", not lockable (RLIMIT_MEMLOCK)" if in_huge_pages else "",
         )
         copies = [weight.clone() for weight in weights]
         del weights, data
@@ -161,6 +168,16 @@ def _write_in_huge_pages(file, arrays: list[np.ndarray], entries: list[list[int]
             if lo < hi:
                 chunk[lo - start : hi - start] = array[lo - offset : hi - offset]
         file.write(memoryview(chunk))
+
+
+def _lock(data: np.ndarray) -> bool:
+    """Keeps the mapped weights resident (mlock), as memory of our own is without swap. False where the
+    process may not lock that much (RLIMIT_MEMLOCK, often 8 MB, without CAP_IPC_LOCK)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.mlock(ctypes.c_void_p(data.ctypes.data), ctypes.c_size_t(len(data))) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _drop_from_page_cache(path: Path) -> None:

@@ -98,14 +98,16 @@ def test_a_changed_files_old_cache_is_removed_and_another_files_kept(tmp_path):
     assert len(old) == len(new) == 1 and new != old and kept.is_dir()
 
 
-@pytest.mark.parametrize("in_huge_pages", [True, False])
-def test_weights_in_4kb_pages_are_copied_and_in_2mb_pages_mapped(tmp_path, monkeypatch, caplog, in_huge_pages):
+@pytest.mark.parametrize("in_huge_pages, lockable", [(True, True), (False, True), (True, False)])
+def test_weights_in_4kb_pages_or_unlockable_are_copied_else_mapped(tmp_path, monkeypatch, caplog, in_huge_pages, lockable):
     """Where the page cache holds the file in 4 KB pages (a file system without large folios), a
-    decode step's page walks would cost ~30%: the weights are copied into memory instead."""
+    decode step's page walks would cost ~30%, and where the map cannot be locked, reclaim may take its
+    pages between requests: the weights are copied into memory instead."""
     path = write_block_gguf(tmp_path / "m.gguf", types=TYPES)
     first, logits = started(path)
     monkeypatch.setattr(packed_cache, "_huge_mapped_bytes", lambda address: (1 << 40) if in_huge_pages else 0)
+    monkeypatch.setattr(packed_cache, "_lock", lambda data: lockable)
     with caplog.at_level(logging.INFO, logger="minivllm.engine"):
         second, again = started(path)
-    assert mapped(caplog) and copied(caplog) is not in_huge_pages
+    assert mapped(caplog) and copied(caplog) is not (in_huge_pages and lockable)
     assert all(torch.equal(a, b) for a, b in zip(first, second)) and torch.equal(logits, again)
