@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 
 def _raw(name: str, environ: Mapping[str, str] | None) -> str | None:
@@ -37,6 +38,12 @@ def env_float(name: str, default: float, environ: Mapping[str, str] | None = Non
 def env_list(name: str, default: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
     value = _raw(name, environ)
     return default if value is None else [item.strip() for item in value.split(",") if item.strip()]
+
+
+def cache_home() -> Path:
+    """Where mini-vLLM keeps what it derives once (a GGUF's parsed config and packed weights, the
+    kernels' build record, the prefetch tuning): $XDG_CACHE_HOME/minivllm, else ~/.cache/minivllm."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm"
 
 
 def env_choice(name: str, default: str, choices: tuple[str, ...], environ: Mapping[str, str] | None = None) -> str:

@@ -28,14 +28,16 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from .env import cache_home
 from .gguf_config import fast_gguf_config
 from .kernels import kernels
+from .kv_pool import MADV_HUGEPAGE
 
 log = logging.getLogger("minivllm.engine")
 
-CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm" / "gguf"
+CACHE_ROOT = cache_home() / "gguf"
 INDEX_VERSION = 2  # 2: config.json holds every field, defaults included (SavedConfig)
-MADV_POPULATE_READ, MADV_HUGEPAGE = 22, 14  # linux/mman.h; Python's mmap module names neither everywhere
+MADV_POPULATE_READ = 22  # linux/mman.h; Python's mmap module does not name it
 GROUPED_TYPES = ("q4_0", "q4_1", "q8_0")  # blocks of 32 weights our grouped kernel takes as they are
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from ..env import cache_home
+
 log = logging.getLogger(__name__)
 NAME = "minivllm_kernels"
 STALE_LOCK_S = 600  # a build takes ~2 min; a lock this old was left by a killed one
@@ -28,7 +30,7 @@ STALE_LOCK_S = 600  # a build takes ~2 min; a lock this old was left by a killed
 # includes are written from this folder ("common/simd.h").
 SOURCE_DIR = Path(__file__).parent
 # where the last build's module file is, and the sources it was built from (source_hash)
-BUILD_RECORD = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm" / "kernels-build.json"
+BUILD_RECORD = cache_home() / "kernels-build.json"
 
 
 def sources() -> list[str]:

@@ -19,18 +19,18 @@ import logging
 import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
 from ...device import cpu_model_name
+from ...env import cache_home
 from ...kernels import kernels
 
 log = logging.getLogger(__name__)
 
 CANDIDATE_BYTES = (0, 1024, 2048, 4096, 8192)  # 0: the hardware prefetcher alone
 ROUNDS = 5
-CACHE_FILE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minivllm" / "prefetch.json"
+CACHE_FILE = cache_home() / "prefetch.json"
 
 
 def prefetch_for(layers: list) -> int:
