@@ -18,6 +18,7 @@ class GenerationRequest(models.Model):
         GENERATE = "generate", "/generate"
         COMPLETIONS = "completions", "/v1/completions"
         CHAT = "chat.completions", "/v1/chat/completions"
+        MESSAGES = "messages", "/v1/messages"
 
     TERMINAL = (Status.COMPLETED, Status.ABORTED, Status.FAILED, Status.REJECTED)
 

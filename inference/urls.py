@@ -2,7 +2,7 @@ from django.conf import settings
 from django.urls import path, re_path
 
 from .api import stats_views as api
-from .api import tokenizer_views, views
+from .api import anthropic_views, tokenizer_views, views
 from .api.auth import require_key_or_staff
 from .api.metrics import metrics_view
 
@@ -10,6 +10,8 @@ urlpatterns = [
     path("generate", views.generate, name="generate"),
     path("v1/completions", views.completions, name="completions"),
     path("v1/chat/completions", views.chat_completions, name="chat-completions"),
+    path("v1/messages", anthropic_views.messages, name="messages"),
+    path("v1/messages/count_tokens", anthropic_views.count_tokens, name="messages-count-tokens"),
     path("v1/models", views.models, name="models"),
     path("v1/models/<path:model_id>", views.model, name="model"),
     path("tokenize", tokenizer_views.tokenize, name="tokenize"),

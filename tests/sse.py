@@ -74,3 +74,22 @@ def assert_error_shape(resp: httpx.Response) -> dict:
     assert set(error) == {"message", "type", "param", "code"}, body
     assert isinstance(error["message"], str) and error["message"], body
     return error
+
+
+def named_events_of_chunks(chunks: list[bytes]) -> list[tuple[str, dict]]:
+    """(event name, payload) of each block of a stream that names its events (Anthropic's); the
+    name must equal the payload's `type`."""
+    events = []
+    for block in b"".join(chunks).decode("utf-8").split("\n\n"):
+        if not block.strip():
+            continue
+        name_line, data_line = block.strip().split("\n")
+        assert name_line.startswith("event: ") and data_line.startswith(DATA), block
+        name, payload = name_line[len("event: ") :], json.loads(data_line[len(DATA) :])
+        assert payload["type"] == name, block
+        events.append((name, payload))
+    return events
+
+
+async def read_named_stream(response) -> list[tuple[str, dict]]:
+    return named_events_of_chunks([chunk async for chunk in response.streaming_content])

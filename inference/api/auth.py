@@ -100,9 +100,14 @@ def unauthorized(message: str = "a valid API key is required: send `Authorizatio
     return ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
+def request_token(request) -> str | None:
+    """The key a request sends: `Authorization: Bearer <key>`, or `x-api-key: <key>` as Anthropic's clients send it."""
+    return bearer_token(request.headers.get("Authorization")) or (request.headers.get("X-Api-Key") or "").strip() or None
+
+
 async def require_api_key(request) -> Caller | None:
     """For /generate and /v1/*: the caller, ANONYMOUS while no key exists, else 401."""
-    token = bearer_token(request.headers.get("Authorization"))
+    token = request_token(request)
     if not await akeys_configured():
         return ANONYMOUS
     caller = await aauthenticate(token)

@@ -22,16 +22,21 @@ def render(
     add_generation_prompt: bool = True,
     tools: list[dict] | None = None,
     tool_parser: ToolParser | None = None,
+    continue_final: bool = False,
 ) -> str:
     """The prompt text; `tools` go through the template's own tools section where it has one, else
     into a system message (api/tool_calls.py's generic prompt, asking for `tool_parser`'s format:
-    by default the served model's)."""
+    by default the served model's). `continue_final`: the last (assistant) message is left open
+    for the reply to continue (a prefill), with no generation prompt after it."""
     template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
     extra = {}
     if tools and template and "tools" in template:
         extra["tools"] = tools
     elif tools:
         messages = with_tools_prompt(messages, tools, tool_parser or tool_parser_for(tokenizer))
+    if continue_final:
+        add_generation_prompt = False
+        extra["continue_final_message"] = True
     if not template:
         return _plain(messages, add_generation_prompt)
     try:

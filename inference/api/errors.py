@@ -61,10 +61,10 @@ def bad_request(message: str, *, param: str | None = None, code: str | None = No
     return ApiError(400, message, param=param, code=code)
 
 
-def internal_error_response(exc: BaseException) -> JsonResponse:
-    """The last line of defence: log the trace, answer without it."""
+def internal_error_response(exc: BaseException, render=ApiError.response) -> JsonResponse:
+    """The last line of defence: log the trace, answer without it (in the API's shape: `render`)."""
     log.exception("unhandled error in API view", exc_info=exc)
-    return ApiError(500, "internal server error", code="internal_error").response()
+    return render(ApiError(500, "internal server error", code="internal_error"))
 
 
 def drf_exception_handler(exc, context):

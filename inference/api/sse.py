@@ -23,3 +23,8 @@ def response(events) -> StreamingHttpResponse:
     resp["Cache-Control"] = "no-cache"
     resp["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
     return resp
+
+
+def named_event(name: str, payload: dict) -> bytes:
+    """An `event:` line before the data, as Anthropic's stream types each event."""
+    return f"event: {name}\n".encode() + event(payload)

@@ -64,6 +64,8 @@ class OpenAIResponse:
     request_id: str
     model: str
     jobs: list[GenerationJob]
+    kind: str = "chat"  # or "completion"
+    include_usage: bool = False  # a stream's last chunk carries the usage
     tokenizer: object = None
     echo: bool = False
     prompt_texts: list[str] = dataclasses.field(default_factory=list)
@@ -103,6 +105,13 @@ class OpenAIResponse:
 
     def _ids(self) -> dict:
         return {"request_id": self.request_id, "created": self.created, "model": self.model}
+
+    def body(self) -> dict:
+        return self.chat_body() if self.kind == "chat" else self.completion_body()
+
+    def stream(self):
+        chunks = self.chat_chunks if self.kind == "chat" else self.completion_chunks
+        return chunks(self.include_usage)
 
     # ---- whole responses ------------------------------------------------------------------------
 

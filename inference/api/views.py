@@ -33,9 +33,10 @@ from .tool_parsers import tool_parser_for
 from .validation import parse_chat, parse_completion, parse_generate
 
 
-def api_endpoint(*methods: str, public: bool = False):
+def api_endpoint(*methods: str, public: bool = False, errors=ApiError.response):
     """Method check (405 + Allow), API key check (401; not for `public` endpoints), CSRF
-    exemption, and errors rendered in OpenAI's shape. The caller lands in `request.api_caller`."""
+    exemption, and errors rendered by `errors` (an ApiError -> response: OpenAI's shape unless the
+    API has its own). The caller lands in `request.api_caller`."""
 
     def decorate(view):
         @csrf_exempt
@@ -44,16 +45,16 @@ def api_endpoint(*methods: str, public: bool = False):
             if request.method not in methods:
                 error = ApiError(405, f"method {request.method} is not allowed here; use {' or '.join(methods)}")
                 error.headers["Allow"] = ", ".join(methods)
-                return error.response()
+                return errors(error)
             try:
                 request.api_caller = None if public else await auth.require_api_key(request)
                 return await view(request, *args, **kwargs)
             except ApiError as exc:
-                return exc.response()
+                return errors(exc)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                return internal_error_response(exc)
+                return internal_error_response(exc, errors)
 
         return wrapper
 
@@ -174,7 +175,7 @@ async def completions(request):
     def prompts(info):  # token-id prompts get their text once their ids are checked
         return [(p, p if isinstance(p, str) else "") for p in inp.prompts]
 
-    return await _openai_request(request, inp, "cmpl", prompts)
+    return await serve(request, inp, _new_id("cmpl"), prompts, _openai_reply(inp, "completion"))
 
 
 @api_endpoint("POST")
@@ -189,17 +190,39 @@ async def chat_completions(request):
         text = render_chat(info.tokenizer, inp.messages, tools=tools, tool_parser=parser)
         return [(text, text)]
 
-    return await _openai_request(request, inp, "chatcmpl", prompts)
+    return await serve(request, inp, _new_id("chatcmpl"), prompts, _openai_reply(inp, "chat"))
 
 
-async def _openai_request(request, inp: GenerationInput, prefix: str, make_prompts):
-    """The shared flow: readiness (503), model (404), per-key slot (429), one job per prompt, then
-    stream or wait. Several prompts get ids `<id>-<position>` (one history row each)."""
+def _openai_reply(inp: GenerationInput, kind: str):
+    """The reply maker `serve` takes, for OpenAI's chat or completions shape."""
+
+    def make(served: Served, model: str, request_id: str, prompts, jobs) -> OpenAIResponse:
+        tokenizer = served.info.tokenizer
+        return OpenAIResponse(
+            request_id,
+            model,
+            jobs,
+            kind=kind,
+            include_usage=inp.include_usage,
+            tokenizer=tokenizer,
+            echo=inp.echo,
+            prompt_texts=[text or tokenizer.decode(job.prompt_token_ids) for (_, text), job in zip(prompts, jobs)],
+            show_prompt_logprobs="prompt_logprobs" in inp.given,
+            tools=inp.tools if inp.tools is not None and inp.tools.active else None,
+        )
+
+    return make
+
+
+async def serve(request, inp: GenerationInput, request_id: str, make_prompts, make_reply):
+    """The flow every generating API shares: readiness (503), model (404), per-key slot (429), one
+    job per prompt, then stream or wait. `make_prompts(info)` gives the (prompt, text) pairs;
+    `make_reply(served, model, request_id, prompts, jobs)` the API's reply, with `stream()` (SSE
+    bytes), `body()` and `failed()`. Several prompts get ids `<id>-<position>` (one history row each)."""
     served = ready_model()
     model = resolve_model(inp.model, served)
     prompts = make_prompts(served.info)
     slot = key_limits.acquire(request.api_caller)
-    request_id = _new_id(prefix)
     jobs = []
     try:
         if len(prompts) > 1:
@@ -214,30 +237,19 @@ async def _openai_request(request, inp: GenerationInput, prefix: str, make_promp
             for job in jobs:  # the batch is refused whole: the prompts already queued go too
                 await job.close()
             raise
-        tokenizer = served.info.tokenizer
-        response = OpenAIResponse(
-            request_id,
-            model,
-            jobs,
-            tokenizer=tokenizer,
-            echo=inp.echo,
-            prompt_texts=[text or tokenizer.decode(job.prompt_token_ids) for (_, text), job in zip(prompts, jobs)],
-            show_prompt_logprobs="prompt_logprobs" in inp.given,
-            tools=inp.tools if inp.tools is not None and inp.tools.active else None,
-        )
+        reply = make_reply(served, model, request_id, prompts, jobs)
         if inp.stream:
-            chunks = response.chat_chunks if prefix == "chatcmpl" else response.completion_chunks
-            stream = chunks(inp.include_usage)
+            stream = reply.stream()
             for job in jobs:
                 guard_stream(stream, job)
             return sse.response(slot.hold(stream))
         await run_to_end(jobs)
     finally:
         slot.release_unless_held()
-    failed = response.failed()
+    failed = reply.failed()
     if failed is not None:
         raise ApiError(500, f"generation failed: {failed.error}", code="generation_failed")
-    return JsonResponse(response.chat_body() if prefix == "chatcmpl" else response.completion_body())
+    return JsonResponse(reply.body())
 
 
 def _model_entry(served: Served) -> dict:

@@ -96,6 +96,12 @@ INTER_TOKEN_LATENCY = _histogram("inter_token_latency_seconds", "Gap between suc
 E2E_REQUEST_LATENCY = _histogram("e2e_request_latency_seconds", "Arrival to finish.", REQUEST_LATENCY_BUCKETS)
 REQUEST_QUEUE_TIME = _histogram("request_queue_time_seconds", "Arrival to first batch slot.", REQUEST_LATENCY_BUCKETS)
 REQUEST_PROMPT_TOKENS = _histogram("request_prompt_tokens", "Prompt length of finished requests.", TOKEN_BUCKETS)
+API_REQUESTS = Counter(
+    PREFIX + "api_requests",
+    "Requests submitted to the engine (taken or refused), by the API they came by.",
+    ["model_name", "api"],
+    registry=REGISTRY,
+)
 STRUCTURED_REQUESTS = Counter(
     PREFIX + "structured_requests", "Requests with constrained decoding, by kind.", ["model_name", "kind"], registry=REGISTRY
 )

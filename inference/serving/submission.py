@@ -22,7 +22,7 @@ from ..engine.sampling_params import SamplingParams, SamplingParamsError
 from ..models import GenerationRequest
 from .engine_client import EngineClient
 from .generation_input import GenerationInput, ToolReader
-from .instruments import GRAMMAR_COMPILE_TIME, STRUCTURED_REQUESTS
+from .instruments import API_REQUESTS, GRAMMAR_COMPILE_TIME, STRUCTURED_REQUESTS
 from .jobs import GenerationJob
 
 
@@ -96,6 +96,7 @@ async def submit(
     """Plans and submits the request against `info` (the ModelInfo the view fetched for it); its row
     is written whether the engine takes it or refuses it. Refusals propagate (the API maps each to
     its status); invalid input is not recorded."""
+    API_REQUESTS.labels(record.model, record.endpoint).inc()
     if inp.params.structured is not None:  # compiled (and cached) in a worker thread: ~1 s the first time
         started = time.perf_counter()
         await asyncio.to_thread(engine_client.compile_grammar, inp.params.structured)

@@ -1,0 +1,59 @@
+"""Anthropic's Messages API: POST /v1/messages and /v1/messages/count_tokens.
+
+A thin edge over the shared request flow (views.serve): the request is read by
+anthropic_request.py, the reply written by anthropic_format.py, errors in Anthropic's shape. The
+API key is taken from `x-api-key` as well as `Authorization: Bearer` (auth.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from django.http import JsonResponse
+
+from ..engine.prompt import prompt_token_ids
+from ..serving import runtime
+from .anthropic_format import AnthropicReply, error_response
+from .anthropic_request import MessagesPrompt, parse_count_tokens, parse_messages_request
+from .chat_template import render as render_chat
+from .request_body import parse_json_body
+from .tool_parsers import tool_parser_for
+from .views import api_endpoint, ready_model, resolve_model, serve
+
+
+def _parser():
+    """The served model's tool-call format (the default before a model is loaded)."""
+    loaded = runtime.current_model_info()
+    return tool_parser_for(loaded.tokenizer if loaded else None)
+
+
+def _render(tokenizer, prompt: MessagesPrompt) -> str:
+    tools = prompt.tools.tools if prompt.tools is not None and prompt.tools.active else None
+    parser = prompt.tools.parser if prompt.tools is not None else None
+    return render_chat(tokenizer, prompt.messages, tools=tools, tool_parser=parser, continue_final=prompt.continue_final)
+
+
+@api_endpoint("POST", errors=error_response)
+async def messages(request):
+    inp, prompt = parse_messages_request(parse_json_body(request), _parser())
+
+    def prompts(info):
+        text = _render(info.tokenizer, prompt)
+        return [(text, text)]
+
+    def reply(served, model, request_id, prompts, jobs):
+        tools = prompt.tools if prompt.tools is not None and prompt.tools.active else None
+        return AnthropicReply(request_id, model, jobs[0], tools=tools)
+
+    return await serve(request, inp, f"msg_{uuid.uuid4().hex}", prompts, reply)
+
+
+@api_endpoint("POST", errors=error_response)
+async def count_tokens(request):
+    prompt = parse_count_tokens(parse_json_body(request), _parser())
+    served = ready_model()
+    resolve_model(prompt.model, served)
+    text = _render(served.info.tokenizer, prompt)
+    ids = await asyncio.to_thread(prompt_token_ids, served.info.tokenizer, text)
+    return JsonResponse({"input_tokens": len(ids)})
