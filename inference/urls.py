@@ -1,8 +1,8 @@
 from django.conf import settings
 from django.urls import path, re_path
 
-from .api import stats_views as api
 from .api import anthropic_views, tokenizer_views, views
+from .api import stats_views as api
 from .api.auth import require_key_or_staff
 from .api.metrics import metrics_view
 
