@@ -23,13 +23,21 @@ def render(
     tools: list[dict] | None = None,
     tool_parser: ToolParser | None = None,
     continue_final: bool = False,
+    options: dict | None = None,
 ) -> str:
     """The prompt text; `tools` go through the template's own tools section where it has one, else
     into a system message (api/tool_calls.py's generic prompt, asking for `tool_parser`'s format:
     by default the served model's). `continue_final`: the last (assistant) message is left open
-    for the reply to continue (a prefill), with no generation prompt after it."""
-    template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
-    extra = {}
+    for the reply to continue (a prefill), with no generation prompt after it. `options`: what the
+    request set (GenerationInput.template_options): template `kwargs` (e.g. enable_thinking), its
+    own `template`, `add_generation_prompt`, `continue_final`."""
+    options = options or {}
+    add_generation_prompt = options.get("add_generation_prompt", add_generation_prompt)
+    continue_final = options.get("continue_final", continue_final)
+    template = options.get("template") or (getattr(tokenizer, "chat_template", None) if tokenizer is not None else None)
+    extra = dict(options.get("kwargs", {}))
+    if "template" in options:
+        extra["chat_template"] = options["template"]
     if tools and template and "tools" in template:
         extra["tools"] = tools
     elif tools:

@@ -31,9 +31,27 @@ ENGINE_SAMPLING_FIELDS = {
 IGNORED_OPENAI_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
 
 
+# llama-server's names for fields every API has: read as the field itself.
+ALIASES = {"n_predict": "max_tokens", "repeat_penalty": "repetition_penalty"}
+
+
 def without_nulls(body: dict) -> dict:
     """An explicit null means "use the default", as OpenAI clients assume."""
     return {key: value for key, value in body.items() if value is not None}
+
+
+def with_aliases(body: dict) -> dict:
+    """llama-server's names (`n_predict`, `repeat_penalty`) as the fields they name; both given must agree."""
+    body = dict(body)
+    for alias, name in ALIASES.items():
+        if alias in body:
+            value = body.pop(alias)
+            if alias == "n_predict" and value == -1:  # llama-server's "no limit": the default
+                continue
+            if name in body and body[name] != value:
+                raise bad_request(f"{alias} and {name} disagree; send only one", param=alias)
+            body[name] = value
+    return body
 
 
 def check_unknown_fields(body: dict, allowed: set[str]) -> None:

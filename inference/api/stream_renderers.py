@@ -68,6 +68,7 @@ class OpenAIResponse:
     include_usage: bool = False  # a stream's last chunk carries the usage
     tokenizer: object = None
     echo: bool = False
+    echo_only: bool = False  # max_tokens 0: the prompt alone; the one token generated is dropped
     prompt_texts: list[str] = dataclasses.field(default_factory=list)
     show_prompt_logprobs: bool = False  # asked for by name (echo with logprobs computes them too)
     tools: ToolRequest | None = None  # chat with tools: each choice's calls are read out of its text
@@ -87,7 +88,7 @@ class OpenAIResponse:
     def usage(self) -> dict:
         return oai.usage(
             sum(job.prompt_tokens for job in self.jobs),
-            sum(job.completion_tokens for job in self.jobs),
+            0 if self.echo_only else sum(job.completion_tokens for job in self.jobs),
             sum(job.cached_tokens for job in self.jobs),
         )
 
@@ -120,12 +121,13 @@ class OpenAIResponse:
         for position, job in enumerate(self.jobs):
             prefix = self.prompt_texts[position] if self.echo else ""
             for choice in job.choices:
+                generated, generated_logprobs = ("", []) if self.echo_only else (choice.text, choice.logprobs)
                 logprobs = None
                 if self.wants_logprobs:
-                    logprobs = oai.completion_logprobs(choice.logprobs, prompt=self.echo_logprobs(position))
+                    logprobs = oai.completion_logprobs(generated_logprobs, prompt=self.echo_logprobs(position))
                 body = oai.completion_choice(
                     index=self.index(position, choice),
-                    text=prefix + choice.text,
+                    text=prefix + generated,
                     logprobs=logprobs,
                     finish_reason=choice.finish_reason,
                     stop_reason=choice.stop_reason,
@@ -169,7 +171,8 @@ class OpenAIResponse:
             async for position, job, out, finished in _merged(self.jobs):
                 choice = job.choices[out.index] if 0 <= out.index < len(job.choices) else job.choices[0]
                 index = self.index(position, choice)
-                text, prompt = out.text, None
+                text, prompt = ("", None) if self.echo_only else (out.text, None)
+                out_logprobs = None if self.echo_only else out.logprobs
                 if index not in offsets:  # the choice's first chunk: the echoed prompt leads
                     offsets[index] = 0
                     if self.echo:
@@ -177,10 +180,10 @@ class OpenAIResponse:
                         prompt = self.echo_logprobs(position)
                 reason = choice.finish_reason if choice in finished and choice.finish_reason != "error" else None
                 chunks = []
-                if text or out.logprobs or reason or prompt:
+                if text or out_logprobs or reason or prompt:
                     logprobs = None
                     if self.wants_logprobs:
-                        logprobs = oai.completion_logprobs(out.logprobs or [], offsets[index], prompt=prompt)
+                        logprobs = oai.completion_logprobs(out_logprobs or [], offsets[index], prompt=prompt)
                     offsets[index] += len(text)
                     chunks.append(
                         oai.completion_choice(

@@ -11,6 +11,8 @@ from .sampling_fields import expect
 
 # vLLM's extras for constrained decoding, on both OpenAI endpoints (chat also takes response_format)
 GUIDED_FIELDS = {"guided_json": "json_schema", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar"}
+# vLLM's newer form of the same, on both OpenAI endpoints: {"structured_outputs": {"json": ...}}
+STRUCTURED_OUTPUTS_KEYS = {"json": "json_schema", "regex": "regex", "choice": "choice", "grammar": "grammar"}
 # llama-server's names on /generate
 GENERATE_GUIDED_FIELDS = {"json_schema": "json_schema", "grammar": "grammar"}
 
@@ -34,10 +36,16 @@ def structured_spec(body: dict, fields: dict[str, str]) -> dict | None:
             raise bad_request(
                 f"response_format type must be text, json_object or json_schema, got {kind!r}", param="response_format"
             )
-    for name, kind in fields.items():
-        if name not in body:
-            continue
-        value = body[name]
+    given = [(name, kind, body[name]) for name, kind in fields.items() if name in body]
+    outputs = expect(body, "structured_outputs", dict, "an object")
+    for key, value in (outputs or {}).items():
+        if key == "json_object" and value is True:
+            specs.append({"kind": "json_object", "value": None, "param": "structured_outputs.json_object"})
+        elif key in STRUCTURED_OUTPUTS_KEYS and value is not None:
+            given.append((f"structured_outputs.{key}", STRUCTURED_OUTPUTS_KEYS[key], value))
+        elif key != "json_object" and value is not None:
+            raise bad_request(f"structured_outputs.{key} is not supported", param=f"structured_outputs.{key}")
+    for name, kind, value in given:
         if kind == "json_schema":
             if isinstance(value, str):
                 try:

@@ -14,6 +14,7 @@ from typing import Any
 from ..serving.generation_input import GenerationInput
 from .chat_messages import parse_messages
 from .errors import ApiError, bad_request
+from .extra_fields import drop_ignored
 from .sampling_fields import (
     ENGINE_SAMPLING_FIELDS,
     IGNORED_OPENAI_FIELDS,
@@ -27,6 +28,7 @@ from .sampling_fields import (
     reject_unsupported,
     sampling_params,
     stream_flags,
+    with_aliases,
     without_nulls,
 )
 from .structured_fields import GENERATE_GUIDED_FIELDS, GUIDED_FIELDS, structured_spec
@@ -34,9 +36,12 @@ from .tool_calls import tools_from_body
 from .tool_parsers import HermesToolParser, ToolParser
 
 GENERATE_FIELDS = {"prompt", "max_new_tokens", "max_tokens", "logprobs"} | ENGINE_SAMPLING_FIELDS | set(GENERATE_GUIDED_FIELDS)
+# vLLM's and OpenAI's fields that both OpenAI endpoints read
+COMMON_FIELDS = {"structured_outputs", "response_format", "use_beam_search"}
 COMPLETION_FIELDS = (
     {"model", "prompt", "max_tokens", "n", "best_of", "stream", "stream_options", "logprobs", "echo", "suffix", "logit_bias"}
     | {"prompt_logprobs"}
+    | COMMON_FIELDS
     | set(GUIDED_FIELDS)
     | ENGINE_SAMPLING_FIELDS
     | IGNORED_OPENAI_FIELDS
@@ -60,11 +65,64 @@ CHAT_FIELDS = (
         "tool_choice",
         "functions",
         "function_call",
+        "reasoning_effort",
+        "chat_template_kwargs",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "modalities",
+        "audio",
     }
+    | COMMON_FIELDS
     | ENGINE_SAMPLING_FIELDS
     | IGNORED_OPENAI_FIELDS
 )
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def _openai_body(body: dict, allowed: set[str]) -> dict:
+    """Nulls dropped, llama-server's aliases read, ignored fields dropped (extra_fields.py), then
+    any name no reference documents refused; and what no model here can do refused by name."""
+    body = drop_ignored(with_aliases(without_nulls(body)), allowed)
+    check_unknown_fields(body, allowed)
+    if expect(body, "use_beam_search", bool, "a boolean"):
+        raise bad_request("beam search is not supported", param="use_beam_search")
+    return body
+
+
+def _template_options(body: dict) -> dict:
+    """The chat template's arguments a request sets (vLLM's names; reasoning_effort as vLLM passes it)."""
+    options = {}
+    kwargs = dict(expect(body, "chat_template_kwargs", dict, "an object") or {})
+    effort = expect(body, "reasoning_effort", str, "a string")
+    if effort is not None:
+        if effort not in REASONING_EFFORTS:
+            raise bad_request(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}", param="reasoning_effort")
+        kwargs.setdefault("reasoning_effort", effort)
+    reserved = {"messages", "tools", "add_generation_prompt", "continue_final_message", "tokenize", "chat_template"} & set(kwargs)
+    if reserved:
+        raise bad_request(f"chat_template_kwargs may not set {sorted(reserved)[0]}", param="chat_template_kwargs")
+    if kwargs:
+        options["kwargs"] = kwargs
+    template = expect(body, "chat_template", str, "a string")
+    if template is not None:
+        options["template"] = template
+    add = expect(body, "add_generation_prompt", bool, "a boolean")
+    if add is not None:
+        options["add_generation_prompt"] = add
+    if expect(body, "continue_final_message", bool, "a boolean"):
+        if add:
+            raise bad_request(
+                "continue_final_message cannot be combined with add_generation_prompt", param="continue_final_message"
+            )
+        options["continue_final"] = True
+    modalities = expect(body, "modalities", list, "a list")
+    if modalities is not None and any(m != "text" for m in modalities):
+        raise bad_request("only the text modality is supported", param="modalities")
+    if "audio" in body:
+        raise bad_request("audio output is not supported", param="audio")
+    return options
 
 
 def _prompt_text(value: Any, param: str = "prompt") -> str:
@@ -80,7 +138,7 @@ def _prompt_text(value: Any, param: str = "prompt") -> str:
 
 def parse_generate(body: dict, *, default_max_tokens: int) -> GenerationInput:
     """The seed's /generate: {"prompt", "max_new_tokens", "temperature", "top_p", ...}."""
-    body = without_nulls(body)
+    body = with_aliases(without_nulls(body))
     check_unknown_fields(body, GENERATE_FIELDS)
     if "prompt" not in body:
         raise bad_request("prompt is required", param="prompt")
@@ -128,8 +186,7 @@ def _token_ids(value: list, param: str) -> list[int]:
 
 def parse_completion(body: dict) -> GenerationInput:
     """OpenAI's /v1/completions (plus vLLM's extra sampling fields)."""
-    body = without_nulls(body)
-    check_unknown_fields(body, COMPLETION_FIELDS)
+    body = _openai_body(body, COMPLETION_FIELDS)
     reject_unsupported(body)
     if "prompt" not in body:
         raise bad_request("prompt is required", param="prompt")
@@ -138,6 +195,9 @@ def parse_completion(body: dict) -> GenerationInput:
     max_tokens, max_name, defaulted = max_tokens_field(body, ("max_tokens",), COMPLETIONS_DEFAULT_MAX_TOKENS)
     max_tokens = check_limits(body, max_tokens, max_name, defaulted=defaulted)
     echo = bool(expect(body, "echo", bool, "a boolean"))
+    echo_only = echo and max_tokens == 0 and not isinstance(max_tokens, bool)
+    if echo_only:
+        max_tokens = 1
     logprobs = body.get("logprobs")
     prompt_logprobs = body.get("prompt_logprobs")
     if echo and logprobs is not None and prompt_logprobs is None:
@@ -157,6 +217,7 @@ def parse_completion(body: dict) -> GenerationInput:
         params=params,
         prompts=prompts,
         echo=echo,
+        echo_only=echo_only,
         given=frozenset(body),
         model=model_name(body),
         stream=stream,
@@ -168,8 +229,7 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
     """OpenAI's /v1/chat/completions (plus vLLM's extra sampling fields); tools are read, written and
     forced in `tool_parser`'s format (the served model's: api/tool_parsers.py)."""
     tool_parser = tool_parser or HermesToolParser()
-    body = without_nulls(body)
-    check_unknown_fields(body, CHAT_FIELDS)
+    body = _openai_body(body, CHAT_FIELDS)
     reject_unsupported(body)
     if "messages" not in body:
         raise bad_request("messages is required", param="messages")
@@ -221,4 +281,5 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
         include_usage=include_usage,
         given=frozenset(body),
         tools=tools,
+        template_options=_template_options(body),
     )

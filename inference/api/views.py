@@ -187,7 +187,7 @@ async def chat_completions(request):
     def prompts(info):
         tools = inp.tools.tools if inp.tools is not None and inp.tools.active else None
         parser = inp.tools.parser if inp.tools is not None else None
-        text = render_chat(info.tokenizer, inp.messages, tools=tools, tool_parser=parser)
+        text = render_chat(info.tokenizer, inp.messages, tools=tools, tool_parser=parser, options=inp.template_options)
         return [(text, text)]
 
     return await serve(request, inp, _new_id("chatcmpl"), prompts, _openai_reply(inp, "chat"))
@@ -206,6 +206,7 @@ def _openai_reply(inp: GenerationInput, kind: str):
             include_usage=inp.include_usage,
             tokenizer=tokenizer,
             echo=inp.echo,
+            echo_only=inp.echo_only,
             prompt_texts=[text or tokenizer.decode(job.prompt_token_ids) for (_, text), job in zip(prompts, jobs)],
             show_prompt_logprobs="prompt_logprobs" in inp.given,
             tools=inp.tools if inp.tools is not None and inp.tools.active else None,

@@ -24,6 +24,9 @@ class GenerationInput:
     # /generate: one; /v1/completions: each gets its own n choices; chat: none (its messages)
     prompts: list[str | list[int]] = field(default_factory=list)
     echo: bool = False
+    # echo with max_tokens 0 (scoring clients): the reply is the prompt and its logprobs alone; one
+    # token is generated and dropped, as vLLM does
+    echo_only: bool = False
     messages: list[dict] | None = None
     model: str | None = None
     stream: bool = True
@@ -31,3 +34,6 @@ class GenerationInput:
     # The sampling fields the client set: the checkpoint's defaults fill the others (submission.plan).
     given: frozenset[str] = frozenset()
     tools: ToolReader | None = None  # chat's tools and tool_choice
+    # Chat template arguments the request set: `kwargs` (chat_template_kwargs, reasoning_effort),
+    # `template` (a request's own), `add_generation_prompt`, `continue_final` (api/chat_template.py)
+    template_options: dict = field(default_factory=dict)
