@@ -16,6 +16,7 @@ urlpatterns = [
     path("v1/models/<path:model_id>", views.model, name="model"),
     path("tokenize", tokenizer_views.tokenize, name="tokenize"),
     path("detokenize", tokenizer_views.detokenize, name="detokenize"),
+    path("tokenizer_info", tokenizer_views.tokenizer_info, name="tokenizer-info"),
     path("health", views.health, name="health"),
     path("stats", require_key_or_staff(api.StatsView.as_view()), name="stats"),
     path("metrics", require_key_or_staff(metrics_view), name="metrics"),

@@ -3,7 +3,8 @@
 vLLM: {"prompt": str | "messages": [...], "add_special_tokens"?, "add_generation_prompt"?} ->
 {"count", "max_model_len", "tokens"}; {"tokens": [...]} -> {"prompt"}. llama.cpp:
 {"content", "add_special"?, "with_pieces"?} -> {"tokens"} (ids, or {"id", "piece"} pairs);
-{"tokens"} -> {"content"}. A prompt without an explicit special-token choice is tokenized by the
+{"tokens"} -> {"content"}. GET /tokenizer_info: vLLM's description of the tokenizer (its special
+tokens and chat template), which remote-tokenizer clients such as lm-eval read. A prompt without an explicit special-token choice is tokenized by the
 engine's own rule (engine/prompt.py), so the count is the count a completion would hold.
 """
 
@@ -93,3 +94,16 @@ def _text(value: Any, param: str) -> str:
     if not isinstance(value, str):
         raise bad_request(f"{param} must be a string", param=param)
     return value
+
+
+@api_endpoint("GET", "HEAD")
+async def tokenizer_info(request):
+    """vLLM's GET /tokenizer_info: the special tokens, the chat template and the length limit."""
+    served = ready_model()
+    tokenizer = served.info.tokenizer
+    info = {"tokenizer_class": type(tokenizer).__name__, "model_max_length": served.info.max_model_len}
+    for name in ("eos_token", "bos_token", "pad_token", "unk_token"):
+        value = getattr(tokenizer, name, None)
+        info[name] = value if isinstance(value, str) else None
+    info["chat_template"] = getattr(tokenizer, "chat_template", None)
+    return JsonResponse(info)

@@ -283,7 +283,7 @@ async def health(request):
     return JsonResponse(body, status=200 if healthy else 503)
 
 
-API_PREFIXES = ("/v1/", "/generate", "/api/", "/stats", "/health", "/tokenize", "/detokenize")
+API_PREFIXES = ("/v1/", "/generate", "/api/", "/stats", "/health", "/tokenize", "/detokenize", "/tokenizer_info")
 
 
 @api_endpoint("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", public=True)

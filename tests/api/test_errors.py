@@ -131,6 +131,13 @@ async def test_tokenize_without_the_generation_prompt(async_client, engine_clien
     assert without.json()["count"] < resp.json()["count"]
 
 
+async def test_tokenizer_info_describes_the_served_tokenizer(async_client, engine_client):
+    info = (await async_client.get("/tokenizer_info")).json()
+    tokenizer = engine_client.engine.tokenizer
+    assert info["eos_token"] == tokenizer.eos_token and info["bos_token"] == tokenizer.bos_token
+    assert info["chat_template"] == tokenizer.chat_template and info["model_max_length"] == engine_client.engine.max_model_len
+
+
 async def test_context_length_error_names_both_numbers(async_client, engine_client):
     limit = engine_client.engine.max_model_len
     resp = await async_client.post(COMPL, {"prompt": "hello", "max_tokens": limit}, content_type="application/json")
