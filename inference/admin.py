@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 
 from .keys import PREFIX_CHARS, generate_key, hash_key
-from .models import ApiKey, GenerationRequest
+from .models import ApiKey, GenerationRequest, StoredResponse
 
 
 def _ms(seconds: float | None) -> str:
@@ -84,3 +84,22 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def revoke(self, request, queryset):
         count = queryset.update(revoked=True)
         self.message_user(request, f"Revoked {count} key(s).", messages.SUCCESS)
+
+
+@admin.register(StoredResponse)
+class StoredResponseAdmin(admin.ModelAdmin):
+    """Responses API responses kept for retrieval and continuation: read or delete, never edit."""
+
+    list_display = ("id", "created", "model", "owner")
+    list_filter = ("created", "owner")
+    search_fields = ("id",)
+    date_hierarchy = "created"
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in self.model._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -19,6 +19,7 @@ class GenerationRequest(models.Model):
         COMPLETIONS = "completions", "/v1/completions"
         CHAT = "chat.completions", "/v1/chat/completions"
         MESSAGES = "messages", "/v1/messages"
+        RESPONSES = "responses", "/v1/responses"
 
     TERMINAL = (Status.COMPLETED, Status.ABORTED, Status.FAILED, Status.REJECTED)
 
@@ -79,3 +80,26 @@ class ApiKey(models.Model):
     @property
     def label(self) -> str:
         return f"{self.prefix}… {self.name}"[:64]
+
+
+class StoredResponse(models.Model):
+    """A Responses API response kept (`store`, default true) for GET / DELETE, input_items and
+    `previous_response_id`: in the database, so every web process of a deployment sees it and it
+    survives a restart. Only the API key that made it may read it."""
+
+    id = models.CharField(primary_key=True, max_length=64)  # "resp_…", the request's id in the history
+    created = models.DateTimeField(auto_now_add=True, db_index=True)
+    model = models.CharField(max_length=255, blank=True)
+    owner = models.CharField(max_length=64, blank=True, help_text="The key that made it (blank: a server without keys).")
+    response = models.JSONField(help_text="The response object, as returned.")
+    input_items = models.JSONField(default=list, help_text="The request's input items, with their ids.")
+    conversation = models.JSONField(
+        default=list,
+        help_text="Chat messages up to and including this reply (without instructions): what a continuation starts from.",
+    )
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return self.id

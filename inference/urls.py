@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.urls import path, re_path
 
-from .api import anthropic_views, tokenizer_views, views
+from .api import anthropic_views, responses_views, tokenizer_views, views
 from .api import stats_views as api
 from .api.auth import require_key_or_staff
 from .api.metrics import metrics_view
@@ -12,6 +12,11 @@ urlpatterns = [
     path("v1/chat/completions", views.chat_completions, name="chat-completions"),
     path("v1/messages", anthropic_views.messages, name="messages"),
     path("v1/messages/count_tokens", anthropic_views.count_tokens, name="messages-count-tokens"),
+    path("v1/responses", responses_views.create, name="responses"),
+    path("v1/responses/input_tokens", responses_views.input_tokens, name="responses-input-tokens"),
+    path("v1/responses/<str:response_id>", responses_views.stored, name="response"),
+    path("v1/responses/<str:response_id>/input_items", responses_views.input_items, name="response-input-items"),
+    path("v1/responses/<str:response_id>/cancel", responses_views.cancel, name="response-cancel"),
     path("v1/models", views.models, name="models"),
     path("v1/models/<path:model_id>", views.model, name="model"),
     path("tokenize", tokenizer_views.tokenize, name="tokenize"),

@@ -107,6 +107,9 @@ class AnthropicReply:
         content += [tool_use_block(call) for call in choice.tool_calls]
         return self._message(content, *stop_fields(choice))
 
+    async def finish(self) -> dict:
+        return self.body()
+
     async def stream(self):
         job, started, text_open = self.job, False, False
         holdback = CallHoldback(self.tools.parser) if self.tools is not None else None

@@ -40,6 +40,7 @@ IGNORED = {
     "include": LIST,
     "truncation": STRING,
     "max_tool_calls": INT,
+    "top_logprobs": INT,  # on /v1/responses (chat honours it)
     # vLLM
     "length_penalty": NUMBER,
     "skip_special_tokens": BOOL,

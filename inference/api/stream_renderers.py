@@ -110,6 +110,9 @@ class OpenAIResponse:
     def body(self) -> dict:
         return self.chat_body() if self.kind == "chat" else self.completion_body()
 
+    async def finish(self) -> dict:
+        return self.body()
+
     def stream(self):
         chunks = self.chat_chunks if self.kind == "chat" else self.completion_chunks
         return chunks(self.include_usage)

@@ -219,7 +219,7 @@ async def serve(request, inp: GenerationInput, request_id: str, make_prompts, ma
     """The flow every generating API shares: readiness (503), model (404), per-key slot (429), one
     job per prompt, then stream or wait. `make_prompts(info)` gives the (prompt, text) pairs;
     `make_reply(served, model, request_id, prompts, jobs)` the API's reply, with `stream()` (SSE
-    bytes), `body()` and `failed()`. Several prompts get ids `<id>-<position>` (one history row each)."""
+    bytes), `finish()` (the whole body, once every job has ended) and `failed()`. Several prompts get ids `<id>-<position>` (one history row each)."""
     served = ready_model()
     model = resolve_model(inp.model, served)
     prompts = make_prompts(served.info)
@@ -250,7 +250,7 @@ async def serve(request, inp: GenerationInput, request_id: str, make_prompts, ma
     failed = reply.failed()
     if failed is not None:
         raise ApiError(500, f"generation failed: {failed.error}", code="generation_failed")
-    return JsonResponse(reply.body())
+    return JsonResponse(await reply.finish())
 
 
 def _model_entry(served: Served) -> dict:

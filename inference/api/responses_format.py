@@ -1,0 +1,192 @@
+"""OpenAI's Responses replies: the response object and its typed stream events.
+
+Output items are a `message` (one `output_text` part, when there is text) and then one
+`function_call` per call read out of the reply (api/tool_parsers.py). A reply cut by
+`max_output_tokens` is `status: incomplete` with `incomplete_details.reason`. A stream sends
+`response.created` and `response.in_progress`, text as `response.output_text.delta`s (held back
+while they may be the start of a call: CallHoldback), each call as an item with its arguments in
+one `response.function_call_arguments.delta`, then `response.completed` (also for an incomplete
+reply, whose status says so);
+every event carries its `sequence_number`. A failure is an `error` event and `response.failed`.
+Once the reply is whole, `on_done(response)` runs (the view stores it) before the last event.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from ..serving.jobs import Choice, GenerationJob
+from . import sse
+from .stream_renderers import CallHoldback
+from .tool_calls import ToolRequest
+
+
+def usage(job: GenerationJob) -> dict:
+    prompt = job.prompt_tokens or len(job.prompt_token_ids)
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": job.cached_tokens},
+        "output_tokens": job.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + job.completion_tokens,
+    }
+
+
+def output_text(text: str) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def message_item(item_id: str, text: str, status: str) -> dict:
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [output_text(text)] if text else [],
+    }
+
+
+def function_call_item(call, status: str = "completed") -> dict:
+    return {
+        "id": "fc_" + call.id.removeprefix("call_"),
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+        "status": status,
+    }
+
+
+@dataclasses.dataclass
+class ResponsesReply:
+    """One Responses request's job (n is 1), rendered whole or as the typed event stream."""
+
+    request_id: str
+    model: str
+    job: GenerationJob
+    echoed: dict  # the request's settings the response object repeats
+    tools: ToolRequest | None = None
+    on_done: Callable[[dict], Awaitable[None]] | None = None
+    created_at: int = dataclasses.field(default_factory=lambda: int(time.time()))
+    message_id: str = dataclasses.field(default_factory=lambda: f"msg_{uuid.uuid4().hex}")
+
+    def failed(self) -> GenerationJob | None:
+        return self.job if self.job.finish_reason == "error" else None
+
+    def _response(self, status: str, output: list[dict], *, with_usage: bool) -> dict:
+        choice = self.job.choices[0]
+        incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+        error = {"code": "server_error", "message": self.job.error or "generation failed"} if status == "failed" else None
+        return {
+            "id": self.request_id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "model": self.model,
+            "output": output,
+            "usage": usage(self.job) if with_usage else None,
+            "incomplete_details": incomplete if choice.finish_reason else None,
+            "error": error,
+            **self.echoed,
+        }
+
+    def _status(self, choice: Choice) -> str:
+        if self.job.finish_reason in ("error", "abort"):
+            return "failed"
+        return "incomplete" if choice.finish_reason == "length" else "completed"
+
+    def _output(self, choice: Choice) -> list[dict]:
+        text = choice.content if choice.tool_calls else choice.text
+        status = "incomplete" if choice.finish_reason == "length" else "completed"
+        items = [message_item(self.message_id, text, status)] if text else []
+        return items + [function_call_item(call) for call in choice.tool_calls]
+
+    def final(self) -> dict:
+        """The whole response, once the job has finished."""
+        choice = self.job.choices[0]
+        return self._response(self._status(choice), self._output(choice), with_usage=True)
+
+    def body(self) -> dict:
+        return self.final()
+
+    async def finish(self) -> dict:
+        """The final response, handed to `on_done` (stored) first."""
+        response = self.final()
+        if self.on_done is not None and response["status"] != "failed":
+            await self.on_done(response)
+        return response
+
+    async def stream(self):
+        job, sequence = self.job, 0
+        text_open, shown = False, []
+        holdback = CallHoldback(self.tools.parser) if self.tools is not None else None
+
+        def event(kind: str, **fields) -> bytes:
+            nonlocal sequence
+            payload = {"type": kind, "sequence_number": sequence, **fields}
+            sequence += 1
+            return sse.named_event(kind, payload)
+
+        where = {"item_id": self.message_id, "output_index": 0, "content_index": 0}
+
+        def text_delta(text: str):
+            nonlocal text_open
+            if not text_open:
+                text_open = True
+                yield event("response.output_item.added", output_index=0, item=message_item(self.message_id, "", "in_progress"))
+                yield event("response.content_part.added", **where, part=output_text(""))
+            shown.append(text)
+            yield event("response.output_text.delta", **where, delta=text, logprobs=[])
+
+        try:
+            skeleton = self._response("in_progress", [], with_usage=False)
+            yield event("response.created", response=skeleton)
+            yield event("response.in_progress", response=skeleton)
+            async for out in job:
+                text = holdback.add(0, out.text) if holdback is not None and out.text else out.text
+                if text:
+                    for chunk in text_delta(text):
+                        yield chunk
+            await job.wait_recorded()
+            choice = job.choices[0]
+            if self._status(choice) == "failed":
+                message = job.error or "generation failed"
+                yield event("error", code="server_error", message=message, param=None)
+                yield event("response.failed", response=self._response("failed", [], with_usage=True))
+                return
+            if holdback is not None:
+                rest = holdback.unshown(0, choice.content) if choice.tool_calls else holdback.rest(0)
+                for chunk in text_delta(rest) if rest else ():
+                    yield chunk
+            response = await self.finish()
+            index = 0
+            if text_open:
+                text = "".join(shown)
+                yield event("response.output_text.done", **where, text=text, logprobs=[])
+                yield event("response.content_part.done", **where, part=output_text(text))
+                yield event("response.output_item.done", output_index=0, item=response["output"][0])
+                index = 1
+            for number, call in enumerate(choice.tool_calls, start=index):
+                item = function_call_item(call)
+                yield event(
+                    "response.output_item.added", output_index=number, item={**item, "arguments": "", "status": "in_progress"}
+                )
+                yield event(
+                    "response.function_call_arguments.delta", item_id=item["id"], output_index=number, delta=call.arguments
+                )
+                yield event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=number,
+                    arguments=call.arguments,
+                    name=call.name,
+                )
+                yield event("response.output_item.done", output_index=number, item=item)
+            # an incomplete reply ends with response.completed too (its status says incomplete), as
+            # vLLM does: the official client's stream helper finalises on that event only
+            yield event("response.completed", response=response)
+        finally:
+            await job.close()
