@@ -175,6 +175,8 @@ MINIVLLM_SERVED_MODEL_NAME = env_str("MINIVLLM_SERVED_MODEL_NAME")
 # The tool-call format replies are read in and forced to (api/tool_parsers.py): auto = the chat template's.
 TOOL_CALL_PARSERS = ("hermes", "llama3_json")  # api/tool_parsers.PARSERS' names
 MINIVLLM_TOOL_CALL_PARSER = env_choice("MINIVLLM_TOOL_CALL_PARSER", "auto", ("auto", *TOOL_CALL_PARSERS))
+REASONING_PARSERS = ("qwen3", "deepseek_r1")  # api/reasoning_parsers.PARSERS' names
+MINIVLLM_REASONING_PARSER = env_choice("MINIVLLM_REASONING_PARSER", "auto", ("auto", "none", *REASONING_PARSERS))
 # max_new_tokens when a /generate body leaves it out.
 MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS = env_int("MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS", 128)
 # Seconds a shutdown waits for in-flight requests to record their final state.

@@ -20,6 +20,7 @@ from django.http import JsonResponse
 from ..serving.jobs import Choice, GenerationJob
 from . import sse
 from .errors import ApiError
+from .reasoning_parsers import ReplyReasoning
 from .stream_renderers import CallHoldback
 from .tool_calls import ToolRequest
 
@@ -74,6 +75,7 @@ class AnthropicReply:
     model: str
     job: GenerationJob
     tools: ToolRequest | None = None
+    reasoning: ReplyReasoning | None = None  # a thinking model's reasoning becomes a `thinking` block
 
     def failed(self) -> GenerationJob | None:
         return self.job if self.job.finish_reason == "error" else None
@@ -102,8 +104,9 @@ class AnthropicReply:
 
     def body(self) -> dict:
         choice = self.job.choices[0]
-        text = choice.content if choice.tool_calls else choice.text
-        content = [{"type": "text", "text": text}] if text else []
+        text = choice.answer
+        content = [thinking_block(choice.reasoning)] if choice.reasoning else []
+        content += [{"type": "text", "text": text}] if text else []
         content += [tool_use_block(call) for call in choice.tool_calls]
         return self._message(content, *stop_fields(choice))
 
@@ -111,18 +114,28 @@ class AnthropicReply:
         return self.body()
 
     async def stream(self):
-        job, started, text_open = self.job, False, False
+        job, started = self.job, False
         holdback = CallHoldback(self.tools.parser) if self.tools is not None else None
+        splitter = self.reasoning.splitter() if self.reasoning is not None else None
+        blocks = _Blocks()
 
         def event(name: str, **fields) -> bytes:
             return sse.named_event(name, {"type": name, **fields})
 
         def text_delta(text: str):
-            nonlocal text_open
-            if not text_open:
-                text_open = True
-                yield event("content_block_start", index=0, content_block={"type": "text", "text": ""})
-            yield event("content_block_delta", index=0, delta={"type": "text_delta", "text": text})
+            yield from blocks.delta("text", {"type": "text", "text": ""}, {"type": "text_delta", "text": text})
+
+        def split(text: str, ended: bool):
+            reasoning, answer = splitter.add(text) if splitter is not None else ("", text)
+            if splitter is not None and ended:
+                more_reasoning, more_answer = splitter.finish()
+                reasoning, answer = reasoning + more_reasoning, answer + more_answer
+            if reasoning:
+                start = thinking_block("")
+                yield from blocks.delta("thinking", start, {"type": "thinking_delta", "thinking": reasoning})
+            answer = holdback.add(0, answer) if holdback is not None and answer else answer
+            if answer:
+                yield from text_delta(answer)
 
         try:
             async for out in job:
@@ -130,10 +143,8 @@ class AnthropicReply:
                     started = True
                     yield event("message_start", message=self._message([], None, None))
                     yield event("ping")
-                text = holdback.add(0, out.text) if holdback is not None and out.text else out.text
-                if text:
-                    for chunk in text_delta(text):
-                        yield chunk
+                for chunk in split(out.text, out.finish_reason is not None or out.finished):
+                    yield chunk
             await job.wait_recorded()
             if not started:
                 yield event("message_start", message=self._message([], None, None))
@@ -147,19 +158,43 @@ class AnthropicReply:
             if rest:
                 for chunk in text_delta(rest):
                     yield chunk
-            index = 0
-            if text_open:
-                yield event("content_block_stop", index=0)
-                index = 1
-            for number, call in enumerate(choice.tool_calls, start=index):
+            for call in choice.tool_calls:
                 block = {**tool_use_block(call), "input": {}}
-                yield event("content_block_start", index=number, content_block=block)
-                yield event(
-                    "content_block_delta", index=number, delta={"type": "input_json_delta", "partial_json": call.arguments}
-                )
-                yield event("content_block_stop", index=number)
+                for chunk in blocks.delta(
+                    "tool_use", block, {"type": "input_json_delta", "partial_json": call.arguments}, own=True
+                ):
+                    yield chunk
+            for chunk in blocks.close():
+                yield chunk
             stop_reason, stop_sequence = stop_fields(choice)
             yield event("message_delta", delta={"stop_reason": stop_reason, "stop_sequence": stop_sequence}, usage=self.usage())
             yield event("message_stop")
         finally:
             await job.close()
+
+
+def thinking_block(text: str) -> dict:
+    # no signature: nothing here signs reasoning (clients send the block back as it came)
+    return {"type": "thinking", "thinking": text, "signature": ""}
+
+
+class _Blocks:
+    """A stream's content blocks, opened in order: a delta of another kind (or an `own` block, one
+    per tool call) closes the open block and starts the next index."""
+
+    def __init__(self):
+        self.index, self.kind = -1, None
+
+    def close(self):
+        if self.kind is not None:
+            yield sse.named_event("content_block_stop", {"type": "content_block_stop", "index": self.index})
+            self.kind = None
+
+    def delta(self, kind: str, start: dict, delta: dict, own: bool = False):
+        if own or kind != self.kind:
+            yield from self.close()
+            self.index, self.kind = self.index + 1, kind
+            yield sse.named_event(
+                "content_block_start", {"type": "content_block_start", "index": self.index, "content_block": start}
+            )
+        yield sse.named_event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})

@@ -12,7 +12,7 @@ API does. Rejections name the field as Anthropic's API spells it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..serving.generation_input import GenerationInput
@@ -49,6 +49,8 @@ class MessagesPrompt:
     messages: list[dict]
     tools: ToolRequest | None
     continue_final: bool  # the last message is the assistant's: the reply continues it
+    template_options: dict = field(default_factory=dict)  # thinking on or off (enable_thinking)
+    thinking_budget: int | None = None
 
 
 def check_unknown(body: dict, allowed: set[str]) -> None:
@@ -168,17 +170,20 @@ def _tools(body: dict, parser: ToolParser) -> ToolRequest | None:
     return tools_from_body(translated, parser)
 
 
-def _thinking(body: dict) -> None:
-    """Checked for shape; a reasoning parser (once the served model has one) would honour it."""
+def _thinking(body: dict) -> tuple[dict, int | None]:
+    """(the template options, the thinking budget): `enabled` / `disabled` switch a thinking
+    template's reasoning on or off (its `enable_thinking`); `budget_tokens` ends it when spent."""
     thinking = expect(body, "thinking", dict, "an object")
     if thinking is None:
-        return
+        return {}, None
     if thinking.get("type") not in THINKING_TYPES:
         raise bad_request(f"thinking.type must be one of {', '.join(sorted(THINKING_TYPES))}", param="thinking.type")
-    if thinking["type"] == "enabled":
-        budget = thinking.get("budget_tokens")
-        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
-            raise bad_request("thinking.budget_tokens must be a positive integer", param="thinking.budget_tokens")
+    if thinking["type"] == "disabled":
+        return {"kwargs": {"enable_thinking": False}}, None
+    budget = thinking.get("budget_tokens")
+    if thinking["type"] == "enabled" and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+        raise bad_request("thinking.budget_tokens must be a positive integer", param="thinking.budget_tokens")
+    return {"kwargs": {"enable_thinking": True}}, budget
 
 
 def _output_format(body: dict) -> dict | None:
@@ -206,8 +211,9 @@ def parse_prompt(body: dict, parser: ToolParser) -> MessagesPrompt:
             messages.append({"role": "system", "content": system})
     for index, message in enumerate(value):
         messages.extend(_message(message, index, parser))
-    _thinking(body)
-    return MessagesPrompt(body["model"], messages, _tools(body, parser), continue_final=value[-1].get("role") == "assistant")
+    options, budget = _thinking(body)
+    continue_final = value[-1].get("role") == "assistant"
+    return MessagesPrompt(body["model"], messages, _tools(body, parser), continue_final, options, budget)
 
 
 def parse_messages_request(body: dict, parser: ToolParser) -> tuple[GenerationInput, MessagesPrompt]:
@@ -254,6 +260,8 @@ def parse_messages_request(body: dict, parser: ToolParser) -> tuple[GenerationIn
         stream=bool(stream),
         given=given,
         tools=tools,
+        template_options=prompt.template_options,
+        thinking_budget=prompt.thinking_budget,
     )
     return inp, prompt
 

@@ -17,6 +17,7 @@ from ..serving import runtime
 from .anthropic_format import AnthropicReply, error_response
 from .anthropic_request import MessagesPrompt, parse_count_tokens, parse_messages_request
 from .chat_template import render as render_chat
+from .reasoning_parsers import plan_reasoning
 from .request_body import parse_json_body
 from .tool_parsers import tool_parser_for
 from .views import api_endpoint, ready_model, resolve_model, serve
@@ -31,7 +32,14 @@ def _parser():
 def _render(tokenizer, prompt: MessagesPrompt) -> str:
     tools = prompt.tools.tools if prompt.tools is not None and prompt.tools.active else None
     parser = prompt.tools.parser if prompt.tools is not None else None
-    return render_chat(tokenizer, prompt.messages, tools=tools, tool_parser=parser, continue_final=prompt.continue_final)
+    return render_chat(
+        tokenizer,
+        prompt.messages,
+        tools=tools,
+        tool_parser=parser,
+        continue_final=prompt.continue_final,
+        options=prompt.template_options,
+    )
 
 
 @api_endpoint("POST", errors=error_response)
@@ -40,11 +48,12 @@ async def messages(request):
 
     def prompts(info):
         text = _render(info.tokenizer, prompt)
+        plan_reasoning(inp, info.tokenizer, text)
         return [(text, text)]
 
     def reply(served, model, request_id, prompts, jobs):
         tools = prompt.tools if prompt.tools is not None and prompt.tools.active else None
-        return AnthropicReply(request_id, model, jobs[0], tools=tools)
+        return AnthropicReply(request_id, model, jobs[0], tools=tools, reasoning=inp.reasoning)
 
     return await serve(request, inp, f"msg_{uuid.uuid4().hex}", prompts, reply)
 

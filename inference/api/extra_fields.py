@@ -63,7 +63,6 @@ IGNORED = {
     "kv_transfer_params": OBJECT,
     "vllm_xargs": OBJECT,
     "media_io_kwargs": OBJECT,
-    "thinking_token_budget": INT,
     "echo": BOOL,  # on chat (vLLM: the last message repeated); /v1/completions honours it
     # llama-server
     "cache_prompt": BOOL,

@@ -5,8 +5,11 @@ from __future__ import annotations
 from ..engine.outputs import TokenLogprob
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict:
-    """Token counts; `prompt_tokens_details.cached_tokens` is what the prefix cache served."""
+def usage(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None, reasoning_tokens: int | None = None
+) -> dict:
+    """Token counts; `prompt_tokens_details.cached_tokens` is what the prefix cache served,
+    `completion_tokens_details.reasoning_tokens` what a thinking model spent reasoning."""
     body = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -14,6 +17,8 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None 
     }
     if cached_tokens is not None:
         body["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    if reasoning_tokens is not None:
+        body["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return body
 
 
@@ -119,10 +124,13 @@ def chat_completion(*, request_id, created, model, choices: list[dict], usage: d
     return body
 
 
-def chat_choice(*, index, text, logprobs=None, finish_reason=None, stop_reason=None) -> dict:
+def chat_choice(*, index, text, logprobs=None, finish_reason=None, stop_reason=None, reasoning=None) -> dict:
+    message = {"role": "assistant", "content": text}
+    if reasoning is not None:  # vLLM's two names for a thinking model's reasoning
+        message["reasoning_content"] = message["reasoning"] = reasoning
     return {
         "index": index,
-        "message": {"role": "assistant", "content": text},
+        "message": message,
         "logprobs": logprobs,
         "finish_reason": finish_reason,
         "stop_reason": stop_reason,

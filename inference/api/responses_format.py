@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from ..serving.jobs import Choice, GenerationJob
 from . import sse
+from .reasoning_parsers import ReplyReasoning
 from .stream_renderers import CallHoldback
 from .tool_calls import ToolRequest
 
@@ -30,7 +31,7 @@ def usage(job: GenerationJob) -> dict:
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": job.cached_tokens},
         "output_tokens": job.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": job.reasoning_tokens},
         "total_tokens": prompt + job.completion_tokens,
     }
 
@@ -46,6 +47,17 @@ def message_item(item_id: str, text: str, status: str) -> dict:
         "role": "assistant",
         "status": status,
         "content": [output_text(text)] if text else [],
+    }
+
+
+def reasoning_item(item_id: str, text: str, status: str) -> dict:
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}] if text else [],
+        "encrypted_content": None,
+        "status": status,
     }
 
 
@@ -70,8 +82,10 @@ class ResponsesReply:
     echoed: dict  # the request's settings the response object repeats
     tools: ToolRequest | None = None
     on_done: Callable[[dict], Awaitable[None]] | None = None
+    reasoning: ReplyReasoning | None = None  # a thinking model's reasoning becomes a `reasoning` item
     created_at: int = dataclasses.field(default_factory=lambda: int(time.time()))
     message_id: str = dataclasses.field(default_factory=lambda: f"msg_{uuid.uuid4().hex}")
+    reasoning_id: str = dataclasses.field(default_factory=lambda: f"rs_{uuid.uuid4().hex}")
 
     def failed(self) -> GenerationJob | None:
         return self.job if self.job.finish_reason == "error" else None
@@ -99,9 +113,10 @@ class ResponsesReply:
         return "incomplete" if choice.finish_reason == "length" else "completed"
 
     def _output(self, choice: Choice) -> list[dict]:
-        text = choice.content if choice.tool_calls else choice.text
+        text = choice.answer
         status = "incomplete" if choice.finish_reason == "length" else "completed"
-        items = [message_item(self.message_id, text, status)] if text else []
+        items = [reasoning_item(self.reasoning_id, choice.reasoning, "completed")] if choice.reasoning else []
+        items += [message_item(self.message_id, text, status)] if text else []
         return items + [function_call_item(call) for call in choice.tool_calls]
 
     def final(self) -> dict:
@@ -120,9 +135,9 @@ class ResponsesReply:
         return response
 
     async def stream(self):
-        job, sequence = self.job, 0
-        text_open, shown = False, []
+        job, sequence, opened = self.job, 0, []  # opened: [kind, item id, output index, text so far]
         holdback = CallHoldback(self.tools.parser) if self.tools is not None else None
+        splitter = self.reasoning.splitter() if self.reasoning is not None else None
 
         def event(kind: str, **fields) -> bytes:
             nonlocal sequence
@@ -130,26 +145,58 @@ class ResponsesReply:
             sequence += 1
             return sse.named_event(kind, payload)
 
-        where = {"item_id": self.message_id, "output_index": 0, "content_index": 0}
+        def where(item) -> dict:
+            return {"item_id": item[1], "output_index": item[2], "content_index": 0}
 
-        def text_delta(text: str):
-            nonlocal text_open
-            if not text_open:
-                text_open = True
-                yield event("response.output_item.added", output_index=0, item=message_item(self.message_id, "", "in_progress"))
-                yield event("response.content_part.added", **where, part=output_text(""))
-            shown.append(text)
-            yield event("response.output_text.delta", **where, delta=text, logprobs=[])
+        def delta(kind: str, text: str):
+            """A text or reasoning delta, opening its item (and closing the one before) as needed."""
+            if not opened or opened[-1][0] != kind:
+                if opened:
+                    yield from close(opened[-1])
+                item = [kind, self.reasoning_id if kind == "reasoning" else self.message_id, len(opened), ""]
+                opened.append(item)
+                if kind == "reasoning":
+                    yield event(
+                        "response.output_item.added", output_index=item[2], item=reasoning_item(item[1], "", "in_progress")
+                    )
+                else:
+                    yield event("response.output_item.added", output_index=item[2], item=message_item(item[1], "", "in_progress"))
+                    yield event("response.content_part.added", **where(item), part=output_text(""))
+            item = opened[-1]
+            item[3] += text
+            name = "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
+            yield event(name, **where(item), delta=text, **({} if kind == "reasoning" else {"logprobs": []}))
+
+        def close(item):
+            kind, item_id, index, text = item
+            if kind == "reasoning":
+                yield event("response.reasoning_text.done", **where(item), text=text)
+                yield event("response.output_item.done", output_index=index, item=reasoning_item(item_id, text, "completed"))
+            else:
+                yield event("response.output_text.done", **where(item), text=text, logprobs=[])
+                yield event("response.content_part.done", **where(item), part=output_text(text))
+                status = "incomplete" if job.choices[0].finish_reason == "length" else "completed"
+                yield event("response.output_item.done", output_index=index, item=message_item(item_id, text, status))
+            item[0] = "closed"
+
+        def split(text: str, ended: bool):
+            reasoning, answer = splitter.add(text) if splitter is not None else ("", text)
+            if splitter is not None and ended:
+                more_reasoning, more_answer = splitter.finish()
+                reasoning, answer = reasoning + more_reasoning, answer + more_answer
+            if reasoning:
+                yield from delta("reasoning", reasoning)
+            answer = holdback.add(0, answer) if holdback is not None and answer else answer
+            if answer:
+                yield from delta("message", answer)
 
         try:
             skeleton = self._response("in_progress", [], with_usage=False)
             yield event("response.created", response=skeleton)
             yield event("response.in_progress", response=skeleton)
             async for out in job:
-                text = holdback.add(0, out.text) if holdback is not None and out.text else out.text
-                if text:
-                    for chunk in text_delta(text):
-                        yield chunk
+                for chunk in split(out.text, out.finish_reason is not None or out.finished):
+                    yield chunk
             await job.wait_recorded()
             choice = job.choices[0]
             if self._status(choice) == "failed":
@@ -159,17 +206,13 @@ class ResponsesReply:
                 return
             if holdback is not None:
                 rest = holdback.unshown(0, choice.content) if choice.tool_calls else holdback.rest(0)
-                for chunk in text_delta(rest) if rest else ():
+                for chunk in delta("message", rest) if rest else ():
                     yield chunk
             response = await self.finish()
-            index = 0
-            if text_open:
-                text = "".join(shown)
-                yield event("response.output_text.done", **where, text=text, logprobs=[])
-                yield event("response.content_part.done", **where, part=output_text(text))
-                yield event("response.output_item.done", output_index=0, item=response["output"][0])
-                index = 1
-            for number, call in enumerate(choice.tool_calls, start=index):
+            if opened and opened[-1][0] != "closed":
+                for chunk in close(opened[-1]):
+                    yield chunk
+            for number, call in enumerate(choice.tool_calls, start=len(opened)):
                 item = function_call_item(call)
                 yield event(
                     "response.output_item.added", output_index=number, item={**item, "arguments": "", "status": "in_progress"}

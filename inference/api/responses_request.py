@@ -33,12 +33,12 @@ from .sampling_fields import (
 )
 from .tool_calls import ToolRequest, tools_from_body
 from .tool_parsers import ToolParser
-from .validation import REASONING_EFFORTS
+from .validation import REASONING_EFFORTS, thinking_budget
 
 PROMPT_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "previous_response_id"}
 PROMPT_FIELDS |= {"reasoning", "text", "conversation", "prompt"}
 RESPONSES_FIELDS = PROMPT_FIELDS | {"max_output_tokens", "stream", "stream_options", "store", "metadata", "user", "background"}
-RESPONSES_FIELDS |= ENGINE_SAMPLING_FIELDS
+RESPONSES_FIELDS |= {"thinking_token_budget"} | ENGINE_SAMPLING_FIELDS
 ROLES = {"user", "system", "developer", "assistant"}
 
 
@@ -196,7 +196,10 @@ def _template_options(body: dict) -> dict:
         return {}
     if effort not in REASONING_EFFORTS:
         raise bad_request(f"reasoning.effort must be one of {', '.join(REASONING_EFFORTS)}", param="reasoning.effort")
-    return {"kwargs": {"reasoning_effort": effort}}
+    kwargs = {"reasoning_effort": effort}
+    if effort == "none":  # no reasoning: templates with a thinking switch turn it off
+        kwargs["enable_thinking"] = False
+    return {"kwargs": kwargs}
 
 
 def parse_prompt(body: dict, parser: ToolParser) -> ResponsesPrompt:
@@ -262,6 +265,7 @@ def parse_responses_request(body: dict, parser: ToolParser) -> tuple[GenerationI
         given=frozenset(fields) | ({"max_tokens"} if max_tokens is not None else frozenset()),
         tools=prompt.tools,
         template_options=prompt.template_options,
+        thinking_budget=thinking_budget(body, "thinking_token_budget"),
     )
     store = True if store is None else store
     echoed = {  # the request's settings, repeated in the response object as OpenAI does

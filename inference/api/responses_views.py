@@ -20,6 +20,7 @@ from ..engine.prompt import prompt_token_ids
 from ..serving import runtime
 from .chat_template import render as render_chat
 from .errors import ApiError, bad_request
+from .reasoning_parsers import plan_reasoning
 from .request_body import parse_json_body
 from .responses_format import ResponsesReply
 from .responses_request import ResponsesPrompt, parse_input_tokens, parse_responses_request
@@ -65,6 +66,7 @@ async def create(request):
 
     def prompts(info):
         text = _render(info.tokenizer, prompt, inp.messages)
+        plan_reasoning(inp, info.tokenizer, text)
         return [(text, text)]
 
     def reply(served, model, request_id, prompts, jobs):
@@ -81,7 +83,9 @@ async def create(request):
             )
 
         tools = prompt.tools if prompt.tools is not None and prompt.tools.active else None
-        return ResponsesReply(request_id, model, job, parsed.echoed, tools=tools, on_done=store if parsed.store else None)
+        return ResponsesReply(
+            request_id, model, job, parsed.echoed, tools=tools, on_done=store if parsed.store else None, reasoning=inp.reasoning
+        )
 
     return await serve(request, inp, f"resp_{uuid.uuid4().hex}", prompts, reply)
 

@@ -15,6 +15,7 @@ from ..engine.outputs import TokenLogprob
 from ..serving.jobs import Choice, GenerationJob
 from . import openai_format as oai
 from . import sse
+from .reasoning_parsers import ReplyReasoning
 from .tool_calls import ToolRequest
 from .tool_parsers import ToolParser
 
@@ -72,6 +73,7 @@ class OpenAIResponse:
     prompt_texts: list[str] = dataclasses.field(default_factory=list)
     show_prompt_logprobs: bool = False  # asked for by name (echo with logprobs computes them too)
     tools: ToolRequest | None = None  # chat with tools: each choice's calls are read out of its text
+    reasoning: ReplyReasoning | None = None  # a thinking model's replies: reasoning split off the answer
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
 
     @property
@@ -90,6 +92,7 @@ class OpenAIResponse:
             sum(job.prompt_tokens for job in self.jobs),
             0 if self.echo_only else sum(job.completion_tokens for job in self.jobs),
             sum(job.cached_tokens for job in self.jobs),
+            sum(job.reasoning_tokens for job in self.jobs) if self.reasoning is not None else None,
         )
 
     def failed(self) -> GenerationJob | None:
@@ -146,10 +149,11 @@ class OpenAIResponse:
         for choice in job.choices:
             body = oai.chat_choice(
                 index=choice.index,
-                text=choice.content if choice.tool_calls else choice.text,
+                text=choice.answer,
                 logprobs=oai.chat_logprobs(choice.logprobs) if self.wants_logprobs else None,
                 finish_reason=choice.finish_reason,
                 stop_reason=choice.stop_reason,
+                reasoning=choice.reasoning,
             )
             if choice.tool_calls:
                 body["message"]["tool_calls"] = [call.body() for call in choice.tool_calls]
@@ -216,8 +220,18 @@ class OpenAIResponse:
             for choice in job.choices:
                 yield sse.event(oai.chat_chunk(**self._ids(), index=choice.index, delta={"role": "assistant", "content": ""}))
             content = CallHoldback(self.tools.parser) if self.tools is not None else None
+            splitters = {}
             async for _, _, out, finished in _merged(self.jobs):
                 text = out.text
+                if self.reasoning is not None:
+                    splitter = splitters.setdefault(out.index, self.reasoning.splitter())
+                    reasoning, text = splitter.add(text) if text else ("", "")
+                    if any(choice.index == out.index for choice in finished):
+                        more_reasoning, more_text = splitter.finish()
+                        reasoning, text = reasoning + more_reasoning, text + more_text
+                    if reasoning:
+                        delta = {"reasoning_content": reasoning, "reasoning": reasoning}
+                        yield sse.event(oai.chat_chunk(**self._ids(), index=out.index, delta=delta))
                 if content is not None and text:
                     text = content.add(out.index, text)
                 if text or out.logprobs:

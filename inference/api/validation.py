@@ -66,6 +66,7 @@ CHAT_FIELDS = (
         "functions",
         "function_call",
         "reasoning_effort",
+        "thinking_token_budget",
         "chat_template_kwargs",
         "chat_template",
         "add_generation_prompt",
@@ -91,6 +92,14 @@ def _openai_body(body: dict, allowed: set[str]) -> dict:
     return body
 
 
+def thinking_budget(body: dict, name: str) -> int | None:
+    """A reasoning budget in tokens (vLLM's thinking_token_budget), >= 1."""
+    budget = expect(body, name, int, "an integer")
+    if budget is not None and budget < 1:
+        raise bad_request(f"{name} must be >= 1, got {budget}", param=name)
+    return budget
+
+
 def _template_options(body: dict) -> dict:
     """The chat template's arguments a request sets (vLLM's names; reasoning_effort as vLLM passes it)."""
     options = {}
@@ -100,6 +109,8 @@ def _template_options(body: dict) -> dict:
         if effort not in REASONING_EFFORTS:
             raise bad_request(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}", param="reasoning_effort")
         kwargs.setdefault("reasoning_effort", effort)
+        if effort == "none":  # no reasoning: templates with a thinking switch turn it off
+            kwargs.setdefault("enable_thinking", False)
     reserved = {"messages", "tools", "add_generation_prompt", "continue_final_message", "tokenize", "chat_template"} & set(kwargs)
     if reserved:
         raise bad_request(f"chat_template_kwargs may not set {sorted(reserved)[0]}", param="chat_template_kwargs")
@@ -282,4 +293,5 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
         given=frozenset(body),
         tools=tools,
         template_options=_template_options(body),
+        thinking_budget=thinking_budget(body, "thinking_token_budget"),
     )

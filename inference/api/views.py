@@ -27,6 +27,7 @@ from ..serving.submission import PromptLimitError, RequestRecord
 from . import auth, key_limits, sse
 from .chat_template import render as render_chat
 from .errors import ApiError, bad_request, internal_error_response
+from .reasoning_parsers import plan_reasoning
 from .request_body import parse_json_body
 from .stream_renderers import OpenAIResponse, generate_events, run_to_end
 from .tool_parsers import tool_parser_for
@@ -110,6 +111,7 @@ async def _start_job(request, served: Served, inp: GenerationInput, *, request_i
         caller=getattr(request, "api_caller", None),
         extras={"tools": inp.tools.tools, "tool_choice": inp.tools.choice} if inp.tools is not None else {},
         tools=inp.tools if inp.tools is not None and inp.tools.active else None,
+        reasoning=inp.reasoning,
     )
     prompt_param = "messages" if inp.messages is not None else "prompt"
     try:
@@ -188,6 +190,7 @@ async def chat_completions(request):
         tools = inp.tools.tools if inp.tools is not None and inp.tools.active else None
         parser = inp.tools.parser if inp.tools is not None else None
         text = render_chat(info.tokenizer, inp.messages, tools=tools, tool_parser=parser, options=inp.template_options)
+        plan_reasoning(inp, info.tokenizer, text)
         return [(text, text)]
 
     return await serve(request, inp, _new_id("chatcmpl"), prompts, _openai_reply(inp, "chat"))
@@ -210,6 +213,7 @@ def _openai_reply(inp: GenerationInput, kind: str):
             prompt_texts=[text or tokenizer.decode(job.prompt_token_ids) for (_, text), job in zip(prompts, jobs)],
             show_prompt_logprobs="prompt_logprobs" in inp.given,
             tools=inp.tools if inp.tools is not None and inp.tools.active else None,
+            reasoning=inp.reasoning,
         )
 
     return make

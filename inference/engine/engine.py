@@ -22,11 +22,12 @@ from .loader import ModelBundle, load_model
 from .model_runner import ModelRunner
 from .outputs import RequestOutput, TokenLogprob
 from .prompt import check_prompt_fits, prompt_token_ids
+from .reasoning import ReasoningState
 from .sampler import Sampler, SamplingContext, make_generator
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
-from .structured import NO_MASKS, Grammars, PendingMasks
+from .structured import NO_MASKS, Grammars, PendingMasks, one_token_mask
 
 log = logging.getLogger("minivllm.engine")
 
@@ -197,6 +198,9 @@ class LLMEngine:
         seq.index = index
         if params.structured is not None:
             seq.matcher = self.grammars.matcher(params.structured)
+        if params.reasoning is not None:
+            end_ids = self.tokenizer.encode(params.reasoning["end"], add_special_tokens=False)
+            seq.reasoning = ReasoningState(end_ids, params.reasoning.get("budget"))
         seq.generator = make_generator(params.seed, self.bundle.device)
         seq.detokenizer = IncrementalDetokenizer(
             self.tokenizer, token_ids, stop=params.stop, include_stop_str=params.include_stop_str_in_output
@@ -304,7 +308,7 @@ class LLMEngine:
                 output_token_ids=seq.output_token_ids,
                 generator=seq.generator,
                 eos_token_ids=self.bundle.eos_token_ids,
-                allowed=masks.get(id(seq)),
+                allowed=self._allowed(seq, masks),
             )
             for seq in seqs
         ]
@@ -317,11 +321,21 @@ class LLMEngine:
             outputs.append(self._append_token(seq, token_id, logprob, now))
         return outputs
 
+    def _allowed(self, seq: Sequence, masks: dict):
+        """The tokens the sequence may sample: its grammar's, or only the next token of its reasoning's
+        end marker once its thinking budget is spent."""
+        forced = seq.reasoning.forced_token if seq.reasoning is not None else None
+        if forced is not None:
+            return one_token_mask(self.bundle.model.vocab_size, forced)
+        return masks.get(id(seq))
+
     def _append_token(self, seq: Sequence, token_id: int, logprob, now: float) -> RequestOutput:
         first = seq.first_token_time is None
         seq.token_ids.append(token_id)
-        if seq.matcher is not None:
+        if seq.active_matcher is not None:
             seq.matcher.consume_token(token_id)
+        if seq.reasoning is not None:
+            seq.reasoning.observe(seq.output_token_ids)
         if first:
             seq.first_token_time = now
         text = seq.detokenizer.add_tokens([token_id])
@@ -364,7 +378,7 @@ class LLMEngine:
         if token_id in params.stop_token_ids:
             seq.stop_reason = token_id
             return "stop"
-        if seq.matcher is not None and (seq.matcher.is_stopped() or seq.matcher.is_error()):
+        if seq.active_matcher is not None and (seq.matcher.is_stopped() or seq.matcher.is_error()):
             return "stop"  # the grammar is complete: nothing more may follow
         if (params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens) or len(seq) >= self.max_model_len:
             return "length"
@@ -413,6 +427,7 @@ class LLMEngine:
             stop_reason=seq.stop_reason,
             num_cached_tokens=seq.reported_cached_tokens,
             prompt_logprobs=prompt_logprobs,
+            reasoning_tokens=seq.reasoning.tokens if seq.reasoning is not None else 0,
         )
 
     # -- observation ----------------------------------------------------------------------

@@ -40,6 +40,9 @@ class SamplingParams:
     prompt_logprobs: int | None = None  # the prompt's tokens' logprobs (and this many alternatives each)
     # constrained decoding: {"kind": json_schema | json_object | regex | choice | grammar, "value", "param"}
     structured: dict | None = None
+    # a thinking model's reply that starts in reasoning: {"end": marker text, "budget": tokens or None}
+    # (engine/reasoning.py): grammars apply after the marker; a spent budget forces it
+    reasoning: dict | None = None
 
     MAX_LOGPROBS = 20
     MAX_N = 16
@@ -86,6 +89,15 @@ class SamplingParams:
             raise SamplingParamsError(
                 "structured", "structured must name a kind: json_schema, json_object, regex, choice, grammar"
             )
+        if self.reasoning is not None:
+            if (
+                not isinstance(self.reasoning, dict)
+                or not isinstance(self.reasoning.get("end"), str)
+                or not self.reasoning["end"]
+            ):
+                raise SamplingParamsError("reasoning", "reasoning must name its end marker")
+            if self.reasoning.get("budget") is not None:
+                _check_int("thinking_token_budget", self.reasoning["budget"], low=1)
         if not isinstance(self.include_stop_str_in_output, bool):
             raise SamplingParamsError("include_stop_str_in_output", "include_stop_str_in_output must be a boolean")
         if not isinstance(self.logit_bias, dict):

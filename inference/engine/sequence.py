@@ -41,9 +41,15 @@ class Sequence:
         self.generator = None
         self.detokenizer = None
         self.matcher = None  # llguidance's, when params.structured asks for constrained decoding
+        self.reasoning = None  # a ReasoningState, when the reply starts in reasoning (engine/reasoning.py)
 
     def __len__(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def active_matcher(self):
+        """The grammar matcher, once the reasoning (if any) has ended: grammars constrain the answer only."""
+        return None if self.reasoning is not None and self.reasoning.active else self.matcher
 
     @property
     def output_token_ids(self) -> list[int]:

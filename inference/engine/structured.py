@@ -115,7 +115,7 @@ class Grammars:
         """Starts computing, on the mask thread, the masks of the constrained sequences among
         `seqs` (those about to sample); their matchers must not be used at all (llguidance holds
         them while it computes) until the masks are collected or settled."""
-        constrained = [seq for seq in seqs if seq.matcher is not None]
+        constrained = [seq for seq in seqs if seq.active_matcher is not None]
         if not constrained:
             return PendingMasks([], None, self)
         return PendingMasks(constrained, MASK_WORKER.submit(self._timed_allowed, [s.matcher for s in constrained]), self)
@@ -166,7 +166,7 @@ class PendingMasks:
             allowed, times.computing = self.future.result()
             times.waited = time.perf_counter() - started
             masks = {id(seq): allowed[row] for row, seq in enumerate(self.seqs)}
-        late = [seq for seq in sampling if seq.matcher is not None and id(seq) not in masks]
+        late = [seq for seq in sampling if seq.active_matcher is not None and id(seq) not in masks]
         if late:
             started = time.perf_counter()
             masks.update(zip(map(id, late), self.grammars.allowed([s.matcher for s in late])))
@@ -182,4 +182,11 @@ class PendingMasks:
             self.future.exception()
 
 
-NO_MASKS = PendingMasks([], None, None)  # an engine that has never had a constrained request
+NO_MASKS = PendingMasks([], None, None)
+
+
+def one_token_mask(vocab_size: int, token_id: int) -> torch.Tensor:
+    """[vocab] bool allowing one token: a sampled step that must write it (engine/reasoning.py)."""
+    mask = torch.zeros(vocab_size, dtype=torch.bool)
+    mask[token_id] = True
+    return mask  # an engine that has never had a constrained request

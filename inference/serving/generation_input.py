@@ -10,6 +10,13 @@ from typing import Protocol
 from ..engine.sampling_params import SamplingParams
 
 
+class ReasoningReader(Protocol):
+    """How a thinking model's replies to this prompt read (api/reasoning_parsers.ReplyReasoning):
+    a finished choice's text is split into its reasoning (None when it has none) and its answer."""
+
+    def split(self, text: str) -> tuple[str | None, str]: ...
+
+
 class ToolReader(Protocol):
     """A chat request's tools as the request path sees them (api/tool_calls.ToolRequest): when a
     choice ends, its text is read for calls, and the calls go into the history row."""
@@ -37,3 +44,5 @@ class GenerationInput:
     # Chat template arguments the request set: `kwargs` (chat_template_kwargs, reasoning_effort),
     # `template` (a request's own), `add_generation_prompt`, `continue_final` (api/chat_template.py)
     template_options: dict = field(default_factory=dict)
+    reasoning: ReasoningReader | None = None  # set once the prompt is rendered (api/reasoning_parsers.py)
+    thinking_budget: int | None = None  # reasoning tokens before the end marker is forced

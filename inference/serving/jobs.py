@@ -47,11 +47,20 @@ class Choice:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     tool_calls: list = dataclasses.field(default_factory=list)  # what the ToolReader read at the end (each has .body())
-    content: str | None = None  # the text outside the tool calls, when there are calls
+    content: str | None = None  # the answer less its tool calls, when there are calls or reasoning
+    reasoning: str | None = None  # a thinking model's reasoning, split off the answer (ReasoningReader)
+    reasoning_tokens: int = 0
 
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
+
+    @property
+    def answer(self) -> str | None:
+        """What the reply says: its text less reasoning and tool calls (None: calls and nothing else)."""
+        if self.tool_calls or self.reasoning is not None:
+            return self.content
+        return self.text
 
     def record(self) -> dict:
         record = {
@@ -63,6 +72,8 @@ class Choice:
         }
         if self.tool_calls:
             record["tool_calls"] = [call.body() for call in self.tool_calls]
+        if self.reasoning is not None:
+            record["reasoning"] = self.reasoning
         return record
 
 
@@ -80,6 +91,7 @@ class GenerationJob:
         self.prompt_logprobs: list[TokenLogprob | None] | None = None
         self.prompt_token_ids: list[int] = []
         self.tools = None  # a ToolReader (generation_input.py): each finished choice's text is read for calls
+        self.reasoning = None  # a ReasoningReader: each finished choice's reasoning is split off first
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.finish_reason: str | None = None
@@ -96,6 +108,7 @@ class GenerationJob:
         job = cls(engine_client=engine_client, request_id=record.request_id, stream=stream, params=params, model=record.model)
         job.prompt_token_ids = token_ids
         job.tools = record.tools
+        job.reasoning = record.reasoning
         _live.add(job)
         job._chain(services.request_create, **record.fields(params))
         return job
@@ -125,6 +138,10 @@ class GenerationJob:
     def completion_tokens(self) -> int:
         return sum(choice.completion_tokens for choice in self.choices)
 
+    @property
+    def reasoning_tokens(self) -> int:
+        return sum(choice.reasoning_tokens for choice in self.choices)
+
     def _observe(self, out: RequestOutput) -> None:
         first = self._last is None
         self._last = out
@@ -142,6 +159,7 @@ class GenerationJob:
         if out.index == 0:  # the prompt's: a child that re-prefilled counts its parent's blocks as cached
             self.cached_tokens = max(self.cached_tokens, out.num_cached_tokens)
         choice.completion_tokens = max(out.completion_tokens, choice.completion_tokens)
+        choice.reasoning_tokens = max(out.reasoning_tokens, choice.reasoning_tokens)
         if out.finish_reason is not None and choice.finish_reason is None and not out.finished:
             self._end_choice(choice, out.finish_reason, out.stop_reason)
         if out.finished:
@@ -170,9 +188,14 @@ class GenerationJob:
 
     def _end_choice(self, choice: Choice, reason: str, stop_reason) -> None:
         choice.finish_reason, choice.stop_reason = reason, stop_reason
+        answer = choice.text
+        if self.reasoning is not None and reason != "error":
+            choice.reasoning, answer = self.reasoning.split(choice.text)
+            choice.content = answer
         if self.tools is not None and reason == "stop":
-            choice.content, choice.tool_calls = self.tools.read_calls(choice.text)
+            content, choice.tool_calls = self.tools.read_calls(answer)
             if choice.tool_calls:
+                choice.content = content
                 choice.finish_reason = "tool_calls"
         self.newly_finished.append(choice)
 

@@ -21,7 +21,7 @@ from ..engine.prompt import check_prompt_fits, prompt_token_ids
 from ..engine.sampling_params import SamplingParams, SamplingParamsError
 from ..models import GenerationRequest
 from .engine_client import EngineClient
-from .generation_input import GenerationInput, ToolReader
+from .generation_input import GenerationInput, ReasoningReader, ToolReader
 from .instruments import API_REQUESTS, GRAMMAR_COMPILE_TIME, STRUCTURED_REQUESTS
 from .jobs import GenerationJob
 
@@ -52,6 +52,7 @@ class RequestRecord:
     caller: object = None
     extras: dict = dataclasses.field(default_factory=dict)  # request fields kept with the sampling params (tools)
     tools: ToolReader | None = None  # when the reply may hold tool calls
+    reasoning: ReasoningReader | None = None  # when the reply may start with reasoning
 
     def fields(self, params: SamplingParams) -> dict:
         return dict(
