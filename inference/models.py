@@ -20,6 +20,7 @@ class GenerationRequest(models.Model):
         CHAT = "chat.completions", "/v1/chat/completions"
         MESSAGES = "messages", "/v1/messages"
         RESPONSES = "responses", "/v1/responses"
+        INFILL = "infill", "/infill"
 
     TERMINAL = (Status.COMPLETED, Status.ABORTED, Status.FAILED, Status.REJECTED)
 

@@ -72,6 +72,7 @@ IGNORED = {
     "n_indent": INT,
     "n_cmpl": INT,
     "t_max_predict_ms": INT,
+    "t_max_prompt_ms": INT,
     "typical_p": NUMBER,
     "dynatemp_range": NUMBER,
     "dynatemp_exponent": NUMBER,

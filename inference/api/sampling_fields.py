@@ -119,8 +119,6 @@ def logit_bias(body: dict) -> dict[int, float]:
 
 def reject_unsupported(body: dict) -> None:
     """OpenAI features this server does not implement: refuse rather than silently ignore."""
-    if expect(body, "suffix", str, "a string"):
-        raise bad_request("suffix is not supported", param="suffix")
     if body.get("functions") or body.get("function_call") not in (None, "none"):
         raise bad_request("the legacy functions / function_call fields are not supported: use tools", param="functions")
 

@@ -206,6 +206,12 @@ def parse_completion(body: dict) -> GenerationInput:
     max_tokens, max_name, defaulted = max_tokens_field(body, ("max_tokens",), COMPLETIONS_DEFAULT_MAX_TOKENS)
     max_tokens = check_limits(body, max_tokens, max_name, defaulted=defaulted)
     echo = bool(expect(body, "echo", bool, "a boolean"))
+    suffix = expect(body, "suffix", str, "a string")
+    if suffix is not None:
+        if echo:
+            raise bad_request("echo cannot be combined with suffix", param="echo")
+        if not all(isinstance(p, str) for p in prompts):
+            raise bad_request("with suffix, each prompt must be text (the code before the gap)", param="prompt")
     echo_only = echo and max_tokens == 0 and not isinstance(max_tokens, bool)
     if echo_only:
         max_tokens = 1
@@ -229,6 +235,7 @@ def parse_completion(body: dict) -> GenerationInput:
         prompts=prompts,
         echo=echo,
         echo_only=echo_only,
+        suffix=suffix,
         given=frozenset(body),
         model=model_name(body),
         stream=stream,

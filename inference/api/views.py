@@ -27,6 +27,7 @@ from ..serving.submission import PromptLimitError, RequestRecord
 from . import auth, key_limits, sse
 from .chat_template import render as render_chat
 from .errors import ApiError, bad_request, internal_error_response
+from .fim import FimError, infill_prompt
 from .reasoning_parsers import plan_reasoning
 from .request_body import parse_json_body
 from .stream_renderers import OpenAIResponse, generate_events, run_to_end
@@ -175,6 +176,9 @@ async def completions(request):
     inp = parse_completion(parse_json_body(request))
 
     def prompts(info):  # token-id prompts get their text once their ids are checked
+        if inp.suffix is not None:  # fill in the middle: each prompt is the code before the gap
+            ids = [fim_ids(info, p, inp.suffix, max_tokens=inp.params.max_tokens or 0, param="suffix") for p in inp.prompts]
+            return [(i, info.tokenizer.decode(i)) for i in ids]
         return [(p, p if isinstance(p, str) else "") for p in inp.prompts]
 
     return await serve(request, inp, _new_id("cmpl"), prompts, _openai_reply(inp, "completion"))
@@ -194,6 +198,16 @@ async def chat_completions(request):
         return [(text, text)]
 
     return await serve(request, inp, _new_id("chatcmpl"), prompts, _openai_reply(inp, "chat"))
+
+
+def fim_ids(info, prefix: str, suffix: str, *, max_tokens: int, param: str, extra=None, prompt: str = "") -> list[int]:
+    """A fill-in-the-middle prompt for the served model (api/fim.py); a model without FIM tokens is a 400."""
+    try:
+        return infill_prompt(
+            info.tokenizer, prefix, suffix, extra, prompt, context=info.max_model_len or 0, max_tokens=max_tokens
+        )
+    except FimError as exc:
+        raise bad_request(str(exc), param=param, code="fim_not_supported") from None
 
 
 def _openai_reply(inp: GenerationInput, kind: str):
@@ -287,7 +301,7 @@ async def health(request):
     return JsonResponse(body, status=200 if healthy else 503)
 
 
-API_PREFIXES = ("/v1/", "/generate", "/api/", "/stats", "/health", "/tokenize", "/detokenize", "/tokenizer_info")
+API_PREFIXES = ("/v1/", "/generate", "/api/", "/stats", "/health", "/tokenize", "/detokenize", "/tokenizer_info", "/infill")
 
 
 @api_endpoint("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", public=True)

@@ -34,6 +34,7 @@ class GenerationInput:
     # echo with max_tokens 0 (scoring clients): the reply is the prompt and its logprobs alone; one
     # token is generated and dropped, as vLLM does
     echo_only: bool = False
+    suffix: str | None = None  # /v1/completions' fill-in-the-middle: each prompt is the prefix (api/fim.py)
     messages: list[dict] | None = None
     model: str | None = None
     stream: bool = True
