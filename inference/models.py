@@ -21,6 +21,7 @@ class GenerationRequest(models.Model):
         MESSAGES = "messages", "/v1/messages"
         RESPONSES = "responses", "/v1/responses"
         INFILL = "infill", "/infill"
+        EMBEDDINGS = "embeddings", "/v1/embeddings"
 
     TERMINAL = (Status.COMPLETED, Status.ABORTED, Status.FAILED, Status.REJECTED)
 

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.urls import path, re_path
 
-from .api import anthropic_views, infill_views, responses_views, tokenizer_views, views
+from .api import anthropic_views, embeddings_views, infill_views, responses_views, tokenizer_views, views
 from .api import stats_views as api
 from .api.auth import require_key_or_staff
 from .api.metrics import metrics_view
@@ -17,6 +17,7 @@ urlpatterns = [
     path("v1/responses/<str:response_id>", responses_views.stored, name="response"),
     path("v1/responses/<str:response_id>/input_items", responses_views.input_items, name="response-input-items"),
     path("v1/responses/<str:response_id>/cancel", responses_views.cancel, name="response-cancel"),
+    path("v1/embeddings", embeddings_views.embeddings, name="embeddings"),
     path("v1/models", views.models, name="models"),
     path("v1/models/<path:model_id>", views.model, name="model"),
     path("infill", infill_views.infill, name="infill"),

@@ -99,7 +99,7 @@ def _model_not_found(name: str) -> ApiError:
     return ApiError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
 
 
-async def _start_job(request, served: Served, inp: GenerationInput, *, request_id: str, prompt, prompt_text: str, model: str):
+async def start_job(request, served: Served, inp: GenerationInput, *, request_id: str, prompt, prompt_text: str, model: str):
     """Submits to the engine (serving/submission.py); a refusal maps to its status and error code."""
     record = RequestRecord(
         request_id=request_id,
@@ -146,7 +146,7 @@ async def generate(request):
     slot = key_limits.acquire(request.api_caller)
     try:
         request_id = _new_id("gen")
-        job = await _start_job(
+        job = await start_job(
             request, served, inp, request_id=request_id, prompt=inp.prompts[0], prompt_text=inp.prompts[0], model=served.name
         )
         return sse.response(slot.hold(guard_stream(generate_events(job), job)))
@@ -161,7 +161,7 @@ async def _refuse_the_batch_if_one_is_refused(request, served: Served, inp, requ
         try:
             submission.plan(served.info, prompt, inp)
         except (*submission.REFUSALS, SamplingParamsError):
-            job = await _start_job(
+            job = await start_job(
                 request, served, inp, request_id=f"{request_id}-{position}", prompt=prompt, prompt_text=text, model=model
             )
             await job.close()  # only if the engine changed in between: the batch goes ahead without it
@@ -250,7 +250,7 @@ async def serve(request, inp: GenerationInput, request_id: str, make_prompts, ma
             for position, (prompt, text) in enumerate(prompts):
                 job_id = request_id if len(prompts) == 1 else f"{request_id}-{position}"
                 jobs.append(
-                    await _start_job(request, served, inp, request_id=job_id, prompt=prompt, prompt_text=text, model=model)
+                    await start_job(request, served, inp, request_id=job_id, prompt=prompt, prompt_text=text, model=model)
                 )
         except BaseException:
             for job in jobs:  # the batch is refused whole: the prompts already queued go too

@@ -66,8 +66,8 @@ class BlockManager:
         wants its prompt's logprobs computes every prompt token (cached blocks hold no logits).
         """
         assert not seq.block_table and seq.num_computed_tokens == 0
-        if not self.enable_prefix_caching or seq.prompt_logprobs is not None:
-            return
+        if not self.enable_prefix_caching or seq.prompt_logprobs is not None or seq.params.pooling == "mean":
+            return  # (a mean pools every prompt position's hidden state: none may come from the cache)
         full_blocks = (len(seq.token_ids) - 1) // self.block_size
         previous = None
         for index in range(full_blocks):

@@ -36,12 +36,15 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"  # auto (kv_dtype_for) | float32 | float16 | bfloat16
     cpu_isa: str = "auto"  # caps the kernels' instruction set: auto | avx2 | avx512bw | avx512_vnni | amx (the loader applies it)
     packed_cache: bool = True  # a GGUF's packed weights kept on disk at its first start, mapped by later ones (packed_cache.py)
+    pooling: str = "auto"  # embeddings: auto (the checkpoint's) | last | mean (pooling.py)
 
     def __post_init__(self):
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.pooling not in ("auto", "last", "mean"):
+            raise ValueError(f"pooling must be auto, last or mean, got {self.pooling!r}")
         if self.quantization not in QUANT_METHODS:
             raise ValueError(f"quantization must be one of {', '.join(QUANT_METHODS)}, got {self.quantization!r}")
         if self.cpu_isa not in CPU_ISAS:
@@ -97,4 +100,5 @@ class EngineConfig:
             cpu_isa=env_str("MINIVLLM_CPU_ISA", "auto", env),
             enable_prefix_caching=env_bool("MINIVLLM_PREFIX_CACHING", True, env),
             packed_cache=env_bool("MINIVLLM_PACKED_CACHE", True, env),
+            pooling=env_str("MINIVLLM_POOLING", "auto", env),
         )

@@ -21,6 +21,7 @@ from .kv_pool import plan_num_blocks
 from .loader import ModelBundle, load_model
 from .model_runner import ModelRunner
 from .outputs import RequestOutput, TokenLogprob
+from .pooling import pooling_for
 from .prompt import check_prompt_fits, prompt_token_ids
 from .reasoning import ReasoningState
 from .sampler import Sampler, SamplingContext, make_generator
@@ -84,6 +85,7 @@ class LLMEngine:
             self.kv_dtype,
             cpu_step=self.bundle.cpu_step,
         )
+        self.pooling = pooling_for(self.config.pooling, self.config.model)
         self.weights_mb = self.bundle.weight_bytes / 2**20  # counted once: the weights never change after load
         # what the web side needs of the model, built once here (engine clients hand it on as it is)
         self.model_info = ModelInfo(
@@ -94,6 +96,11 @@ class LLMEngine:
             model.vocab_size,
             self.bundle.sampling_defaults,
             self.num_slots,
+            pooling=self.pooling.kind,
+            hidden_size=getattr(getattr(model, "cfg", None), "hidden_size", None),
+            matryoshka_dimensions=list(self.pooling.matryoshka_dimensions)
+            if self.pooling.matryoshka_dimensions is not None
+            else None,
         )
         self.sampler = Sampler()
         self.requests: dict[str, list[Sequence]] = {}  # each request's completions (n of them once forked)
@@ -243,6 +250,11 @@ class LLMEngine:
                 self.block_manager.register_computed_blocks(seq)
             for seq, first, logits in step.prompt:
                 self._record_prompt_logprobs(seq, first, logits)
+            for seq, vector in step.pooled:  # embedding requests end with their prompt: no decode slot
+                self.scheduler.finish(seq, "stop")
+                outputs.append(
+                    self._output(seq, "", [], finished=self._request_done(seq), finish_reason="stop", embedding=vector.tolist())
+                )
             if step.sampling is not None:
                 outputs.extend(self._sample(*self._with_forks(step.sampling, step.sampling_seqs), masks))
         except Exception as exc:  # a failed forward pass fails its requests, not the engine
@@ -408,6 +420,7 @@ class LLMEngine:
         logprobs=None,
         error=None,
         prompt_logprobs=None,
+        embedding=None,
     ) -> RequestOutput:
         return RequestOutput(
             request_id=seq.request_id,
@@ -428,6 +441,7 @@ class LLMEngine:
             num_cached_tokens=seq.reported_cached_tokens,
             prompt_logprobs=prompt_logprobs,
             reasoning_tokens=seq.reasoning.tokens if seq.reasoning is not None else 0,
+            embedding=embedding,
         )
 
     # -- observation ----------------------------------------------------------------------

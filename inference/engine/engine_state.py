@@ -36,6 +36,9 @@ class ModelInfo:
     vocab_size: int | None = None
     sampling_defaults: dict = field(default_factory=dict)  # the checkpoint's, for fields a request leaves out
     num_slots: int | None = None  # batch slots: the most completions (n) one request can run at once
+    pooling: str = "last"  # how embeddings are pooled (pooling.py)
+    hidden_size: int | None = None  # an embedding's length
+    matryoshka_dimensions: list[int] | None = None  # lengths an embedding may be cut to ([]: any); None: none
 
     @property
     def token_limit(self) -> int | None:
@@ -44,6 +47,7 @@ class ModelInfo:
 
     # A worker sends its ModelInfo whole, but the tokenizer: the web side loads its own copy.
     WIRE_FIELDS = ("model_name", "max_model_len", "kv_capacity_tokens", "vocab_size", "sampling_defaults", "num_slots")
+    WIRE_FIELDS += ("pooling", "hidden_size", "matryoshka_dimensions")
 
     def to_wire(self) -> dict:
         return {name: getattr(self, name) for name in self.WIRE_FIELDS}
@@ -66,4 +70,7 @@ class ModelInfo:
             vocab_size=first.get("vocab_size"),
             sampling_defaults=first.get("sampling_defaults") or {},
             num_slots=smallest("num_slots"),
+            pooling=first.get("pooling") or "last",
+            hidden_size=first.get("hidden_size"),
+            matryoshka_dimensions=first.get("matryoshka_dimensions"),
         )

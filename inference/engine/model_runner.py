@@ -8,7 +8,7 @@ import torch
 
 from .kv_pool import allocate_kv_pool
 from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
-from .scheduler import ScheduledBatch, samples_after
+from .scheduler import ScheduledBatch, pools_after, samples_after
 from .sequence import Sequence
 
 
@@ -21,6 +21,7 @@ class StepLogits:
     sampling: torch.Tensor | None
     sampling_seqs: list[Sequence]
     prompt: list[tuple[Sequence, int, torch.Tensor]] = field(default_factory=list)
+    pooled: list[tuple[Sequence, torch.Tensor]] = field(default_factory=list)  # embedding requests whose prompt completed
 
 
 class ModelRunner:
@@ -50,9 +51,12 @@ class ModelRunner:
         input_ids, positions, slots = [], [], []
         sampling_rows, sampling_seqs = [], []
         prompt_rows = []  # (seq, first position, first row, rows)
+        pooling_rows = []  # (embedding request, first row, rows)
         work = [(seq, 1) for seq in batch.decodes] + batch.prefills
         for seq, n in work:
             start = seq.num_computed_tokens
+            if seq.params.pooling is not None:
+                pooling_rows.append((seq, len(input_ids), n))
             if seq.prompt_logprobs is not None and start + 1 < seq.num_prompt_tokens:
                 # positions start.. predict prompt tokens start+1..; the prompt's last position predicts the output
                 prompt_rows.append((seq, start, len(input_ids), min(n, seq.num_prompt_tokens - 1 - start)))
@@ -77,7 +81,19 @@ class ModelRunner:
         hidden = self.forward(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
         logits = self.model.compute_logits(hidden[self._tensor(sampling_rows)]) if sampling_rows else None
         prompt = [(seq, first, self.model.compute_logits(hidden[row : row + rows])) for seq, first, row, rows in prompt_rows]
-        return StepLogits(logits, sampling_seqs, prompt)
+        pooled = [done for seq, row, rows in pooling_rows if (done := self._pool(seq, hidden, row, rows)) is not None]
+        return StepLogits(logits, sampling_seqs, prompt, pooled)
+
+    def _pool(self, seq: Sequence, hidden: torch.Tensor, row: int, rows: int):
+        """An embedding request's chunk: summed (mean pooling) and, once the prompt is complete,
+        its pooled vector (float32, not normalized) with the sequence."""
+        if seq.params.pooling == "mean":
+            part = hidden[row : row + rows].float().sum(0)
+            seq.pool_sum = part if seq.pool_sum is None else seq.pool_sum + part
+        if not pools_after(seq, rows):
+            return None
+        vector = seq.pool_sum / seq.num_prompt_tokens if seq.params.pooling == "mean" else hidden[row + rows - 1].float()
+        return seq, vector
 
     @torch.inference_mode()
     def rows_for_forks(self, logits: torch.Tensor, rows: list[int], copies: list[tuple[int, int]]) -> torch.Tensor:

@@ -43,4 +43,5 @@ class RequestOutput:
     stop_reason: str | int | None = None  # the stop string or stop token id that ended the completion
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     prompt_logprobs: list[TokenLogprob | None] | None = None  # with a completion's first output, if asked
+    embedding: list[float] | None = None  # an embedding request's pooled hidden state (not normalized)
     reasoning_tokens: int = 0  # of completion_tokens, those written while reasoning (engine/reasoning.py)

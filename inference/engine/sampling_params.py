@@ -43,6 +43,8 @@ class SamplingParams:
     # a thinking model's reply that starts in reasoning: {"end": marker text, "budget": tokens or None}
     # (engine/reasoning.py): grammars apply after the marker; a spent budget forces it
     reasoning: dict | None = None
+    # an embedding request: its prompt is computed and pooled ("last" | "mean"), nothing is sampled
+    pooling: str | None = None
 
     MAX_LOGPROBS = 20
     MAX_N = 16
@@ -89,6 +91,8 @@ class SamplingParams:
             raise SamplingParamsError(
                 "structured", "structured must name a kind: json_schema, json_object, regex, choice, grammar"
             )
+        if self.pooling is not None and (self.pooling not in ("last", "mean") or self.n != 1):
+            raise SamplingParamsError("pooling", "pooling must be last or mean, with n 1")
         if self.reasoning is not None:
             if (
                 not isinstance(self.reasoning, dict)

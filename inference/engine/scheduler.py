@@ -18,8 +18,14 @@ from .sequence import Sequence, SequenceStatus
 
 def samples_after(seq: Sequence, n: int) -> bool:
     """Whether computing the sequence's next n tokens reaches its last known token, so that it
-    samples in that step (every decode; only a prefill's final chunk)."""
-    return seq.num_computed_tokens + n == len(seq)
+    samples in that step (every decode; only a prefill's final chunk). An embedding request never
+    samples: its last chunk is pooled instead (`pools_after`)."""
+    return seq.num_computed_tokens + n == len(seq) and seq.params.pooling is None
+
+
+def pools_after(seq: Sequence, n: int) -> bool:
+    """Whether an embedding request's prompt is complete after this step's n tokens."""
+    return seq.params.pooling is not None and seq.num_computed_tokens + n == len(seq)
 
 
 @dataclass

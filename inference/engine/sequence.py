@@ -41,6 +41,7 @@ class Sequence:
         self.generator = None
         self.detokenizer = None
         self.matcher = None  # llguidance's, when params.structured asks for constrained decoding
+        self.pool_sum = None  # an embedding request's running sum of hidden states (mean pooling)
         self.reasoning = None  # a ReasoningState, when the reply starts in reasoning (engine/reasoning.py)
 
     def __len__(self) -> int:

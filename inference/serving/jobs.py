@@ -94,6 +94,7 @@ class GenerationJob:
         self.reasoning = None  # a ReasoningReader: each finished choice's reasoning is split off first
         self.prompt_tokens = 0
         self.cached_tokens = 0
+        self.embedding: list[float] | None = None  # an embedding request's pooled vector
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.done = False
@@ -155,6 +156,8 @@ class GenerationJob:
             choice.logprobs.extend(out.logprobs)
         if out.prompt_logprobs is not None:
             self.prompt_logprobs = out.prompt_logprobs
+        if out.embedding is not None:
+            self.embedding = out.embedding
         self.prompt_tokens = out.prompt_tokens or self.prompt_tokens
         if out.index == 0:  # the prompt's: a child that re-prefilled counts its parent's blocks as cached
             self.cached_tokens = max(self.cached_tokens, out.num_cached_tokens)
