@@ -26,6 +26,10 @@ PATHS = [
     "/detokenize",
     "/v1/messages",
     "/v1/messages/count_tokens",
+    "/v1/responses",
+    "/v1/responses/input_tokens",
+    "/v1/embeddings",
+    "/infill",
 ]
 ANTHROPIC_PATHS = {"/v1/messages", "/v1/messages/count_tokens"}
 FIELDS = [
@@ -86,6 +90,18 @@ FIELDS = [
     "stop_sequences",
     "thinking",
     "output_config",
+    "input",
+    "instructions",
+    "previous_response_id",
+    "max_output_tokens",
+    "text",
+    "reasoning",
+    "encoding_format",
+    "dimensions",
+    "input_prefix",
+    "input_suffix",
+    "input_extra",
+    "suffix",
 ]
 numbers = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
