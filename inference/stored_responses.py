@@ -8,10 +8,10 @@ from .models import StoredResponse
 
 def owner_of(caller) -> str:
     """The owner string of an auth.Caller (None: a server without keys): an admin key by its id,
-    an environment key by its label."""
+    an environment key by its digest (never by its position in the list, which changes)."""
     if caller is None:
         return ""
-    return f"key:{caller.key_id}" if caller.key_id is not None else caller.label
+    return f"key:{caller.key_id}" if caller.key_id is not None else f"env:{caller.fingerprint}"
 
 
 async def save(*, response: dict, model: str, owner: str, input_items: list, conversation: list) -> None:

@@ -176,6 +176,9 @@ MINIVLLM_SERVED_MODEL_NAME = env_str("MINIVLLM_SERVED_MODEL_NAME")
 TOOL_CALL_PARSERS = ("hermes", "llama3_json")  # api/tool_parsers.PARSERS' names
 MINIVLLM_TOOL_CALL_PARSER = env_choice("MINIVLLM_TOOL_CALL_PARSER", "auto", ("auto", *TOOL_CALL_PARSERS))
 REASONING_PARSERS = ("qwen3", "deepseek_r1")  # api/reasoning_parsers.PARSERS' names
+# A request's own chat_template runs in transformers' sandboxed Jinja, which bounds what it may
+# reach but not the time or memory it may take: refused unless trusted (vLLM's --trust-request-chat-template)
+MINIVLLM_TRUST_REQUEST_CHAT_TEMPLATE = env_bool("MINIVLLM_TRUST_REQUEST_CHAT_TEMPLATE", False)
 MINIVLLM_REASONING_PARSER = env_choice("MINIVLLM_REASONING_PARSER", "auto", ("auto", "none", *REASONING_PARSERS))
 # max_new_tokens when a /generate body leaves it out.
 MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS = env_int("MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS", 128)

@@ -20,7 +20,7 @@ from django.http import JsonResponse
 from ..serving.jobs import Choice, GenerationJob
 from . import sse
 from .errors import ApiError
-from .reasoning_parsers import ReplyReasoning
+from .reasoning_parsers import ReplyReasoning, split_delta
 from .stream_renderers import CallHoldback
 from .tool_calls import ToolRequest
 
@@ -126,10 +126,7 @@ class AnthropicReply:
             yield from blocks.delta("text", {"type": "text", "text": ""}, {"type": "text_delta", "text": text})
 
         def split(text: str, ended: bool):
-            reasoning, answer = splitter.add(text) if splitter is not None else ("", text)
-            if splitter is not None and ended:
-                more_reasoning, more_answer = splitter.finish()
-                reasoning, answer = reasoning + more_reasoning, answer + more_answer
+            reasoning, answer = split_delta(splitter, text, ended)
             if reasoning:
                 start = thinking_block("")
                 yield from blocks.delta("thinking", start, {"type": "thinking_delta", "thinking": reasoning})

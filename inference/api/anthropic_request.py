@@ -174,8 +174,8 @@ def _thinking(body: dict) -> tuple[dict, int | None]:
     """(the template options, the thinking budget): `enabled` / `disabled` switch a thinking
     template's reasoning on or off (its `enable_thinking`); `budget_tokens` ends it when spent."""
     thinking = expect(body, "thinking", dict, "an object")
-    if thinking is None:
-        return {}, None
+    if thinking is None:  # Anthropic's default is no extended thinking
+        return {"kwargs": {"enable_thinking": False}}, None
     if thinking.get("type") not in THINKING_TYPES:
         raise bad_request(f"thinking.type must be one of {', '.join(sorted(THINKING_TYPES))}", param="thinking.type")
     if thinking["type"] == "disabled":
@@ -212,7 +212,11 @@ def parse_prompt(body: dict, parser: ToolParser) -> MessagesPrompt:
     for index, message in enumerate(value):
         messages.extend(_message(message, index, parser))
     options, budget = _thinking(body)
-    continue_final = value[-1].get("role") == "assistant"
+    # a prefill: the last turn is the assistant's own text (a tool call or thinking alone is no prefill)
+    last = value[-1]
+    continue_final = last.get("role") == "assistant" and bool(messages[-1]["content"]) and messages[-1]["role"] == "assistant"
+    if continue_final and isinstance(last.get("content"), list):
+        continue_final = not any(isinstance(b, dict) and b.get("type") == "tool_use" for b in last["content"])
     return MessagesPrompt(body["model"], messages, _tools(body, parser), continue_final, options, budget)
 
 

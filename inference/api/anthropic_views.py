@@ -13,20 +13,13 @@ import uuid
 from django.http import JsonResponse
 
 from ..engine.prompt import prompt_token_ids
-from ..serving import runtime
 from .anthropic_format import AnthropicReply, error_response
 from .anthropic_request import MessagesPrompt, parse_count_tokens, parse_messages_request
 from .chat_template import render as render_chat
 from .reasoning_parsers import plan_reasoning
 from .request_body import parse_json_body
-from .tool_parsers import tool_parser_for
+from .tool_parsers import served_tool_parser
 from .views import api_endpoint, ready_model, resolve_model, serve
-
-
-def _parser():
-    """The served model's tool-call format (the default before a model is loaded)."""
-    loaded = runtime.current_model_info()
-    return tool_parser_for(loaded.tokenizer if loaded else None)
 
 
 def _render(tokenizer, prompt: MessagesPrompt) -> str:
@@ -44,7 +37,7 @@ def _render(tokenizer, prompt: MessagesPrompt) -> str:
 
 @api_endpoint("POST", errors=error_response)
 async def messages(request):
-    inp, prompt = parse_messages_request(parse_json_body(request), _parser())
+    inp, prompt = parse_messages_request(parse_json_body(request), served_tool_parser())
 
     def prompts(info):
         text = _render(info.tokenizer, prompt)
@@ -60,7 +53,7 @@ async def messages(request):
 
 @api_endpoint("POST", errors=error_response)
 async def count_tokens(request):
-    prompt = parse_count_tokens(parse_json_body(request), _parser())
+    prompt = parse_count_tokens(parse_json_body(request), served_tool_parser())
     served = ready_model()
     resolve_model(prompt.model, served)
     text = _render(served.info.tokenizer, prompt)

@@ -34,6 +34,7 @@ class Caller:
 
     label: str
     key_id: int | None = None
+    fingerprint: str = ""  # an environment key's digest prefix: who owns what it made, whatever its position
 
 
 ANONYMOUS = None  # the caller when the server runs without keys
@@ -51,7 +52,7 @@ def _env_caller(digest: str) -> Caller | None:
     found = None
     for index, key in enumerate(settings.MINIVLLM_API_KEYS, start=1):
         if hmac.compare_digest(digest, hash_key(key)) and found is None:
-            found = Caller(label=f"env:{index}")
+            found = Caller(label=f"env:{index}", fingerprint=digest[:32])
     return found
 
 

@@ -25,7 +25,7 @@ from .extra_fields import drop_ignored
 from .request_body import parse_json_body
 from .sampling_fields import check_unknown_fields, expect, model_name, without_nulls
 from .stream_renderers import run_to_end
-from .views import api_endpoint, ready_model, resolve_model, start_job
+from .views import api_endpoint, ready_model, refuse_the_batch_if_one_is_refused, resolve_model, start_job
 
 EMBEDDING_FIELDS = {"input", "model", "encoding_format", "dimensions"}
 MAX_INPUTS = 2048  # OpenAI's limit per request
@@ -106,18 +106,23 @@ async def embeddings(request):
     slot = key_limits.acquire(request.api_caller)
     data, prompt_tokens = [], 0
     try:
+        pairs = [(item, item if isinstance(item, str) else "") for item in inputs]
+        if len(pairs) > 1:  # every input is checked before any runs: one that cannot be refuses the request
+            await refuse_the_batch_if_one_is_refused(request, served, inp, request_id, pairs, model)
         for start in range(0, len(inputs), WINDOW):
             jobs = []
             try:
                 for index in range(start, min(start + WINDOW, len(inputs))):
-                    item = inputs[index]
+                    item, text = pairs[index]
                     job_id = request_id if len(inputs) == 1 else f"{request_id}-{index}"
-                    text = item if isinstance(item, str) else ""
                     jobs.append(
                         await start_job(request, served, inp, request_id=job_id, prompt=item, prompt_text=text, model=model)
                     )
-            finally:
-                await run_to_end(jobs)  # also closes them if submitting the window failed part way
+            except BaseException:
+                for job in jobs:  # the window's submitted inputs are aborted with it
+                    await job.close()
+                raise
+            await run_to_end(jobs)
             for offset, job in enumerate(jobs):
                 if job.embedding is None:
                     raise ApiError(500, f"embedding failed: {job.error or 'no vector'}", code="generation_failed")

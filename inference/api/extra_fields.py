@@ -46,17 +46,13 @@ IGNORED = {
     "skip_special_tokens": BOOL,
     "spaces_between_special_tokens": BOOL,
     "truncate_prompt_tokens": INT,
-    "allowed_token_ids": LIST,
-    "bad_words": LIST,
     "add_special_tokens": BOOL,
     "documents": LIST,
     "mm_processor_kwargs": OBJECT,
     "guided_decoding_backend": STRING,
     "guided_whitespace_pattern": STRING,
-    "structural_tag": ANY,
     "priority": INT,
     "request_id": STRING,
-    "logits_processors": LIST,
     "return_tokens_as_token_ids": BOOL,
     "return_token_ids": BOOL,
     "cache_salt": STRING,
@@ -101,6 +97,9 @@ IGNORED = {
     "parse_tool_calls": BOOL,
     "thinking_forced_open": BOOL,
 }
+# Documented constraints this server cannot apply: ignoring them would change what a request asks
+# for, so a value that constrains anything is refused by name (an empty one is accepted).
+UNSUPPORTED = {"allowed_token_ids", "bad_words", "structural_tag", "logits_processors"}
 _logged: set[str] = set()
 
 
@@ -109,6 +108,10 @@ def drop_ignored(body: dict, honoured: set[str]) -> dict:
     `honoured` are the fields the API reads itself, left in place."""
     kept = {}
     for name, value in body.items():
+        if name in UNSUPPORTED and name not in honoured:
+            if value:
+                raise bad_request(f"{name} is not supported by this server", param=name)
+            continue
         kind = IGNORED.get(name, "") if name not in honoured else ""
         if kind == "":
             kept[name] = value

@@ -18,6 +18,7 @@ three FIM tokens cannot do this: `FimError`.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 FIM_BATCH = 2048  # llama-server's default n_batch, which sizes its prefix and suffix cuts
@@ -49,13 +50,26 @@ class FimTokens:
 
 
 def fim_tokens(tokenizer) -> FimTokens:
+    """The tokenizer's FIM tokens (looked up once per tokenizer: its vocabulary is large)."""
+    found = _found.get(tokenizer)
+    if found is None:
+        found = _found[tokenizer] = _lookup(tokenizer)
+    if isinstance(found, FimError):
+        raise found
+    return found
+
+
+_found: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _lookup(tokenizer) -> FimTokens | FimError:
     vocab = tokenizer.get_vocab()
     for prefix, suffix, middle, repo, separator in FAMILIES:
         if prefix in vocab and suffix in vocab and middle in vocab:
             repo_id = vocab.get(repo) if repo else next((vocab[n] for n in REPO_NAMES if n in vocab), None)
             separator_id = vocab.get(separator) if separator else next((vocab[n] for n in FILE_SEPARATORS if n in vocab), None)
             return FimTokens(vocab[prefix], vocab[suffix], vocab[middle], repo_id, separator_id)
-    raise FimError("the served model has no fill-in-the-middle tokens (prefix, suffix, middle): it cannot infill")
+    return FimError("the served model has no fill-in-the-middle tokens (prefix, suffix, middle): it cannot infill")
 
 
 def _text_ids(tokenizer, text: str) -> list[int]:
@@ -96,5 +110,7 @@ def infill_prompt(
     tail = [fim.suffix, *suffix_ids[:suffix_take]]
     if _adds_bos(tokenizer):
         head.insert(0, tokenizer.bos_token_id)
-    extra_take = min(max(0, context - FIM_BATCH - 2 * max_tokens), len(extra_ids))
-    return extra_ids[len(extra_ids) - extra_take :] + head + tail + [fim.middle]
+    core = head + tail + [fim.middle]
+    room = context - len(core) - max(max_tokens, 1)  # never more than the context holds beside the reply
+    extra_take = max(0, min(context - FIM_BATCH - 2 * max_tokens, room, len(extra_ids)))
+    return extra_ids[len(extra_ids) - extra_take :] + core

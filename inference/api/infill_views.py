@@ -57,6 +57,7 @@ def _extra(value) -> list[dict]:
 
 def parse_infill(body: dict) -> tuple[GenerationInput, dict]:
     """The request, and its FIM parts (prefix, suffix, extra, prompt)."""
+    raw = body
     body = drop_ignored(with_aliases(without_nulls(body)), INFILL_FIELDS)
     check_unknown_fields(body, INFILL_FIELDS)
     parts = {
@@ -67,10 +68,11 @@ def parse_infill(body: dict) -> tuple[GenerationInput, dict]:
     }
     if not (parts["prefix"] or parts["suffix"] or parts["prompt"]):
         raise bad_request("input_prefix, input_suffix or prompt is required", param="input_prefix")
-    max_tokens, name, defaulted = max_tokens_field(body, ("max_tokens",), None)  # None: the rest of the context
-    max_tokens = check_limits(body, max_tokens, "n_predict", defaulted=defaulted) if not defaulted else None
+    name = "n_predict" if "n_predict" in raw else "max_tokens"  # as the client spelled it
+    max_tokens, _, defaulted = max_tokens_field(body, ("max_tokens",), None)  # None: the rest of the context
+    checked = check_limits(body, max_tokens, name, defaulted=defaulted)
     fields = {key: value for key, value in body.items() if key in ENGINE_SAMPLING_FIELDS}
-    params = sampling_params(fields, max_tokens=max_tokens, max_tokens_param="n_predict", logprobs=None)
+    params = sampling_params(fields, max_tokens=None if defaulted else checked, max_tokens_param=name, logprobs=None)
     stream = bool(expect(body, "stream", bool, "a boolean"))
     inp = GenerationInput(endpoint="infill", params=params, model=model_name(body), stream=stream, given=frozenset(body))
     return inp, parts

@@ -109,10 +109,9 @@ class ReasoningParser:
 
     def for_prompt(self, prompt: str) -> ReplyReasoning | None:
         """How a reply to `prompt` reads; None when the prompt closed the block (thinking is off)."""
-        tail = prompt.rstrip()
-        opened, closed = tail.rfind(START), tail.rfind(END)
-        if closed >= 0 and closed > opened and tail.endswith(END):
-            return None
+        opened, closed = prompt.rfind(START), prompt.rfind(END)
+        if closed >= 0 and closed > opened:
+            return None  # the template closed the block (thinking off; templates drop earlier turns' reasoning)
         in_reasoning = opened > closed or self.always_reasons
         return ReplyReasoning(in_reasoning=in_reasoning, may_open=not in_reasoning)
 
@@ -163,4 +162,17 @@ def plan_reasoning(inp, tokenizer, prompt: str) -> None:
     reader = parser.for_prompt(prompt) if parser is not None else None
     inp.reasoning = reader
     if reader is not None and reader.expected:
-        inp.params = dataclasses.replace(inp.params, reasoning={"end": END, "budget": inp.thinking_budget})
+        reasoning = {"end": END, "start": START, "opened": reader.in_reasoning, "budget": inp.thinking_budget}
+        inp.params = dataclasses.replace(inp.params, reasoning=reasoning)
+
+
+def split_delta(splitter: ReasoningSplitter | None, text: str, ended: bool) -> tuple[str, str]:
+    """A streamed delta's (reasoning, answer), the splitter flushed when its choice ended; without
+    a splitter (no reasoning parser) it is all answer."""
+    if splitter is None:
+        return "", text
+    reasoning, answer = splitter.add(text) if text else ("", "")
+    if ended:
+        more_reasoning, more_answer = splitter.finish()
+        reasoning, answer = reasoning + more_reasoning, answer + more_answer
+    return reasoning, answer

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from ..serving.jobs import Choice, GenerationJob
 from . import sse
-from .reasoning_parsers import ReplyReasoning
+from .reasoning_parsers import ReplyReasoning, split_delta
 from .stream_renderers import CallHoldback
 from .tool_calls import ToolRequest
 
@@ -180,10 +180,7 @@ class ResponsesReply:
             item[0] = "closed"
 
         def split(text: str, ended: bool):
-            reasoning, answer = splitter.add(text) if splitter is not None else ("", text)
-            if splitter is not None and ended:
-                more_reasoning, more_answer = splitter.finish()
-                reasoning, answer = reasoning + more_reasoning, answer + more_answer
+            reasoning, answer = split_delta(splitter, text, ended)
             if reasoning:
                 yield from delta("reasoning", reasoning)
             answer = holdback.add(0, answer) if holdback is not None and answer else answer

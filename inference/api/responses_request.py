@@ -56,9 +56,14 @@ class ResponsesPrompt:
     template_options: dict = field(default_factory=dict)
 
     def conversation(self, earlier: list[dict]) -> list[dict]:
-        """The messages the template renders: instructions, the earlier turns, this input."""
-        system = [{"role": "system", "content": self.instructions}] if self.instructions else []
-        return system + earlier + self.messages
+        """The messages the template renders: one system message first (the instructions, then any
+        system or developer messages of the earlier turns and this input, which templates want
+        first), the earlier turns, this input."""
+        turns = earlier + self.messages
+        system = [self.instructions] if self.instructions else []
+        system += [m["content"] for m in turns if m["role"] == "system"]
+        head = [{"role": "system", "content": "\n\n".join(system)}] if system else []
+        return head + [m for m in turns if m["role"] != "system"]
 
 
 def _item_id(prefix: str) -> str:

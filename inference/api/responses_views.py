@@ -17,22 +17,16 @@ from django.http import JsonResponse
 
 from .. import stored_responses
 from ..engine.prompt import prompt_token_ids
-from ..serving import runtime
 from .chat_template import render as render_chat
 from .errors import ApiError, bad_request
 from .reasoning_parsers import plan_reasoning
 from .request_body import parse_json_body
 from .responses_format import ResponsesReply
 from .responses_request import ResponsesPrompt, parse_input_tokens, parse_responses_request
-from .tool_parsers import tool_parser_for
+from .tool_parsers import served_tool_parser
 from .views import api_endpoint, ready_model, resolve_model, serve
 
 INPUT_ITEMS_LIMIT = 100  # OpenAI's most per page
-
-
-def _parser():
-    loaded = runtime.current_model_info()
-    return tool_parser_for(loaded.tokenizer if loaded else None)
 
 
 def _not_found(response_id: str) -> ApiError:
@@ -59,7 +53,7 @@ def _render(tokenizer, prompt: ResponsesPrompt, messages: list[dict]) -> str:
 
 @api_endpoint("POST")
 async def create(request):
-    inp, parsed = parse_responses_request(parse_json_body(request), _parser())
+    inp, parsed = parse_responses_request(parse_json_body(request), served_tool_parser())
     prompt, owner = parsed.prompt, stored_responses.owner_of(request.api_caller)
     earlier = await _earlier(prompt, owner)
     inp.messages = prompt.conversation(earlier)
@@ -73,7 +67,8 @@ async def create(request):
         job = jobs[0]
 
         async def store(response: dict) -> None:
-            reply_turn = {"role": "assistant", "content": job.choices[0].text}
+            text = job.choices[0].text  # the calls as the model wrote them, less any reasoning (templates drop it)
+            reply_turn = {"role": "assistant", "content": inp.reasoning.split(text)[1] if inp.reasoning else text}
             await stored_responses.save(
                 response=response,
                 model=model,
@@ -145,7 +140,7 @@ async def input_items(request, response_id: str):
 @api_endpoint("POST")
 async def input_tokens(request):
     """The prompt's token count, as /v1/responses would render it (previous_response_id included)."""
-    prompt = parse_input_tokens(parse_json_body(request), _parser())
+    prompt = parse_input_tokens(parse_json_body(request), served_tool_parser())
     served = ready_model()
     resolve_model(prompt.model, served)
     messages = prompt.conversation(await _earlier(prompt, stored_responses.owner_of(request.api_caller)))

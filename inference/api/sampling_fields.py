@@ -27,8 +27,6 @@ ENGINE_SAMPLING_FIELDS = {
     "ignore_eos",
     "include_stop_str_in_output",
 }
-# OpenAI fields we accept and ignore: they change nothing about the output.
-IGNORED_OPENAI_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
 
 
 # llama-server's names for fields every API has: read as the field itself.

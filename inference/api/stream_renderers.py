@@ -15,7 +15,7 @@ from ..engine.outputs import TokenLogprob
 from ..serving.jobs import Choice, GenerationJob
 from . import openai_format as oai
 from . import sse
-from .reasoning_parsers import ReplyReasoning
+from .reasoning_parsers import ReplyReasoning, split_delta
 from .tool_calls import ToolRequest
 from .tool_parsers import ToolParser
 
@@ -135,8 +135,8 @@ class OpenAIResponse:
                     index=self.index(position, choice),
                     text=prefix + generated,
                     logprobs=logprobs,
-                    finish_reason=choice.finish_reason,
-                    stop_reason=choice.stop_reason,
+                    finish_reason="length" if self.echo_only else choice.finish_reason,
+                    stop_reason=None if self.echo_only else choice.stop_reason,
                 )
                 if self.show_prompt_logprobs:
                     body["prompt_logprobs"] = oai.prompt_logprobs(job.prompt_logprobs)
@@ -186,6 +186,7 @@ class OpenAIResponse:
                         text = self.prompt_texts[position] + text
                         prompt = self.echo_logprobs(position)
                 reason = choice.finish_reason if choice in finished and choice.finish_reason != "error" else None
+                reason = "length" if reason and self.echo_only else reason
                 chunks = []
                 if text or out_logprobs or reason or prompt:
                     logprobs = None
@@ -225,10 +226,8 @@ class OpenAIResponse:
                 text = out.text
                 if self.reasoning is not None:
                     splitter = splitters.setdefault(out.index, self.reasoning.splitter())
-                    reasoning, text = splitter.add(text) if text else ("", "")
-                    if any(choice.index == out.index for choice in finished):
-                        more_reasoning, more_text = splitter.finish()
-                        reasoning, text = reasoning + more_reasoning, text + more_text
+                    ended = any(choice.index == out.index for choice in finished)
+                    reasoning, text = split_delta(splitter, text, ended)
                     if reasoning:
                         delta = {"reasoning_content": reasoning, "reasoning": reasoning}
                         yield sse.event(oai.chat_chunk(**self._ids(), index=out.index, delta=delta))

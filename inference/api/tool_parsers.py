@@ -30,6 +30,7 @@ from django.conf import settings
 from referencing import Registry
 
 from ..engine.json_schemas import grammar_schema
+from ..serving import runtime
 
 # (name, arguments) of one call as read from a reply
 Call = tuple[str, dict]
@@ -383,3 +384,9 @@ def tool_parser_for(tokenizer) -> ToolParser:
     if named != "auto":
         return PARSERS[named]()
     return parser_for_template(getattr(tokenizer, "chat_template", None) if tokenizer is not None else None)
+
+
+def served_tool_parser() -> ToolParser:
+    """The served model's parser (the default before a model is loaded)."""
+    loaded = runtime.current_model_info()
+    return tool_parser_for(loaded.tokenizer if loaded else None)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+
 from ..serving.generation_input import GenerationInput
 from .chat_messages import parse_messages
 from .errors import ApiError, bad_request
 from .extra_fields import drop_ignored
 from .sampling_fields import (
     ENGINE_SAMPLING_FIELDS,
-    IGNORED_OPENAI_FIELDS,
     check_limits,
     check_unknown_fields,
     choices_n,
@@ -44,7 +45,6 @@ COMPLETION_FIELDS = (
     | COMMON_FIELDS
     | set(GUIDED_FIELDS)
     | ENGINE_SAMPLING_FIELDS
-    | IGNORED_OPENAI_FIELDS
 )
 CHAT_FIELDS = (
     {
@@ -63,6 +63,7 @@ CHAT_FIELDS = (
         "response_format",
         "tools",
         "tool_choice",
+        "parallel_tool_calls",
         "functions",
         "function_call",
         "reasoning_effort",
@@ -76,7 +77,6 @@ CHAT_FIELDS = (
     }
     | COMMON_FIELDS
     | ENGINE_SAMPLING_FIELDS
-    | IGNORED_OPENAI_FIELDS
 )
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -118,6 +118,11 @@ def _template_options(body: dict) -> dict:
         options["kwargs"] = kwargs
     template = expect(body, "chat_template", str, "a string")
     if template is not None:
+        if not settings.MINIVLLM_TRUST_REQUEST_CHAT_TEMPLATE:
+            raise bad_request(
+                "a request's own chat_template is refused unless the server sets MINIVLLM_TRUST_REQUEST_CHAT_TEMPLATE=1",
+                param="chat_template",
+            )
         options["template"] = template
     add = expect(body, "add_generation_prompt", bool, "a boolean")
     if add is not None:

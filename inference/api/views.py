@@ -31,7 +31,7 @@ from .fim import FimError, infill_prompt
 from .reasoning_parsers import plan_reasoning
 from .request_body import parse_json_body
 from .stream_renderers import OpenAIResponse, generate_events, run_to_end
-from .tool_parsers import tool_parser_for
+from .tool_parsers import served_tool_parser
 from .validation import parse_chat, parse_completion, parse_generate
 
 
@@ -154,7 +154,7 @@ async def generate(request):
         slot.release_unless_held()
 
 
-async def _refuse_the_batch_if_one_is_refused(request, served: Served, inp, request_id: str, prompts, model: str) -> None:
+async def refuse_the_batch_if_one_is_refused(request, served: Served, inp, request_id: str, prompts, model: str) -> None:
     """Every prompt of a batch is planned before any is queued: the first that cannot be is
     submitted alone, so it is refused (and recorded) with its own reason, and none runs."""
     for position, (prompt, text) in enumerate(prompts):
@@ -187,8 +187,7 @@ async def completions(request):
 @api_endpoint("POST")
 async def chat_completions(request):
     # tools are read, written and forced in the served model's format (the default before a model is loaded)
-    loaded = runtime.current_model_info()
-    inp = parse_chat(parse_json_body(request), tool_parser=tool_parser_for(loaded.tokenizer if loaded else None))
+    inp = parse_chat(parse_json_body(request), tool_parser=served_tool_parser())
 
     def prompts(info):
         tools = inp.tools.tools if inp.tools is not None and inp.tools.active else None
@@ -203,9 +202,8 @@ async def chat_completions(request):
 def fim_ids(info, prefix: str, suffix: str, *, max_tokens: int, param: str, extra=None, prompt: str = "") -> list[int]:
     """A fill-in-the-middle prompt for the served model (api/fim.py); a model without FIM tokens is a 400."""
     try:
-        return infill_prompt(
-            info.tokenizer, prefix, suffix, extra, prompt, context=info.max_model_len or 0, max_tokens=max_tokens
-        )
+        context = info.token_limit or info.max_model_len or 0
+        return infill_prompt(info.tokenizer, prefix, suffix, extra, prompt, context=context, max_tokens=max_tokens)
     except FimError as exc:
         raise bad_request(str(exc), param=param, code="fim_not_supported") from None
 
@@ -245,23 +243,23 @@ async def serve(request, inp: GenerationInput, request_id: str, make_prompts, ma
     jobs = []
     try:
         if len(prompts) > 1:
-            await _refuse_the_batch_if_one_is_refused(request, served, inp, request_id, prompts, model)
+            await refuse_the_batch_if_one_is_refused(request, served, inp, request_id, prompts, model)
         try:
             for position, (prompt, text) in enumerate(prompts):
                 job_id = request_id if len(prompts) == 1 else f"{request_id}-{position}"
                 jobs.append(
                     await start_job(request, served, inp, request_id=job_id, prompt=prompt, prompt_text=text, model=model)
                 )
+            reply = make_reply(served, model, request_id, prompts, jobs)
+            if inp.stream:
+                stream = reply.stream()
+                for job in jobs:
+                    guard_stream(stream, job)
+                return sse.response(slot.hold(stream))
         except BaseException:
             for job in jobs:  # the batch is refused whole: the prompts already queued go too
                 await job.close()
             raise
-        reply = make_reply(served, model, request_id, prompts, jobs)
-        if inp.stream:
-            stream = reply.stream()
-            for job in jobs:
-                guard_stream(stream, job)
-            return sse.response(slot.hold(stream))
         await run_to_end(jobs)
     finally:
         slot.release_unless_held()

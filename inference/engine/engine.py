@@ -117,6 +117,7 @@ class LLMEngine:
         self.grammar_mask_rows = 0
         self.grammar_mask_wait_seconds = 0.0  # the part of the masks' time the loop waited, after the forward
         self._grammars_lock = threading.Lock()
+        self._markers: dict[str, list[int]] = {}  # reasoning markers' token ids
         log.info(
             "engine ready: %s on %s (%s), %d KV blocks of %d tokens (%s), %d slots",
             self.model_name,
@@ -206,8 +207,11 @@ class LLMEngine:
         if params.structured is not None:
             seq.matcher = self.grammars.matcher(params.structured)
         if params.reasoning is not None:
-            end_ids = self.tokenizer.encode(params.reasoning["end"], add_special_tokens=False)
-            seq.reasoning = ReasoningState(end_ids, params.reasoning.get("budget"))
+            encode = self._marker_ids
+            start = params.reasoning.get("start") if not params.reasoning.get("opened", True) else None
+            seq.reasoning = ReasoningState(
+                encode(params.reasoning["end"]), params.reasoning.get("budget"), encode(start) if start else None
+            )
         seq.generator = make_generator(params.seed, self.bundle.device)
         seq.detokenizer = IncrementalDetokenizer(
             self.tokenizer, token_ids, stop=params.stop, include_stop_str=params.include_stop_str_in_output
@@ -333,6 +337,12 @@ class LLMEngine:
             outputs.append(self._append_token(seq, token_id, logprob, now))
         return outputs
 
+    def _marker_ids(self, marker: str) -> list[int]:
+        """A reasoning marker's token ids, tokenized once per marker."""
+        if marker not in self._markers:
+            self._markers[marker] = self.tokenizer.encode(marker, add_special_tokens=False)
+        return self._markers[marker]
+
     def _allowed(self, seq: Sequence, masks: dict):
         """The tokens the sequence may sample: its grammar's, or only the next token of its reasoning's
         end marker once its thinking budget is spent."""
@@ -346,8 +356,9 @@ class LLMEngine:
         seq.token_ids.append(token_id)
         if seq.active_matcher is not None:
             seq.matcher.consume_token(token_id)
-        if seq.reasoning is not None:
-            seq.reasoning.observe(seq.output_token_ids)
+        if seq.reasoning is not None and seq.reasoning.observe(seq.output_token_ids) and seq.matcher is not None:
+            for written in seq.output_token_ids:  # no reasoning after all: the grammar reads the reply from its start
+                seq.matcher.consume_token(written)
         if first:
             seq.first_token_time = now
         text = seq.detokenizer.add_tokens([token_id])

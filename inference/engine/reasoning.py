@@ -12,10 +12,17 @@ from __future__ import annotations
 
 
 class ReasoningState:
-    def __init__(self, end_ids: list[int], budget: int | None):
+    """`start_ids`: the reply may open the block itself (the prompt did not): until its first tokens
+    show whether it does, the phase is pending (grammars wait); a reply that does not open it has
+    no reasoning phase at all (`observe` says so once, and the engine gives the grammar what was
+    written meanwhile)."""
+
+    def __init__(self, end_ids: list[int], budget: int | None, start_ids: list[int] | None = None):
         self.end_ids = end_ids
         self.budget = budget
-        self.active = bool(end_ids)  # still reasoning: the end marker has not been written yet
+        self.start_ids = start_ids or None
+        self.pending = self.start_ids is not None  # not yet known whether the reply reasons
+        self.active = bool(end_ids)  # still reasoning (or pending): the end marker has not been written yet
         self.tokens = 0  # reasoning tokens so far (the end marker's included)
         self.forcing: list[int] = []  # the end marker's tokens still to write, once the budget is spent
 
@@ -24,14 +31,23 @@ class ReasoningState:
         """The token the next step must sample (the budget ran out), or None."""
         return self.forcing[0] if self.active and self.forcing else None
 
-    def observe(self, output_ids: list[int]) -> None:
-        """After a token was appended to the output: count it, and end the phase at the marker."""
+    def observe(self, output_ids: list[int]) -> bool:
+        """After a token was appended to the output: count it, and end the phase at the marker.
+        True once, when a pending reply turns out not to reason at all."""
         if not self.active:
-            return
+            return False
+        if self.pending:
+            start = self.start_ids
+            if output_ids[: len(start)] == start:
+                self.pending = False  # it opened the block: reasoning from here
+            elif start[: len(output_ids)] != output_ids:
+                self.active = self.pending = False
+                return True
         self.tokens += 1
         if self.forcing and output_ids[-1] == self.forcing[0]:
             self.forcing.pop(0)
         if output_ids[-len(self.end_ids) :] == self.end_ids:
             self.active, self.forcing = False, []
-        elif self.budget is not None and self.tokens >= self.budget and not self.forcing:
+        elif self.budget is not None and self.tokens >= self.budget and not self.forcing and not self.pending:
             self.forcing = list(self.end_ids)
+        return False

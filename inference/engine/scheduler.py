@@ -46,7 +46,9 @@ class ScheduledBatch:
     def sampling(self) -> list[Sequence]:
         """The sequences that sample this step: every decode, and each prefill whose chunk reaches
         its last known token (the runner's rule, known before the forward pass)."""
-        return self.decodes + [seq for seq, n in self.prefills if samples_after(seq, n)]
+        return [seq for seq in self.decodes if seq.params.pooling is None] + [
+            seq for seq, n in self.prefills if samples_after(seq, n)
+        ]
 
 
 class Scheduler:

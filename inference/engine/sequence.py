@@ -81,4 +81,5 @@ class Sequence:
         self.block_hashes = []
         self.status = SequenceStatus.WAITING
         self.slot = None
+        self.pool_sum = None  # mean pooling sums the prompt again as it is recomputed
         # (prompt logprobs are kept by position: recomputing them writes the same values again)

@@ -182,11 +182,11 @@ class PendingMasks:
             self.future.exception()
 
 
-NO_MASKS = PendingMasks([], None, None)
+NO_MASKS = PendingMasks([], None, None)  # an engine that has never had a constrained request
 
 
 def one_token_mask(vocab_size: int, token_id: int) -> torch.Tensor:
     """[vocab] bool allowing one token: a sampled step that must write it (engine/reasoning.py)."""
     mask = torch.zeros(vocab_size, dtype=torch.bool)
     mask[token_id] = True
-    return mask  # an engine that has never had a constrained request
+    return mask

@@ -98,7 +98,7 @@ REQUEST_QUEUE_TIME = _histogram("request_queue_time_seconds", "Arrival to first 
 REQUEST_PROMPT_TOKENS = _histogram("request_prompt_tokens", "Prompt length of finished requests.", TOKEN_BUCKETS)
 API_REQUESTS = Counter(
     PREFIX + "api_requests",
-    "Requests submitted to the engine (taken or refused), by the API they came by.",
+    "Engine requests submitted (taken or refused; one per prompt or input of a batch), by the API they came by.",
     ["model_name", "api"],
     registry=REGISTRY,
 )

@@ -58,7 +58,7 @@ class Choice:
     @property
     def answer(self) -> str | None:
         """What the reply says: its text less reasoning and tool calls (None: calls and nothing else)."""
-        if self.tool_calls or self.reasoning is not None:
+        if self.tool_calls or self.content is not None:
             return self.content
         return self.text
 

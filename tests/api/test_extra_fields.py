@@ -60,8 +60,10 @@ async def test_an_ignored_field_is_logged_once_per_name(async_client, engine_cli
         ("/v1/chat/completions", {"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
         ("/v1/chat/completions", {"cache_prompt": "yes"}, "cache_prompt"),
         ("/v1/chat/completions", {"use_beam_search": True}, "use_beam_search"),
+        ("/v1/chat/completions", {"bad_words": ["sea"]}, "bad_words"),  # a constraint we cannot apply
+        ("/v1/completions", {"user": 5}, "user"),
         ("/v1/chat/completions", {"chat_template_kwargs": {"tools": []}}, "chat_template_kwargs"),
-        ("/v1/chat/completions", {"chat_template": "{% for m in messages %}"}, "messages"),
+        ("/v1/chat/completions", {"chat_template": "{{ 1 }}"}, "chat_template"),  # not trusted by default
         ("/v1/completions", {"n_predict": 3, "max_tokens": 4}, "n_predict"),
         ("/v1/completions", {"max_tokens": 0}, "max_tokens"),  # max_tokens 0 only with echo
         ("/v1/completions", {"structured_outputs": {"json": 5}}, "structured_outputs.json"),
@@ -76,7 +78,11 @@ async def test_unknown_names_and_bad_values_are_400s_naming_the_field(async_clie
     assert resp.json()["error"]["param"] == param
 
 
-async def test_chat_template_and_its_kwargs_reach_the_template(async_client, engine_client):
+async def test_a_trusted_chat_template_and_its_kwargs_reach_the_template(async_client, engine_client, settings):
+    settings.MINIVLLM_TRUST_REQUEST_CHAT_TEMPLATE = True
+    broken = {"messages": MSGS, "max_tokens": 1, "chat_template": "{% for m in messages %}"}
+    resp = await post(async_client, "/v1/chat/completions", broken)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "messages"  # a template that fails to render
     template = "{% for m in messages %}[{{ m.content }}]{% endfor %}<{{ flavour }}|{{ reasoning_effort }}>"
     resp = await post(
         async_client,

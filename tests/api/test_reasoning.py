@@ -122,6 +122,13 @@ async def test_messages_give_a_thinking_block_then_the_text(async_client, thinki
     assert starts == ["thinking", "text"]
 
 
+async def test_messages_without_thinking_turn_the_templates_thinking_off(async_client, thinking):
+    body = {"model": thinking.engine.model_name, "messages": ASK, "max_tokens": 4, "ignore_eos": True}
+    reply = (await post(async_client, "/v1/messages", body)).json()
+    row = await GenerationRequest.objects.aget(id=reply["id"])
+    assert row.prompt.endswith("</think>\n\n") and [b["type"] for b in reply["content"]] == ["text"]
+
+
 async def test_responses_give_a_reasoning_item_then_the_message(async_client, thinking):
     body = {"input": "Why is the sea salty?", "max_output_tokens": 12, "thinking_token_budget": BUDGET}
     body |= {"temperature": 0, "ignore_eos": True}

@@ -154,6 +154,18 @@ async def test_a_response_belongs_to_the_key_that_made_it(async_client, engine_c
     assert stolen.status_code == 404 and await StoredResponse.objects.filter(id=response_id).aexists()
 
 
+async def test_an_environment_key_keeps_its_responses_when_the_key_list_changes(async_client, engine_client, settings):
+    settings.MINIVLLM_API_KEYS = ["key-a", "key-b"]
+    made = await async_client.post(
+        "/v1/responses", request(), content_type="application/json", headers={"Authorization": "Bearer key-a"}
+    )
+    response_id = made.json()["id"]
+    settings.MINIVLLM_API_KEYS = ["key-c", "key-a"]  # another key now sits where key-a did
+    usurper = await async_client.get(f"/v1/responses/{response_id}", headers={"Authorization": "Bearer key-c"})
+    owner = await async_client.get(f"/v1/responses/{response_id}", headers={"Authorization": "Bearer key-a"})
+    assert usurper.status_code == 404 and owner.status_code == 200
+
+
 async def test_input_tokens_counts_the_prompt_a_response_used(async_client, engine_client):
     fields = {"input": "Count me.", "instructions": "Be brief.", "tools": [WEATHER]}
     counted = (await post(async_client, "/v1/responses/input_tokens", fields)).json()

@@ -32,3 +32,21 @@ def test_a_marker_begun_by_the_model_when_the_budget_runs_out_is_written_whole()
     state = ReasoningState(END, budget=2)
     output = run(state, [1, 7, 0, 0, 0, 5])
     assert output[:5] == [1, 7, 7, 8, 9] and not state.active
+
+
+START = [3, 4]
+
+
+def test_a_reply_that_may_open_the_block_reasons_once_it_does():
+    state = ReasoningState(END, budget=None, start_ids=START)
+    output = []
+    for token in [3, 4, 1, 7, 8, 9]:
+        output.append(token)
+        assert state.observe(output) is False
+    assert not state.active and state.tokens == 6
+
+
+def test_a_reply_that_does_not_open_it_has_no_reasoning_phase():
+    state = ReasoningState(END, budget=2, start_ids=START)
+    assert state.observe([3]) is False and state.active  # still maybe the marker
+    assert state.observe([3, 5]) is True and not state.active and state.forced_token is None
