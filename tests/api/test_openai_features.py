@@ -174,7 +174,7 @@ def test_models_by_id_empty_model_names_and_unknown_paths(openai_client, served_
     with pytest.raises(openai.NotFoundError):
         openai_client.models.retrieve("no-such-model")
     assert openai_client.completions.create(model="", prompt="Hi", max_tokens=1).model == served_model
-    for path in ("/v1/engines", "/v1/embeddings", "/v1/no/such/route"):
+    for path in ("/v1/engines", "/v1/audio/speech", "/v1/no/such/route"):
         resp = httpx.post(f"{default_server.url}{path}", json={}, timeout=10)
         assert resp.status_code == 404 and resp.headers["content-type"] == "application/json"
         assert_error_shape(resp)
