@@ -12,8 +12,21 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """A log in the admin: read, filter, delete; never added or edited."""
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in self.model._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
 @admin.register(GenerationRequest)
-class GenerationRequestAdmin(admin.ModelAdmin):
+class GenerationRequestAdmin(ReadOnlyAdmin):
     list_display = (
         "id",
         "created",
@@ -45,15 +58,6 @@ class GenerationRequestAdmin(admin.ModelAdmin):
     @admin.display(description="latency", ordering="latency")
     def latency_ms(self, obj: GenerationRequest) -> str:
         return _ms(obj.latency)
-
-    def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in self.model._meta.fields]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(ApiKey)
@@ -87,19 +91,10 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 
 @admin.register(StoredResponse)
-class StoredResponseAdmin(admin.ModelAdmin):
+class StoredResponseAdmin(ReadOnlyAdmin):
     """Responses API responses kept for retrieval and continuation: read or delete, never edit."""
 
     list_display = ("id", "created", "model", "owner")
     list_filter = ("created", "owner")
     search_fields = ("id",)
     date_hierarchy = "created"
-
-    def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in self.model._meta.fields]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False

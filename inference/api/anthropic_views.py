@@ -14,25 +14,13 @@ from django.http import JsonResponse
 
 from ..engine.prompt import prompt_token_ids
 from .anthropic_format import AnthropicReply, error_response
-from .anthropic_request import MessagesPrompt, parse_count_tokens, parse_messages_request
-from .chat_template import render as render_chat
+from .anthropic_request import parse_count_tokens, parse_messages_request
+from .chat_template import render_request
 from .reasoning_parsers import plan_reasoning
 from .request_body import parse_json_body
+from .tool_calls import active_tools
 from .tool_parsers import served_tool_parser
 from .views import api_endpoint, ready_model, resolve_model, serve
-
-
-def _render(tokenizer, prompt: MessagesPrompt) -> str:
-    tools = prompt.tools.tools if prompt.tools is not None and prompt.tools.active else None
-    parser = prompt.tools.parser if prompt.tools is not None else None
-    return render_chat(
-        tokenizer,
-        prompt.messages,
-        tools=tools,
-        tool_parser=parser,
-        continue_final=prompt.continue_final,
-        options=prompt.template_options,
-    )
 
 
 @api_endpoint("POST", errors=error_response)
@@ -40,13 +28,14 @@ async def messages(request):
     inp, prompt = parse_messages_request(parse_json_body(request), served_tool_parser())
 
     def prompts(info):
-        text = _render(info.tokenizer, prompt)
+        text = render_request(
+            info.tokenizer, prompt.messages, prompt.tools, options=prompt.template_options, continue_final=prompt.continue_final
+        )
         plan_reasoning(inp, info.tokenizer, text)
         return [(text, text)]
 
     def reply(served, model, request_id, prompts, jobs):
-        tools = prompt.tools if prompt.tools is not None and prompt.tools.active else None
-        return AnthropicReply(request_id, model, jobs[0], tools=tools, reasoning=inp.reasoning)
+        return AnthropicReply(request_id, model, jobs[0], tools=active_tools(prompt.tools), reasoning=inp.reasoning)
 
     return await serve(request, inp, f"msg_{uuid.uuid4().hex}", prompts, reply)
 
@@ -56,6 +45,12 @@ async def count_tokens(request):
     prompt = parse_count_tokens(parse_json_body(request), served_tool_parser())
     served = ready_model()
     resolve_model(prompt.model, served)
-    text = _render(served.info.tokenizer, prompt)
+    text = render_request(
+        served.info.tokenizer,
+        prompt.messages,
+        prompt.tools,
+        options=prompt.template_options,
+        continue_final=prompt.continue_final,
+    )
     ids = await asyncio.to_thread(prompt_token_ids, served.info.tokenizer, text)
     return JsonResponse({"input_tokens": len(ids)})

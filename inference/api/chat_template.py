@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from .errors import bad_request
-from .tool_calls import render_tools_prompt
+from .tool_calls import ToolRequest, active_tools, render_tools_prompt
 from .tool_parsers import ToolParser, tool_parser_for
 
 log = logging.getLogger("inference.chat")
@@ -51,6 +51,23 @@ def render(
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt, **extra)
     except Exception as exc:  # templates raise for e.g. role orders they do not allow
         raise bad_request(f"messages do not fit the model's chat template: {exc}", param="messages") from None
+
+
+def render_request(
+    tokenizer, messages: list[dict], tools: ToolRequest | None, *, options: dict | None = None, continue_final: bool = False
+) -> str:
+    """`render` for a request's messages and its ToolRequest: the tools go in when they are in play,
+    calls are written in the request's parser's format."""
+    active = active_tools(tools)
+    parser = tools.parser if tools is not None else None
+    return render(
+        tokenizer,
+        messages,
+        tools=active.tools if active else None,
+        tool_parser=parser,
+        continue_final=continue_final,
+        options=options,
+    )
 
 
 def with_tools_prompt(messages: list[dict], tools: list[dict], tool_parser: ToolParser) -> list[dict]:

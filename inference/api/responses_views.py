@@ -17,12 +17,13 @@ from django.http import JsonResponse
 
 from .. import stored_responses
 from ..engine.prompt import prompt_token_ids
-from .chat_template import render as render_chat
+from .chat_template import render_request
 from .errors import ApiError, bad_request
 from .reasoning_parsers import plan_reasoning
 from .request_body import parse_json_body
 from .responses_format import ResponsesReply
 from .responses_request import ResponsesPrompt, parse_input_tokens, parse_responses_request
+from .tool_calls import active_tools
 from .tool_parsers import served_tool_parser
 from .views import api_endpoint, ready_model, resolve_model, serve
 
@@ -45,12 +46,6 @@ async def _earlier(prompt: ResponsesPrompt, owner: str) -> list[dict]:
     return list(stored.conversation)
 
 
-def _render(tokenizer, prompt: ResponsesPrompt, messages: list[dict]) -> str:
-    tools = prompt.tools.tools if prompt.tools is not None and prompt.tools.active else None
-    parser = prompt.tools.parser if prompt.tools is not None else None
-    return render_chat(tokenizer, messages, tools=tools, tool_parser=parser, options=prompt.template_options)
-
-
 @api_endpoint("POST")
 async def create(request):
     inp, parsed = parse_responses_request(parse_json_body(request), served_tool_parser())
@@ -59,7 +54,7 @@ async def create(request):
     inp.messages = prompt.conversation(earlier)
 
     def prompts(info):
-        text = _render(info.tokenizer, prompt, inp.messages)
+        text = render_request(info.tokenizer, inp.messages, prompt.tools, options=prompt.template_options)
         plan_reasoning(inp, info.tokenizer, text)
         return [(text, text)]
 
@@ -77,9 +72,14 @@ async def create(request):
                 conversation=earlier + prompt.messages + [reply_turn],
             )
 
-        tools = prompt.tools if prompt.tools is not None and prompt.tools.active else None
         return ResponsesReply(
-            request_id, model, job, parsed.echoed, tools=tools, on_done=store if parsed.store else None, reasoning=inp.reasoning
+            request_id,
+            model,
+            job,
+            parsed.echoed,
+            tools=active_tools(prompt.tools),
+            on_done=store if parsed.store else None,
+            reasoning=inp.reasoning,
         )
 
     return await serve(request, inp, f"resp_{uuid.uuid4().hex}", prompts, reply)
@@ -144,7 +144,7 @@ async def input_tokens(request):
     served = ready_model()
     resolve_model(prompt.model, served)
     messages = prompt.conversation(await _earlier(prompt, stored_responses.owner_of(request.api_caller)))
-    text = _render(served.info.tokenizer, prompt, messages)
+    text = render_request(served.info.tokenizer, messages, prompt.tools, options=prompt.template_options)
     ids = await asyncio.to_thread(prompt_token_ids, served.info.tokenizer, text)
     return JsonResponse({"object": "response.input_tokens", "input_tokens": len(ids)})
 

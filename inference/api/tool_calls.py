@@ -68,6 +68,11 @@ class ToolRequest:
         return parse_tool_calls(text, self)
 
 
+def active_tools(request: ToolRequest | None) -> ToolRequest | None:
+    """The request's tools when they are in play (given, and tool_choice is not "none")."""
+    return request if request is not None and request.active else None
+
+
 def render_tools_prompt(tools: list[dict], parser: ToolParser) -> str:
     return GENERIC_PROMPT.format(tools="\n".join(json.dumps(t["function"]) for t in tools), instructions=parser.instructions)
 

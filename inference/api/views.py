@@ -25,12 +25,13 @@ from ..serving.jobs import guard_stream
 from ..serving.stats import engine_health
 from ..serving.submission import PromptLimitError, RequestRecord
 from . import auth, key_limits, sse
-from .chat_template import render as render_chat
+from .chat_template import render_request
 from .errors import ApiError, bad_request, internal_error_response
 from .fim import FimError, infill_prompt
 from .reasoning_parsers import plan_reasoning
 from .request_body import parse_json_body
 from .stream_renderers import OpenAIResponse, generate_events, run_to_end
+from .tool_calls import active_tools
 from .tool_parsers import served_tool_parser
 from .validation import parse_chat, parse_completion, parse_generate
 
@@ -111,7 +112,7 @@ async def start_job(request, served: Served, inp: GenerationInput, *, request_id
         messages=inp.messages,
         caller=getattr(request, "api_caller", None),
         extras={"tools": inp.tools.tools, "tool_choice": inp.tools.choice} if inp.tools is not None else {},
-        tools=inp.tools if inp.tools is not None and inp.tools.active else None,
+        tools=active_tools(inp.tools),
         reasoning=inp.reasoning,
     )
     prompt_param = "messages" if inp.messages is not None else "prompt"
@@ -190,9 +191,7 @@ async def chat_completions(request):
     inp = parse_chat(parse_json_body(request), tool_parser=served_tool_parser())
 
     def prompts(info):
-        tools = inp.tools.tools if inp.tools is not None and inp.tools.active else None
-        parser = inp.tools.parser if inp.tools is not None else None
-        text = render_chat(info.tokenizer, inp.messages, tools=tools, tool_parser=parser, options=inp.template_options)
+        text = render_request(info.tokenizer, inp.messages, inp.tools, options=inp.template_options)
         plan_reasoning(inp, info.tokenizer, text)
         return [(text, text)]
 
@@ -224,7 +223,7 @@ def _openai_reply(inp: GenerationInput, kind: str):
             echo_only=inp.echo_only,
             prompt_texts=[text or tokenizer.decode(job.prompt_token_ids) for (_, text), job in zip(prompts, jobs)],
             show_prompt_logprobs="prompt_logprobs" in inp.given,
-            tools=inp.tools if inp.tools is not None and inp.tools.active else None,
+            tools=active_tools(inp.tools),
             reasoning=inp.reasoning,
         )
 

@@ -16,7 +16,7 @@ import torch
 
 from inference.models import GenerationRequest
 from tests.conftest import _save_tiny, tiny_llama_hf, tiny_qwen3_hf
-from tests.serving.engine_fixtures import is_idle, start_engine_thread, tiny_engine_config, wait_until
+from tests.serving.engine_fixtures import installed, start_engine_thread, tiny_engine_config
 from tests.support.asgi import post
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,13 +59,8 @@ def embedder(request, tmp_path_factory, smollm_tokenizer):
 
 @pytest.fixture
 def served(embedder):
-    from inference.serving import runtime
-
-    engine = embedder[0]
-    previous = runtime.install(engine)
-    yield embedder
-    assert wait_until(lambda: is_idle(engine))
-    runtime.install(previous)
+    with installed(embedder[0]):
+        yield embedder
 
 
 def reference(hf, tokenizer, text: str, pooling: str) -> torch.Tensor:

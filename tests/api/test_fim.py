@@ -11,7 +11,7 @@ import pytest
 from inference.api.fim import FIM_BATCH, infill_prompt
 from inference.models import GenerationRequest
 from tests.conftest import _save_tiny, tiny_llama_hf
-from tests.serving.engine_fixtures import is_idle, start_engine_thread, tiny_engine_config, wait_until
+from tests.serving.engine_fixtures import installed, start_engine_thread, tiny_engine_config
 from tests.sse import read_stream
 from tests.support.asgi import post
 
@@ -65,12 +65,8 @@ def coder_engine(tmp_path_factory, coder_tokenizer):
 
 @pytest.fixture
 def coder(coder_engine):
-    from inference.serving import runtime
-
-    previous = runtime.install(coder_engine)
-    yield coder_engine
-    assert wait_until(lambda: is_idle(coder_engine))
-    runtime.install(previous)
+    with installed(coder_engine):
+        yield coder_engine
 
 
 @pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ import pytest
 
 from inference.models import GenerationRequest
 from tests.conftest import _save_tiny, tiny_qwen3_hf
-from tests.serving.engine_fixtures import is_idle, start_engine_thread, tiny_engine_config, wait_until
+from tests.serving.engine_fixtures import installed, start_engine_thread, tiny_engine_config
 from tests.sse import read_named_stream, read_stream
 from tests.support.asgi import post
 
@@ -51,12 +51,8 @@ def qwen3_engine(qwen3_dir):
 @pytest.fixture
 def thinking(qwen3_engine):
     """The thinking engine, installed as the process engine for one test."""
-    from inference.serving import runtime
-
-    previous = runtime.install(qwen3_engine)
-    yield qwen3_engine
-    assert wait_until(lambda: is_idle(qwen3_engine))
-    runtime.install(previous)
+    with installed(qwen3_engine):
+        yield qwen3_engine
 
 
 def end_marker_tokens(engine) -> int:

@@ -7,6 +7,7 @@ request goes through the real engine; only the model is tiny.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 
@@ -61,6 +62,20 @@ async def async_wait_until(condition, timeout: float = 30.0, interval: float = 0
             return True
         await asyncio.sleep(interval)
     return False
+
+
+@contextlib.contextmanager
+def installed(engine_client: EngineThread):
+    """`engine_client` as the process's engine for one test (for a module's own engine, over
+    another tiny model); on leaving, the engine is idle and the previous one is back."""
+    from inference.serving import runtime
+
+    previous = runtime.install(engine_client)
+    try:
+        yield engine_client
+        assert wait_until(lambda: is_idle(engine_client)), "the engine still has work after the test"
+    finally:
+        runtime.install(previous)
 
 
 def is_idle(engine_client: EngineThread) -> bool:
