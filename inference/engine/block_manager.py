@@ -59,6 +59,17 @@ class BlockManager:
         for _ in range(self.blocks_needed(seq, num_new_tokens)):
             seq.block_table.append(self._take_free_block())
 
+    def truncate(self, seq: Sequence) -> None:
+        """After a verification: frees the blocks past the sequence's computed tokens and the slot
+        of the token it sampled last, the blocks that held only rejected guesses (never full of
+        verified tokens, so never named: the prefix cache cannot find them)."""
+        keep = -(-(seq.num_computed_tokens + 1) // self.block_size)
+        while len(seq.block_table) > keep:
+            block = self.blocks[seq.block_table.pop()]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free_uncached.append(block.block_id)
+
     def reuse_cached_prefix(self, seq: Sequence) -> None:
         """Attaches cached blocks matching the start of a fresh sequence's tokens.
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from .env import env_bool, env_float, env_int, env_str
+from .speculation import SPEC_MODES
 
 QUANT_METHODS = ("auto", "none", "gguf", "int4", "q8_0", "int8", "bf16")  # layers/linear/__init__.py
 
@@ -37,6 +38,10 @@ class EngineConfig:
     cpu_isa: str = "auto"  # caps the kernels' instruction set: auto | avx2 | avx512bw | avx512_vnni | amx (the loader applies it)
     packed_cache: bool = True  # a GGUF's packed weights kept on disk at its first start, mapped by later ones (packed_cache.py)
     pooling: str = "auto"  # embeddings: auto (the checkpoint's) | last | mean (pooling.py)
+    speculative: str = "auto"  # auto (adaptive) | off | ngram (always guess): speculation.py
+    spec_tokens: int = 8  # the most tokens a sequence guesses per step
+    spec_ngram_min: int = 2  # the shortest and longest suffix the n-gram lookup matches
+    spec_ngram_max: int = 4
 
     def __post_init__(self):
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -45,6 +50,10 @@ class EngineConfig:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.pooling not in ("auto", "last", "mean"):
             raise ValueError(f"pooling must be auto, last or mean, got {self.pooling!r}")
+        if self.speculative not in SPEC_MODES:
+            raise ValueError(f"speculative must be one of {', '.join(SPEC_MODES)}, got {self.speculative!r}")
+        if self.spec_tokens < 0 or not 1 <= self.spec_ngram_min <= self.spec_ngram_max:
+            raise ValueError("spec_tokens must be >= 0 and 1 <= spec_ngram_min <= spec_ngram_max")
         if self.quantization not in QUANT_METHODS:
             raise ValueError(f"quantization must be one of {', '.join(QUANT_METHODS)}, got {self.quantization!r}")
         if self.cpu_isa not in CPU_ISAS:
@@ -101,4 +110,8 @@ class EngineConfig:
             enable_prefix_caching=env_bool("MINIVLLM_PREFIX_CACHING", True, env),
             packed_cache=env_bool("MINIVLLM_PACKED_CACHE", True, env),
             pooling=env_str("MINIVLLM_POOLING", "auto", env),
+            speculative=env_str("MINIVLLM_SPECULATIVE", "auto", env).lower(),
+            spec_tokens=env_int("MINIVLLM_SPEC_TOKENS", 8, env),
+            spec_ngram_min=env_int("MINIVLLM_SPEC_NGRAM_MIN", 2, env),
+            spec_ngram_max=env_int("MINIVLLM_SPEC_NGRAM_MAX", 4, env),
         )

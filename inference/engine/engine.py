@@ -24,11 +24,13 @@ from .outputs import RequestOutput, TokenLogprob
 from .pooling import pooling_for
 from .prompt import check_prompt_fits, prompt_token_ids
 from .reasoning import ReasoningState
-from .sampler import Sampler, SamplingContext, make_generator
+from .sampler import Sampler, SamplingContext, make_generator, rewind_generator
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
+from .speculation import Speculator
 from .structured import NO_MASKS, Grammars, PendingMasks, one_token_mask
+from .verification import accepted_count, merged_output
 
 log = logging.getLogger("minivllm.engine")
 
@@ -39,16 +41,18 @@ THROUGHPUT_WINDOW_S = 10.0
 class StepTrace:
     """What the last step ran, by request id (`LLMEngine.last_trace`): tests read it."""
 
-    decodes: list[str] = field(default_factory=list)
+    decodes: list[str] = field(default_factory=list)  # every sequence that decoded, guesses or not
     prefills: list[tuple[str, int]] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
+    verifies: list[tuple[str, int]] = field(default_factory=list)  # (request id, guesses verified)
 
     @classmethod
     def of(cls, batch: ScheduledBatch) -> StepTrace:
         return cls(
-            decodes=[s.request_id for s in batch.decodes],
+            decodes=[s.request_id for s in batch.decodes + batch.verifies],
             prefills=[(s.request_id, n) for s, n in batch.prefills],
             preempted=[s.request_id for s in batch.preempted],
+            verifies=[(s.request_id, len(s.draft)) for s in batch.verifies],
         )
 
     @property
@@ -103,6 +107,8 @@ class LLMEngine:
             else None,
         )
         self.sampler = Sampler()
+        config = self.config
+        self.speculator = Speculator(config.speculative, config.spec_tokens, config.spec_ngram_min, config.spec_ngram_max)
         self.requests: dict[str, list[Sequence]] = {}  # each request's completions (n of them once forked)
         self._pending: list[RequestOutput] = []  # outputs of aborts, delivered by the next step
         self.last_trace = StepTrace()
@@ -213,6 +219,7 @@ class LLMEngine:
                 encode(params.reasoning["end"]), params.reasoning.get("budget"), encode(start) if start else None
             )
         seq.generator = make_generator(params.seed, self.bundle.device)
+        self.speculator.attach(seq, params.prediction)
         seq.detokenizer = IncrementalDetokenizer(
             self.tokenizer, token_ids, stop=params.stop, include_stop_str=params.include_stop_str_in_output
         )
@@ -238,11 +245,14 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         outputs, self._pending = self._pending, []
+        started = time.perf_counter()
+        self.speculator.propose(self.scheduler.running, self.max_model_len)
         batch = self.scheduler.schedule()
         self.last_trace = StepTrace.of(batch)
         if batch.is_empty:
             return outputs
         self.num_steps += 1
+        draft_rows = batch.num_verify_rows - len(batch.verifies)
         # constrained rows' masks are computed on the mask thread while the model runs
         masks = self._grammars.start_masks(batch.sampling) if self._grammars is not None else NO_MASKS
         try:
@@ -259,12 +269,17 @@ class LLMEngine:
                 outputs.append(
                     self._output(seq, "", [], finished=self._request_done(seq), finish_reason="stop", embedding=vector.tolist())
                 )
-            if step.sampling is not None:
-                outputs.extend(self._sample(*self._with_forks(step.sampling, step.sampling_seqs), masks))
+            logits, seqs = self._with_forks(step.sampling, step.sampling_seqs) if step.sampling is not None else (None, [])
+            allowed = self._collect_masks(masks, seqs + batch.verifies)
+            if logits is not None:
+                outputs.extend(self._sample(logits, seqs, allowed))
+            if step.verify is not None:
+                outputs.extend(self._verify(step.verify, batch.verifies, allowed))
         except Exception as exc:  # a failed forward pass fails its requests, not the engine
             log.exception("model step failed")
             masks.settle()
             outputs.extend(self._fail(batch, exc))
+        self.speculator.observe_step(time.perf_counter() - started, bool(batch.prefills), draft_rows)
         return outputs
 
     def _with_forks(self, logits, seqs: list[Sequence]):
@@ -312,30 +327,90 @@ class LLMEngine:
                 token_id=token_id, token=text(token_id), logprob=lp, top=[(t, text(t), v) for t, v in top]
             )
 
-    def _sample(self, logits, seqs: list[Sequence], pending: PendingMasks) -> list[RequestOutput]:
+    def _collect_masks(self, pending: PendingMasks, seqs: list[Sequence]) -> dict:
+        """{id(seq): allowed tokens} for the constrained sequences about to sample."""
         masks, times = pending.collect(seqs)
         self.grammar_mask_seconds += times.computing
         self.grammar_mask_wait_seconds += times.waited
         self.grammar_mask_rows += times.rows
-        contexts = [
-            SamplingContext(
-                params=seq.params,
-                prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
-                output_token_ids=seq.output_token_ids,
-                generator=seq.generator,
-                eos_token_ids=self.bundle.eos_token_ids,
-                allowed=self._allowed(seq, masks),
-            )
-            for seq in seqs
-        ]
+        return masks
+
+    def _context(self, seq: Sequence, allowed, guessed: list[int] = ()) -> SamplingContext:
+        """A row's sampling context; `guessed`: the guesses before this row, taken as written."""
+        return SamplingContext(
+            params=seq.params,
+            prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
+            output_token_ids=seq.output_token_ids + list(guessed),
+            generator=seq.generator,
+            eos_token_ids=self.bundle.eos_token_ids,
+            allowed=allowed,
+        )
+
+    def _sample(self, logits, seqs: list[Sequence], masks: dict) -> list[RequestOutput]:
+        contexts = [self._context(seq, self._allowed(seq, masks)) for seq in seqs]
         sampled = self.sampler(logits, contexts)
         now = time.monotonic()
-        self._recent_tokens.append((now, len(seqs)))
-        self.total_generated_tokens += len(seqs)
+        self._count_tokens(now, len(seqs))
         outputs = []
         for seq, token_id, logprob in zip(seqs, sampled.token_ids, sampled.logprobs):
             outputs.append(self._append_token(seq, token_id, logprob, now))
         return outputs
+
+    def _count_tokens(self, now: float, count: int) -> None:
+        self._recent_tokens.append((now, count))
+        self.total_generated_tokens += count
+
+    def _verify(self, logits, seqs: list[Sequence], masks: dict) -> list[RequestOutput]:
+        """Each verifying sequence's k+1 rows are sampled as the k+1 next tokens would be, one by
+        one, each row's context taking the guesses before it as written (its penalties, its
+        grammar's mask, min_tokens). Guesses are accepted while they equal what their row sampled;
+        the first row that differs (or the row after the last guess) gives one more token. The
+        reply is therefore exactly the tokens sampling alone would have written: greedy token for
+        token, sampled in distribution, and with a seed the same tokens, since the generator is
+        put back where the written tokens alone would have left it (sampler.rewind_generator)."""
+        contexts, saved = [], {}
+        for seq in seqs:
+            draft = seq.draft
+            row_masks = self._guess_masks(seq, masks) if seq.active_matcher is not None else [None] * (len(draft) + 1)
+            contexts.extend(self._context(seq, row_masks[i], draft[:i]) for i in range(len(draft) + 1))
+            if seq.generator is not None:
+                saved[id(seq)] = seq.generator.get_state()
+        sampled = self.sampler(logits, contexts)
+        now = time.monotonic()
+        outputs, row = [], 0
+        for seq in seqs:
+            draft, rows = seq.draft, len(seq.draft) + 1
+            tokens, logprobs = sampled.token_ids[row : row + rows], sampled.logprobs[row : row + rows]
+            row += rows
+            if seq.is_finished:  # aborted while the step ran
+                continue
+            accepted = accepted_count(draft, tokens)
+            if id(seq) in saved and accepted < len(draft):
+                rewind_generator(seq.generator, saved[id(seq)], accepted + 1, logits.shape[1], seq.params)
+            self.speculator.record(seq, accepted)
+            seq.num_computed_tokens += 1 + accepted  # the verified tokens' K/V; the rejected slots are dropped
+            written = []
+            for token_id, logprob in zip(tokens[: accepted + 1], logprobs):
+                written.append(self._append_token(seq, token_id, logprob, now))
+                if seq.is_finished:
+                    break
+            self._count_tokens(now, len(written))
+            if not seq.is_finished:
+                self.block_manager.truncate(seq)
+                self.block_manager.register_computed_blocks(seq)
+            outputs.append(merged_output(written))
+        return outputs
+
+    def _guess_masks(self, seq: Sequence, masks: dict) -> list:
+        """A constrained sequence's mask for each verification row: the grammar after each guess
+        (proposed only where the grammar accepts it), walked forward and back."""
+        matcher, draft = seq.matcher, seq.draft
+        rows = [masks.get(id(seq))]
+        for token_id in draft:
+            matcher.consume_token(token_id)
+            rows.append(self.grammars.allowed([matcher])[0])
+        matcher.rollback(len(draft))
+        return rows
 
     def _marker_ids(self, marker: str) -> list[int]:
         """A reasoning marker's token ids, tokenized once per marker."""
@@ -410,7 +485,7 @@ class LLMEngine:
     def _fail(self, batch: ScheduledBatch, exc: Exception) -> list[RequestOutput]:
         """Every request with a sequence in the failed step ends with an error, all its completions."""
         outputs = []
-        for seq in batch.decodes + [s for s, _ in batch.prefills]:
+        for seq in batch.decodes + batch.verifies + [s for s, _ in batch.prefills]:
             group = self.requests.pop(seq.request_id, None)
             if group is None:
                 continue  # its request already failed through another completion
@@ -433,6 +508,7 @@ class LLMEngine:
         prompt_logprobs=None,
         embedding=None,
     ) -> RequestOutput:
+        spec = seq.spec
         return RequestOutput(
             request_id=seq.request_id,
             text=text,
@@ -453,6 +529,10 @@ class LLMEngine:
             prompt_logprobs=prompt_logprobs,
             reasoning_tokens=seq.reasoning.tokens if seq.reasoning is not None else 0,
             embedding=embedding,
+            spec_draft_tokens=spec.proposed if spec else 0,
+            spec_accepted_tokens=spec.accepted if spec else 0,
+            prediction_draft_tokens=spec.prediction_proposed if spec else 0,
+            prediction_accepted_tokens=spec.prediction_accepted if spec else 0,
         )
 
     # -- observation ----------------------------------------------------------------------
@@ -499,4 +579,9 @@ class LLMEngine:
             grammar_mask_seconds=self.grammar_mask_seconds,
             grammar_mask_rows=self.grammar_mask_rows,
             grammar_mask_wait_seconds=self.grammar_mask_wait_seconds,
+            speculative=self.speculator.mode if self.speculator.enabled else "off",
+            spec_draft_tokens=self.speculator.num_draft_tokens,
+            spec_accepted_tokens=self.speculator.num_accepted_tokens,
+            spec_verifications=self.speculator.verification_steps,
+            spec_verified_tokens=self.speculator.verified_tokens,
         )

@@ -43,6 +43,11 @@ class EngineStats:
     grammar_mask_seconds: float | None = _summed()  # time spent computing constrained rows' token masks
     grammar_mask_rows: int | None = _summed()  # constrained rows those masks were computed for
     grammar_mask_wait_seconds: float | None = _summed()  # time the loop waited for masks after the forward
+    speculative: str | None = None  # speculative decoding's mode: auto | ngram | off
+    spec_draft_tokens: int | None = _summed()  # tokens guessed (speculation.py)
+    spec_accepted_tokens: int | None = _summed()  # of those, accepted by verification
+    spec_verifications: int | None = _summed()  # sequence-steps that verified guesses
+    spec_verified_tokens: int | None = _summed()  # tokens those steps wrote (accepted guesses + one sampled each)
     last_step_at: float | None = None  # the loop's last pass, on the reader's monotonic clock
     gpu_memory_used_mb: float | None = _summed()  # measured where the GPU is: remote workers only
     gpu_memory_total_mb: float | None = _summed()

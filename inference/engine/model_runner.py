@@ -22,6 +22,7 @@ class StepLogits:
     sampling_seqs: list[Sequence]
     prompt: list[tuple[Sequence, int, torch.Tensor]] = field(default_factory=list)
     pooled: list[tuple[Sequence, torch.Tensor]] = field(default_factory=list)  # embedding requests whose prompt completed
+    verify: torch.Tensor | None = None  # the verifications' rows, 1 + k per sequence, in the batch's order
 
 
 class ModelRunner:
@@ -46,14 +47,29 @@ class ModelRunner:
         """Computes the batch's tokens into the cache; returns logits for the sequences that now sample.
 
         A sequence samples when this step computes its last known token (every decode, and the
-        final chunk of a prefill); an earlier prefill chunk only fills the cache.
+        final chunk of a prefill); an earlier prefill chunk only fills the cache. A verification
+        (a decode with k guesses) is k+1 decode rows at consecutive positions, each attending to
+        the cache up to itself, so each row computes exactly what a plain decode at that position
+        would; all k+1 rows' logits come back in `verify`.
         """
         input_ids, positions, slots = [], [], []
         sampling_rows, sampling_seqs = [], []
         prompt_rows = []  # (seq, first position, first row, rows)
         pooling_rows = []  # (embedding request, first row, rows)
-        work = [(seq, 1) for seq in batch.decodes] + batch.prefills
-        for seq, n in work:
+        decode_rows = []  # (seq, position) of every row attending as a decode
+        verify_rows = []
+        for seq, verifying in [(s, False) for s in batch.decodes] + [(s, True) for s in batch.verifies]:
+            start = seq.num_computed_tokens
+            tokens = [seq.token_ids[start], *seq.draft] if verifying else [seq.token_ids[start]]
+            for offset, token_id in enumerate(tokens):
+                (verify_rows if verifying else sampling_rows).append(len(input_ids))
+                decode_rows.append((seq, start + offset))
+                input_ids.append(token_id)
+                positions.append(start + offset)
+                slots.append(self._slot(seq, start + offset))
+            if not verifying:
+                sampling_seqs.append(seq)
+        for seq, n in batch.prefills:
             start = seq.num_computed_tokens
             if seq.params.pooling is not None:
                 pooling_rows.append((seq, len(input_ids), n))
@@ -69,20 +85,23 @@ class ModelRunner:
 
         meta = AttentionMetadata(
             write_rows=(self.head_slot_offsets + self._tensor(slots)).reshape(-1),
-            num_decodes=len(batch.decodes),
-            decode=self._decode_context(batch.decodes) if batch.decodes else None,
+            num_decodes=len(decode_rows),
+            decode=self._decode_context(decode_rows) if decode_rows else None,
             prefills=[],
         )
-        offset = len(batch.decodes)
+        offset = len(decode_rows)
         for seq, n in batch.prefills:
             meta.prefills.append(self._prefill_chunk(seq, offset, n))
             offset += n
 
         hidden = self.forward(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
-        logits = self.model.compute_logits(hidden[self._tensor(sampling_rows)]) if sampling_rows else None
+        rows = sampling_rows + verify_rows  # one pass over the output layer for every row that samples
+        logits = self.model.compute_logits(hidden[self._tensor(rows)]) if rows else None
+        plain = logits[: len(sampling_rows)] if sampling_rows else None
+        verify = logits[len(sampling_rows) :] if verify_rows else None
         prompt = [(seq, first, self.model.compute_logits(hidden[row : row + rows])) for seq, first, row, rows in prompt_rows]
         pooled = [done for seq, row, rows in pooling_rows if (done := self._pool(seq, hidden, row, rows)) is not None]
-        return StepLogits(logits, sampling_seqs, prompt, pooled)
+        return StepLogits(plain, sampling_seqs, prompt, pooled, verify)
 
     def _pool(self, seq: Sequence, hidden: torch.Tensor, row: int, rows: int):
         """An embedding request's chunk: summed (mean pooling) and, once the prompt is complete,
@@ -126,10 +145,11 @@ class ModelRunner:
         """[kv_heads * rows * blocks] rows of the cache's block view holding each table's blocks, head-major."""
         return (self.head_block_offsets + tables[None]).reshape(-1)
 
-    def _decode_context(self, seqs: list[Sequence]):
-        """The decodes' block tables and lengths, in the shape the chosen back end reads."""
-        lengths = [seq.num_computed_tokens + 1 for seq in seqs]
-        tables = self._block_tables([seq.block_table for seq in seqs], max(lengths))
+    def _decode_context(self, rows: list[tuple[Sequence, int]]):
+        """The decode rows' block tables and lengths (each row attends up to its own position), in
+        the shape the chosen back end reads."""
+        lengths = [position + 1 for _, position in rows]
+        tables = self._block_tables([seq.block_table for seq, _ in rows], max(lengths))
         return self.decode_attention.build(
             self.decode_kernels,
             tables,

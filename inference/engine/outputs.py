@@ -45,3 +45,9 @@ class RequestOutput:
     prompt_logprobs: list[TokenLogprob | None] | None = None  # with a completion's first output, if asked
     embedding: list[float] | None = None  # an embedding request's pooled hidden state (not normalized)
     reasoning_tokens: int = 0  # of completion_tokens, those written while reasoning (engine/reasoning.py)
+    # speculative decoding, this completion so far: tokens guessed and accepted, and of them those
+    # the request's prediction supplied (engine/speculation.py)
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    prediction_draft_tokens: int = 0
+    prediction_accepted_tokens: int = 0

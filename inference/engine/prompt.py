@@ -33,6 +33,8 @@ def check_prompt_fits(token_ids: list[int], params: SamplingParams, *, vocab_siz
         raise SamplingParamsError("prompt", f"prompt token ids must be in [0, {vocab_size})")
     if vocab_size and any(token_id >= vocab_size for token_id in params.logit_bias):
         raise SamplingParamsError("logit_bias", f"logit_bias token ids must be in [0, {vocab_size})")
+    if vocab_size and params.prediction and max(params.prediction) >= vocab_size:
+        raise SamplingParamsError("prediction", f"prediction token ids must be in [0, {vocab_size})")
     needed = params.max_tokens if params.max_tokens is not None else max(1, params.min_tokens)  # None: what is left
     if limit is not None and len(token_ids) + needed > limit:
         raise PromptTooLongError(len(token_ids), needed, limit)

@@ -271,6 +271,18 @@ def draw_gumbel(shape, generators: list[torch.Generator | None], device) -> torc
     return uniform.log_().neg_().log_().neg_()
 
 
+def rewind_generator(generator: torch.Generator, state: torch.Tensor, used_rows: int, vocab: int, params) -> None:
+    """Puts a seeded sequence's generator where `used_rows` draws leave it: the rows past the first
+    rejected guess drew too (the sampler draws every row), draws plain decoding never makes. A
+    sampled row draws `vocab` uniforms (sampler.draw_gumbel); a greedy one draws nothing."""
+    if _is_greedy(params):
+        return
+    generator.set_state(state)
+    scratch = torch.empty(vocab, dtype=torch.float32, device=generator.device)
+    for _ in range(used_rows):
+        torch.rand(vocab, generator=generator, device=generator.device, out=scratch)
+
+
 def compute_logprobs(logits: torch.Tensor, contexts: list[SamplingContext], token_ids: list[int]) -> list[TokenLogprob | None]:
     """Raw model log-probabilities (before penalties, temperature and filters), like vLLM's default."""
     result: list[TokenLogprob | None] = [None] * len(contexts)

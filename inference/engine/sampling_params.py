@@ -45,6 +45,9 @@ class SamplingParams:
     reasoning: dict | None = None
     # an embedding request: its prompt is computed and pooled ("last" | "mean"), nothing is sampled
     pooling: str | None = None
+    # OpenAI's Predicted Outputs: token ids the reply is expected to mostly repeat, guessed from
+    # first and verified like any speculation (engine/speculation.py)
+    prediction: list[int] | None = None
 
     MAX_LOGPROBS = 20
     MAX_N = 16
@@ -102,6 +105,11 @@ class SamplingParams:
                 raise SamplingParamsError("reasoning", "reasoning must name its end marker")
             if self.reasoning.get("budget") is not None:
                 _check_int("thinking_token_budget", self.reasoning["budget"], low=1)
+        if self.prediction is not None:
+            if not isinstance(self.prediction, list):
+                raise SamplingParamsError("prediction", "prediction must be a list of token ids")
+            for token_id in self.prediction:
+                _check_int("prediction", token_id, low=0)
         if not isinstance(self.include_stop_str_in_output, bool):
             raise SamplingParamsError("include_stop_str_in_output", "include_stop_str_in_output must be a boolean")
         if not isinstance(self.logit_bias, dict):

@@ -4,6 +4,10 @@ Each step spends a token budget: running sequences first (a decode costs one tok
 unfinished prefill takes what is left of the budget, so long prompts are chunked and never
 stall the decodes), then waiting requests are admitted into free slots. When the pool runs
 out of blocks, the newest running sequence is preempted and later recomputed.
+
+A decode with guessed tokens (speculation.py) is a verification: its token and its k guesses, k+1
+rows, each run as a decode at its own position. Guesses are only ever a bonus: they take blocks
+and budget that nothing else needs this step, never preempting anyone.
 """
 
 from __future__ import annotations
@@ -31,24 +35,31 @@ def pools_after(seq: Sequence, n: int) -> bool:
 @dataclass
 class ScheduledBatch:
     decodes: list[Sequence] = field(default_factory=list)  # one token each
+    verifies: list[Sequence] = field(default_factory=list)  # a decode and its guesses (seq.draft): 1 + k tokens
     prefills: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, tokens this step)
     preempted: list[Sequence] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
-        return not self.decodes and not self.prefills
+        return not self.decodes and not self.verifies and not self.prefills
 
     @property
     def num_tokens(self) -> int:
-        return len(self.decodes) + sum(n for _, n in self.prefills)
+        return len(self.decodes) + self.num_verify_rows + sum(n for _, n in self.prefills)
+
+    @property
+    def num_verify_rows(self) -> int:
+        return sum(1 + len(seq.draft) for seq in self.verifies)
 
     @property
     def sampling(self) -> list[Sequence]:
         """The sequences that sample this step: every decode, and each prefill whose chunk reaches
         its last known token (the runner's rule, known before the forward pass)."""
-        return [seq for seq in self.decodes if seq.params.pooling is None] + [
-            seq for seq, n in self.prefills if samples_after(seq, n)
-        ]
+        return (
+            [seq for seq in self.decodes if seq.params.pooling is None]
+            + [seq for seq, n in self.prefills if samples_after(seq, n)]
+            + self.verifies
+        )
 
 
 class Scheduler:
@@ -93,6 +104,10 @@ class Scheduler:
             self.block_manager.grow(seq, wanted)
             budget -= wanted
             if seq.num_uncomputed_tokens == 1 and wanted == 1 and seq.num_computed_tokens > 0:
+                if self._add_guesses(seq, budget):
+                    budget -= len(seq.draft)
+                    batch.verifies.append(seq)
+                    continue
                 batch.decodes.append(seq)
             else:
                 batch.prefills.append((seq, wanted))
@@ -115,6 +130,22 @@ class Scheduler:
             budget -= wanted
             batch.prefills.append((seq, wanted))
         return batch
+
+    def _add_guesses(self, seq: Sequence, budget: int) -> bool:
+        """Gives a decode's guesses their cache slots if they fit what is spare: the step's budget,
+        and blocks beyond one for every running sequence (theirs to grow into). Otherwise it
+        decodes plainly, its guesses dropped."""
+        draft = seq.draft[:budget]
+        if draft:
+            needed = self.block_manager.blocks_needed(seq, 1 + len(draft))
+            if needed and self.block_manager.num_free_blocks - needed < len(self.running):
+                draft = []
+        if seq.spec is not None:
+            seq.spec.draft = draft
+        if not draft:
+            return False
+        self.block_manager.grow(seq, 1 + len(draft))
+        return True
 
     @property
     def slots_taken(self) -> int:

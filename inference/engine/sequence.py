@@ -43,6 +43,12 @@ class Sequence:
         self.matcher = None  # llguidance's, when params.structured asks for constrained decoding
         self.pool_sum = None  # an embedding request's running sum of hidden states (mean pooling)
         self.reasoning = None  # a ReasoningState, when the reply starts in reasoning (engine/reasoning.py)
+        self.spec = None  # its speculative decoding state: lookup index, this step's guesses, counts (speculation.py)
+
+    @property
+    def draft(self) -> list[int]:
+        """The tokens guessed to follow it this step ([] when it does not speculate)."""
+        return self.spec.draft if self.spec is not None else []
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -82,4 +88,6 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.slot = None
         self.pool_sum = None  # mean pooling sums the prompt again as it is recomputed
+        if self.spec is not None:
+            self.spec.draft = []
         # (prompt logprobs are kept by position: recomputing them writes the same values again)
