@@ -35,6 +35,7 @@ class GenerationRequestAdmin(ReadOnlyAdmin):
         "finish_reason",
         "prompt_tokens",
         "completion_tokens",
+        "spec_accepted_tokens",
         "queue_ms",
         "ttft_ms",
         "latency_ms",

@@ -43,6 +43,8 @@ class GenerationRequest(models.Model):
     prompt_tokens = models.PositiveIntegerField(default=0)
     cached_tokens = models.PositiveIntegerField(default=0, help_text="Prompt tokens served from the prefix cache.")
     completion_tokens = models.PositiveIntegerField(default=0, help_text="Summed over the choices.")
+    spec_draft_tokens = models.PositiveIntegerField(default=0, help_text="Tokens speculative decoding guessed.")
+    spec_accepted_tokens = models.PositiveIntegerField(default=0, help_text="Of those, the ones verification accepted.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     finish_reason = models.CharField(max_length=16, blank=True)
     error = models.TextField(blank=True)

@@ -22,6 +22,8 @@ class GenerationRequestSerializer(serializers.ModelSerializer):
             "output_text",
             "prompt_tokens",
             "completion_tokens",
+            "spec_draft_tokens",
+            "spec_accepted_tokens",
             "status",
             "finish_reason",
             "error",

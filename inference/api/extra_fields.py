@@ -34,7 +34,6 @@ IGNORED = {
     "prompt_cache_retention": STRING,
     "safety_identifier": STRING,
     "verbosity": STRING,
-    "prediction": OBJECT,  # Predicted Outputs: a draft source once speculative decoding lands
     "web_search_options": OBJECT,
     "background": BOOL,
     "include": LIST,

@@ -34,6 +34,9 @@ class EngineCollector(Collector):
         ("prefix_cache_queries", "prefix_cache_queries", "Prefix-cache lookups (blocks)."),
         ("prefix_cache_hits", "prefix_cache_hits", "Prefix-cache hits (blocks)."),
         ("grammar_mask_seconds", "grammar_mask_seconds", "Time computing constrained rows' token masks."),
+        ("spec_decode_num_drafts", "spec_verifications", "Verifications of guessed tokens (one per sequence per step)."),
+        ("spec_decode_num_draft_tokens", "spec_draft_tokens", "Tokens guessed by speculative decoding."),
+        ("spec_decode_num_accepted_tokens", "spec_accepted_tokens", "Guessed tokens that verification accepted."),
         ("grammar_mask_rows", "grammar_mask_rows", "Constrained rows a token mask was computed for (one per row per step)."),
         (
             "grammar_mask_wait_seconds",

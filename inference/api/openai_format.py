@@ -6,10 +6,18 @@ from ..engine.outputs import TokenLogprob
 
 
 def usage(
-    prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None, reasoning_tokens: int | None = None
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int | None = None,
+    reasoning_tokens: int | None = None,
+    prediction: tuple[int, int] | None = None,
+    speculation: tuple[int, int] | None = None,
 ) -> dict:
     """Token counts; `prompt_tokens_details.cached_tokens` is what the prefix cache served,
-    `completion_tokens_details.reasoning_tokens` what a thinking model spent reasoning."""
+    `completion_tokens_details.reasoning_tokens` what a thinking model spent reasoning and, for a
+    request with a prediction, `accepted_prediction_tokens` / `rejected_prediction_tokens` (its
+    tokens guessed and taken / guessed and not taken), as OpenAI reports them. `speculation`
+    (guessed, accepted), when the engine guessed at all, is the `spec_decode` extra."""
     body = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -17,8 +25,16 @@ def usage(
     }
     if cached_tokens is not None:
         body["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    details = {}
     if reasoning_tokens is not None:
-        body["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+        details["reasoning_tokens"] = reasoning_tokens
+    if prediction is not None:
+        guessed, accepted = prediction
+        details.update(accepted_prediction_tokens=accepted, rejected_prediction_tokens=guessed - accepted)
+    if details:
+        body["completion_tokens_details"] = details
+    if speculation is not None and speculation[0]:
+        body["spec_decode"] = {"num_draft_tokens": speculation[0], "num_accepted_tokens": speculation[1]}
     return body
 
 

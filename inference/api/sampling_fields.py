@@ -176,3 +176,22 @@ def max_tokens_field(body: dict, names: tuple[str, ...], default: int | None) ->
         if other_value != value:
             raise bad_request(f"{name} and {other} disagree; send only one", param=other)
     return value, name, False
+
+
+def prediction(body: dict) -> str | None:
+    """OpenAI's Predicted Outputs, `{"type": "content", "content": text or [text parts]}`: the text
+    the reply is expected to mostly repeat (a file being edited). It is guessed from and verified,
+    so it changes the reply's speed, never its tokens (engine/speculation.py)."""
+    value = body.get("prediction")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") != "content" or set(value) - {"type", "content"}:
+        raise bad_request('prediction must be {"type": "content", "content": ...}', param="prediction")
+    content = value.get("content")
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+    ):
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise bad_request("prediction.content must be a string or a list of text parts", param="prediction")
+    return content or None

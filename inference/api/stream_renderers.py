@@ -49,7 +49,11 @@ async def generate_events(job: GenerationJob):
                 {
                     "type": "done",
                     "finish_reason": job.finish_reason,
-                    "usage": oai.usage(job.prompt_tokens, job.completion_tokens),
+                    "usage": oai.usage(
+                        job.prompt_tokens,
+                        job.completion_tokens,
+                        speculation=(job.speculation("spec_draft_tokens"), job.speculation("spec_accepted_tokens")),
+                    ),
                 }
             )
     finally:
@@ -93,7 +97,12 @@ class OpenAIResponse:
             0 if self.echo_only else sum(job.completion_tokens for job in self.jobs),
             sum(job.cached_tokens for job in self.jobs),
             sum(job.reasoning_tokens for job in self.jobs) if self.reasoning is not None else None,
+            self._counts("prediction_draft_tokens", "prediction_accepted_tokens") if self.jobs[0].params.prediction else None,
+            self._counts("spec_draft_tokens", "spec_accepted_tokens"),
         )
+
+    def _counts(self, guessed: str, accepted: str) -> tuple[int, int]:
+        return sum(job.speculation(guessed) for job in self.jobs), sum(job.speculation(accepted) for job in self.jobs)
 
     def failed(self) -> GenerationJob | None:
         return next((job for job in self.jobs if job.finish_reason == "error"), None)

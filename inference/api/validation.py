@@ -26,6 +26,7 @@ from .sampling_fields import (
     logit_bias,
     max_tokens_field,
     model_name,
+    prediction,
     reject_unsupported,
     sampling_params,
     stream_flags,
@@ -40,7 +41,20 @@ GENERATE_FIELDS = {"prompt", "max_new_tokens", "max_tokens", "logprobs"} | ENGIN
 # vLLM's and OpenAI's fields that both OpenAI endpoints read
 COMMON_FIELDS = {"structured_outputs", "response_format", "use_beam_search"}
 COMPLETION_FIELDS = (
-    {"model", "prompt", "max_tokens", "n", "best_of", "stream", "stream_options", "logprobs", "echo", "suffix", "logit_bias"}
+    {
+        "model",
+        "prompt",
+        "max_tokens",
+        "n",
+        "best_of",
+        "stream",
+        "stream_options",
+        "logprobs",
+        "echo",
+        "suffix",
+        "logit_bias",
+        "prediction",
+    }
     | {"prompt_logprobs"}
     | COMMON_FIELDS
     | set(GUIDED_FIELDS)
@@ -52,6 +66,7 @@ CHAT_FIELDS = (
         "messages",
         "max_tokens",
         "max_completion_tokens",
+        "prediction",
         "n",
         "stream",
         "stream_options",
@@ -241,6 +256,7 @@ def parse_completion(body: dict) -> GenerationInput:
         echo=echo,
         echo_only=echo_only,
         suffix=suffix,
+        prediction=prediction(body),
         given=frozenset(body),
         model=model_name(body),
         stream=stream,
@@ -306,4 +322,5 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
         tools=tools,
         template_options=_template_options(body),
         thinking_budget=thinking_budget(body, "thinking_token_budget"),
+        prediction=prediction(body),
     )

@@ -47,3 +47,4 @@ class GenerationInput:
     template_options: dict = field(default_factory=dict)
     reasoning: ReasoningReader | None = None  # set once the prompt is rendered (api/reasoning_parsers.py)
     thinking_budget: int | None = None  # reasoning tokens before the end marker is forced
+    prediction: str | None = None  # Predicted Outputs' text: tokenized into params.prediction (submission.plan)

@@ -35,6 +35,8 @@ STATUS_BY_FINISH_REASON = {
 
 _live: set[GenerationJob] = set()
 
+SPECULATION_COUNTS = ("spec_draft_tokens", "spec_accepted_tokens", "prediction_draft_tokens", "prediction_accepted_tokens")
+
 
 @dataclasses.dataclass
 class Choice:
@@ -50,6 +52,8 @@ class Choice:
     content: str | None = None  # the answer less its tool calls, when there are calls or reasoning
     reasoning: str | None = None  # a thinking model's reasoning, split off the answer (ReasoningReader)
     reasoning_tokens: int = 0
+    # speculative decoding's counts (RequestOutput's spec_* and prediction_* fields), the latest
+    speculation: dict = dataclasses.field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -143,6 +147,10 @@ class GenerationJob:
     def reasoning_tokens(self) -> int:
         return sum(choice.reasoning_tokens for choice in self.choices)
 
+    def speculation(self, name: str) -> int:
+        """A speculative decoding count (SPECULATION_COUNTS) over the request's choices."""
+        return sum(choice.speculation.get(name, 0) for choice in self.choices)
+
     def _observe(self, out: RequestOutput) -> None:
         first = self._last is None
         self._last = out
@@ -163,6 +171,8 @@ class GenerationJob:
             self.cached_tokens = max(self.cached_tokens, out.num_cached_tokens)
         choice.completion_tokens = max(out.completion_tokens, choice.completion_tokens)
         choice.reasoning_tokens = max(out.reasoning_tokens, choice.reasoning_tokens)
+        if out.spec_draft_tokens:
+            choice.speculation = {name: getattr(out, name) for name in SPECULATION_COUNTS}
         if out.finish_reason is not None and choice.finish_reason is None and not out.finished:
             self._end_choice(choice, out.finish_reason, out.stop_reason)
         if out.finished:
@@ -261,6 +271,8 @@ class GenerationJob:
             prompt_tokens=self.prompt_tokens,
             cached_tokens=self.cached_tokens,
             completion_tokens=self.completion_tokens,
+            spec_draft_tokens=self.speculation("spec_draft_tokens"),
+            spec_accepted_tokens=self.speculation("spec_accepted_tokens"),
             finish_reason=finish_reason,
             error=error,
             **timings,

@@ -73,6 +73,13 @@ def _build_snapshot(engine_client) -> dict:
         "num_preemptions": engine.num_preemptions,
         "total_prompt_tokens": engine.total_prompt_tokens,
         "steps": engine.steps,
+        "speculative": engine.speculative,
+        "spec_draft_tokens": engine.spec_draft_tokens,
+        "spec_accepted_tokens": engine.spec_accepted_tokens,
+        "spec_verifications": engine.spec_verifications,
+        "spec_verified_tokens": engine.spec_verified_tokens,
+        "spec_acceptance_rate": _round(_ratio(engine.spec_accepted_tokens, engine.spec_draft_tokens), 4),
+        "spec_tokens_per_step": _round(_ratio(engine.spec_verified_tokens, engine.spec_verifications), 3),
         **_host_memory(),
         **_engines(engine_client, engine if engine_client is not None and engine_client.ready else None),
     }
@@ -142,6 +149,10 @@ def _pct(part, whole):
     if part is None or not whole:
         return None
     return round(100.0 * part / whole, 2)
+
+
+def _ratio(part, whole):
+    return None if part is None or not whole else part / whole
 
 
 def _round(value, digits):

@@ -85,6 +85,8 @@ def plan(info: ModelInfo, prompt: str | list[int], inp: GenerationInput) -> tupl
             raise PromptTooLongError(len(token_ids), needed, limit)
         output_cap = settings.MINIVLLM_MAX_OUTPUT_TOKENS
         params = dataclasses.replace(params, max_tokens=min(room, output_cap) if output_cap > 0 else room)
+    if inp.prediction:  # guesses for the reply: its text's tokens as they would follow the prompt
+        params = dataclasses.replace(params, prediction=info.tokenizer.encode(inp.prediction, add_special_tokens=False))
     check_prompt_fits(token_ids, params, vocab_size=info.vocab_size, limit=limit)
     if info.num_slots and params.n > info.num_slots:
         raise SamplingParamsError("n", f"n must be at most {info.num_slots}, the engine's batch slots")

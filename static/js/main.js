@@ -3,7 +3,7 @@
 import { ChatWindow } from "./chat.js";
 import { watchHealth } from "./health.js";
 import { StatsSocket } from "./stats-socket.js";
-import { renderEngineInfo, renderKvCache } from "./widgets/engine-panels.js";
+import { renderEngineInfo, renderKvCache, renderSpeculation } from "./widgets/engine-panels.js";
 import { MemoryGauge } from "./widgets/gauge.js";
 import { RequestsTable } from "./widgets/requests-table.js";
 import { SlotGrid } from "./widgets/slots.js";
@@ -30,6 +30,7 @@ const requests = new RequestsTable(document.querySelector("#recent-requests tbod
 function render(stats, { live = true } = {}) {
   renderEngineInfo(stats);
   renderKvCache(stats);
+  renderSpeculation(stats);
   gauge.update(stats);
   slots.update(stats.slots ?? [], stats.num_slots);
   if (live) sparkline.push(stats.tokens_per_second);

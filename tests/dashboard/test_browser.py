@@ -111,6 +111,20 @@ def test_chat_streams_a_reply(page, server):
     assert page.errors == [] and page.exceptions == []
 
 
+def test_the_speculation_tile_counts_accepted_guesses(page, server):
+    page.wait_for_function("document.getElementById('spec-mode').textContent === 'auto'")
+    passage = "The keeper climbed the spiral stairs at dusk, trimmed the wick and polished the great lens of the lighthouse."
+    send_chat(page, f"Repeat the following text exactly.\n\n{passage}", max_tokens=40)
+    page.wait_for_selector(".msg.assistant:last-child[data-state=done]")
+    # the reply repeats its prompt: the n-gram lookup guessed, and the tile shows what was taken
+    page.wait_for_function("document.getElementById('spec-acceptance').textContent.endsWith('%')")
+    page.wait_for_function(
+        "/[1-9][0-9,]* of [0-9,]+ guessed tokens accepted/.test(document.getElementById('spec-label').textContent)"
+    )
+    assert float(page.text_content("#spec-tokens-per-step")) > 1
+    assert page.errors == [] and page.exceptions == []
+
+
 def test_load_fills_slots_and_moves_sparkline(page, server, tmp_path):
     shot = REPO / "docs" / "dashboard.png" if os.environ.get("MINIVLLM_SCREENSHOT") == "1" else tmp_path / "dashboard.png"
     tokens_before = page.text_content("#total-tokens")

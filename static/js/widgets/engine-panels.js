@@ -1,4 +1,4 @@
-// The plain-number panels: model line, counters, KV-cache bar and prefix-cache hit rate.
+// The plain-number panels: model line, counters, KV-cache bar, prefix-cache hit rate and speculation.
 import { duration, num, pct, DASH } from "../format.js";
 
 const byId = (id) => document.getElementById(id);
@@ -25,4 +25,16 @@ export function renderKvCache(stats) {
   byId("prefix-hit-rate").textContent = rate === null ? DASH : pct(rate * 100);
   byId("prefix-label").textContent =
     stats.prefix_cache_queries === null ? DASH : `${num(stats.prefix_cache_hits)} of ${num(stats.prefix_cache_queries)} prompt blocks reused`;
+}
+
+export function renderSpeculation(stats) {
+  byId("spec-mode").textContent = stats.speculative ?? "";
+  const rate = stats.spec_acceptance_rate;
+  byId("spec-acceptance").textContent = rate === null || rate === undefined ? DASH : pct(rate * 100);
+  const perStep = stats.spec_tokens_per_step;
+  byId("spec-tokens-per-step").textContent = perStep === null || perStep === undefined ? DASH : perStep.toFixed(2);
+  byId("spec-label").textContent =
+    stats.spec_draft_tokens === null || stats.spec_draft_tokens === undefined
+      ? DASH
+      : `${num(stats.spec_accepted_tokens)} of ${num(stats.spec_draft_tokens)} guessed tokens accepted`;
 }
