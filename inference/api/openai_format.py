@@ -15,9 +15,10 @@ def usage(
 ) -> dict:
     """Token counts; `prompt_tokens_details.cached_tokens` is what the prefix cache served,
     `completion_tokens_details.reasoning_tokens` what a thinking model spent reasoning and, for a
-    request with a prediction, `accepted_prediction_tokens` / `rejected_prediction_tokens` (its
-    tokens guessed and taken / guessed and not taken), as OpenAI reports them. `speculation`
-    (guessed, accepted), when the engine guessed at all, is the `spec_decode` extra."""
+    request with a prediction (its token count, those taken into the reply as guesses),
+    `accepted_prediction_tokens` / `rejected_prediction_tokens` as OpenAI reports them: the
+    prediction's tokens the reply took, and the rest. `speculation` (guessed, accepted), when the
+    engine guessed at all, is the `spec_decode` extra."""
     body = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -29,8 +30,8 @@ def usage(
     if reasoning_tokens is not None:
         details["reasoning_tokens"] = reasoning_tokens
     if prediction is not None:
-        guessed, accepted = prediction
-        details.update(accepted_prediction_tokens=accepted, rejected_prediction_tokens=guessed - accepted)
+        offered, accepted = prediction
+        details.update(accepted_prediction_tokens=accepted, rejected_prediction_tokens=max(0, offered - accepted))
     if details:
         body["completion_tokens_details"] = details
     if speculation is not None and speculation[0]:

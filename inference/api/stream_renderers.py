@@ -97,12 +97,17 @@ class OpenAIResponse:
             0 if self.echo_only else sum(job.completion_tokens for job in self.jobs),
             sum(job.cached_tokens for job in self.jobs),
             sum(job.reasoning_tokens for job in self.jobs) if self.reasoning is not None else None,
-            self._counts("prediction_draft_tokens", "prediction_accepted_tokens") if self.jobs[0].params.prediction else None,
-            self._counts("spec_draft_tokens", "spec_accepted_tokens"),
+            self._prediction_counts() if self.jobs[0].params.prediction else None,
+            (
+                sum(job.speculation("spec_draft_tokens") for job in self.jobs),
+                sum(job.speculation("spec_accepted_tokens") for job in self.jobs),
+            ),
         )
 
-    def _counts(self, guessed: str, accepted: str) -> tuple[int, int]:
-        return sum(job.speculation(guessed) for job in self.jobs), sum(job.speculation(accepted) for job in self.jobs)
+    def _prediction_counts(self) -> tuple[int, int]:
+        """(the prediction's tokens, offered to every choice; those taken into the replies as guesses)."""
+        offered = sum(len(job.params.prediction) * len(job.choices) for job in self.jobs)
+        return offered, sum(job.speculation("prediction_accepted_tokens") for job in self.jobs)
 
     def failed(self) -> GenerationJob | None:
         return next((job for job in self.jobs if job.finish_reason == "error"), None)

@@ -6,6 +6,7 @@ background thread (in the web process, or in `manage.py runengine`'s worker); te
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -387,13 +388,15 @@ class LLMEngine:
             accepted = accepted_count(draft, tokens)
             if id(seq) in saved and accepted < len(draft):
                 rewind_generator(seq.generator, saved[id(seq)], accepted + 1, logits.shape[1], seq.params)
-            self.speculator.record(seq, accepted)
             seq.num_computed_tokens += 1 + accepted  # the verified tokens' K/V; the rejected slots are dropped
             written = []
             for token_id, logprob in zip(tokens[: accepted + 1], logprobs):
                 written.append(self._append_token(seq, token_id, logprob, now))
                 if seq.is_finished:
                     break
+            self.speculator.record(seq, accepted, len(written))
+            # the last output carries the counts with this verification in them
+            written[-1] = dataclasses.replace(written[-1], **self._spec_counts(seq))
             self._count_tokens(now, len(written))
             if not seq.is_finished:
                 self.block_manager.truncate(seq)
@@ -406,11 +409,15 @@ class LLMEngine:
         (proposed only where the grammar accepts it), walked forward and back."""
         matcher, draft = seq.matcher, seq.draft
         rows = [masks.get(id(seq))]
+        consumed = 0
         for token_id in draft:
-            matcher.consume_token(token_id)
+            if not matcher.consume_token(token_id):
+                break  # (proposed guesses were validated: not reached) its row cannot accept it anyway
+            consumed += 1
             rows.append(self.grammars.allowed([matcher])[0])
-        matcher.rollback(len(draft))
-        return rows
+        if consumed and not matcher.rollback(consumed):
+            raise RuntimeError("the grammar matcher could not go back over the guesses")
+        return rows + [None] * (len(draft) + 1 - len(rows))  # rows past a refused guess are never used
 
     def _marker_ids(self, marker: str) -> list[int]:
         """A reasoning marker's token ids, tokenized once per marker."""
@@ -508,7 +515,6 @@ class LLMEngine:
         prompt_logprobs=None,
         embedding=None,
     ) -> RequestOutput:
-        spec = seq.spec
         return RequestOutput(
             request_id=seq.request_id,
             text=text,
@@ -529,11 +535,21 @@ class LLMEngine:
             prompt_logprobs=prompt_logprobs,
             reasoning_tokens=seq.reasoning.tokens if seq.reasoning is not None else 0,
             embedding=embedding,
-            spec_draft_tokens=spec.proposed if spec else 0,
-            spec_accepted_tokens=spec.accepted if spec else 0,
-            prediction_draft_tokens=spec.prediction_proposed if spec else 0,
-            prediction_accepted_tokens=spec.prediction_accepted if spec else 0,
+            **self._spec_counts(seq),
         )
+
+    @staticmethod
+    def _spec_counts(seq: Sequence) -> dict:
+        """A completion's speculation counts so far, as RequestOutput reports them."""
+        spec = seq.spec
+        if spec is None:
+            return {}
+        return {
+            "spec_draft_tokens": spec.proposed,
+            "spec_accepted_tokens": spec.accepted,
+            "prediction_draft_tokens": spec.prediction_proposed,
+            "prediction_accepted_tokens": spec.prediction_accepted,
+        }
 
     # -- observation ----------------------------------------------------------------------
 

@@ -67,7 +67,12 @@ class ModelRunner:
                 input_ids.append(token_id)
                 positions.append(start + offset)
                 slots.append(self._slot(seq, start + offset))
-            if not verifying:
+            if verifying:
+                continue
+            if seq.params.pooling is not None:  # an embedding whose last chunk is one token: pooled, never sampled
+                sampling_rows.pop()
+                pooling_rows.append((seq, len(input_ids) - 1, 1))
+            else:
                 sampling_seqs.append(seq)
         for seq, n in batch.prefills:
             start = seq.num_computed_tokens

@@ -6,8 +6,8 @@ stall the decodes), then waiting requests are admitted into free slots. When the
 out of blocks, the newest running sequence is preempted and later recomputed.
 
 A decode with guessed tokens (speculation.py) is a verification: its token and its k guesses, k+1
-rows, each run as a decode at its own position. Guesses are only ever a bonus: they take blocks
-and budget that nothing else needs this step, never preempting anyone.
+rows, each run as a decode at its own position. Guesses are only ever a bonus: they take the budget
+and blocks left once everything else is scheduled, never delaying or preempting anyone.
 """
 
 from __future__ import annotations
@@ -104,10 +104,6 @@ class Scheduler:
             self.block_manager.grow(seq, wanted)
             budget -= wanted
             if seq.num_uncomputed_tokens == 1 and wanted == 1 and seq.num_computed_tokens > 0:
-                if self._add_guesses(seq, budget):
-                    budget -= len(seq.draft)
-                    batch.verifies.append(seq)
-                    continue
                 batch.decodes.append(seq)
             else:
                 batch.prefills.append((seq, wanted))
@@ -129,23 +125,25 @@ class Scheduler:
             self._admit(seq)
             budget -= wanted
             batch.prefills.append((seq, wanted))
+        self._add_guesses(batch, budget)
         return batch
 
-    def _add_guesses(self, seq: Sequence, budget: int) -> bool:
-        """Gives a decode's guesses their cache slots if they fit what is spare: the step's budget,
-        and blocks beyond one for every running sequence (theirs to grow into). Otherwise it
-        decodes plainly, its guesses dropped."""
-        draft = seq.draft[:budget]
-        if draft:
-            needed = self.block_manager.blocks_needed(seq, 1 + len(draft))
-            if needed and self.block_manager.num_free_blocks - needed < len(self.running):
+    def _add_guesses(self, batch: ScheduledBatch, budget: int) -> None:
+        """Turns decodes with guesses into verifications with what the step has left once every
+        decode, prefill chunk and admission has its share: the token budget and free blocks (the
+        guesses' blocks come back at the end of the step, bar the next token's). A guess that does
+        not fit is dropped; nobody waits or is preempted for one."""
+        for seq in list(batch.decodes):
+            draft = seq.draft[:budget]
+            if draft and not self.block_manager.can_grow(seq, 1 + len(draft)):
                 draft = []
-        if seq.spec is not None:
-            seq.spec.draft = draft
-        if not draft:
-            return False
-        self.block_manager.grow(seq, 1 + len(draft))
-        return True
+            if seq.spec is not None:
+                seq.spec.draft = draft
+            if draft:
+                self.block_manager.grow(seq, 1 + len(draft))
+                budget -= len(draft)
+                batch.decodes.remove(seq)
+                batch.verifies.append(seq)
 
     @property
     def slots_taken(self) -> int:

@@ -34,6 +34,7 @@ ACCEPTANCE_RATE = 0.15  # weight of each verified position in the running estima
 COST_RATE = 0.2  # weight of each step's time in the per-bucket averages
 SAMPLES_BEFORE_TRUSTED = 4  # steps each arm of a bucket needs before its cost is used
 REFRESH_EVERY = 256  # a bucket's steps between re-measurements of the arm it does not use
+PREDICTION_SLACK = 256  # prediction tokens kept beyond twice max_tokens
 BACKOFF_MIN, BACKOFF_MAX = 8, 256  # tokens a sequence writes before a probing guess, doubling
 
 
@@ -75,19 +76,25 @@ class _Bucket:
     plain: _Arm = field(default_factory=_Arm)
     drafted: _Arm = field(default_factory=_Arm)
     steps: int = 0
+    probes: dict = field(default_factory=lambda: {"plain": 0, "drafted": 0})  # first measurements tried
 
     def threshold(self, decoding: int) -> float:
-        """The acceptance chance above which one more draft row pays (0 until both arms are measured)."""
+        """The acceptance chance above which one more draft row pays: 1 (none) until both arms are
+        measured, when only the probes guess."""
         if self.plain.samples < SAMPLES_BEFORE_TRUSTED or self.drafted.samples < SAMPLES_BEFORE_TRUSTED:
-            return 0.0
+            return 1.0
         row = max(self.drafted.seconds - self.plain.seconds, 0.0) / max(self.drafted.draft_rows, 1e-9)
         return min(1.0, decoding * row / max(self.plain.seconds, 1e-9))
 
     def probe(self) -> str | None:
-        """Which arm this step must measure: each until it has its samples, then each now and then."""
+        """Which arm this step must measure: each until it has its samples (a bounded number of
+        tries: steps that also prefill do not count, and a busy server may have few others), then
+        each now and then."""
         self.steps += 1
         for name, arm in (("plain", self.plain), ("drafted", self.drafted)):
-            if arm.samples < SAMPLES_BEFORE_TRUSTED and self.steps % 2 == (name == "plain"):
+            first = arm.samples < SAMPLES_BEFORE_TRUSTED and self.probes[name] < 4 * SAMPLES_BEFORE_TRUSTED
+            if first and self.steps % 2 == (name == "plain"):
+                self.probes[name] += 1
                 return name
         if self.steps % REFRESH_EVERY == 0:
             return "plain"
@@ -119,8 +126,9 @@ class Speculator:
     def attach(self, seq, prediction: list[int] | None) -> None:
         """Gives a new sequence its lookup index (over its own tokens) and its prediction's."""
         seq.spec = SequenceSpeculation(NgramIndex(seq.token_ids, self.min_n, self.max_n))
-        if prediction:
-            seq.spec.prediction = list(prediction)
+        if prediction:  # no reply needs more of it than it can write (and a little to find its place again)
+            limit = 2 * (seq.params.max_tokens or len(prediction)) + PREDICTION_SLACK
+            seq.spec.prediction = list(prediction[:limit])
             seq.spec.prediction_index = NgramIndex(seq.spec.prediction, self.min_n, self.max_n)
 
     # -- proposing -------------------------------------------------------------------------
@@ -188,19 +196,21 @@ class Speculator:
 
     # -- learning ---------------------------------------------------------------------------
 
-    def record(self, seq, accepted: int) -> None:
-        """After a verification of `seq.spec.draft`: `accepted` of its guesses were right."""
+    def record(self, seq, accepted: int, written: int) -> None:
+        """After a verification of `seq.spec.draft`: `accepted` of its guesses were right, and the
+        sequence wrote `written` tokens (fewer than accepted + 1 where it finished among them: the
+        counts report what was written, the estimate learns from every right guess)."""
         spec = seq.spec
-        proposed = len(spec.draft)
+        proposed, taken = len(spec.draft), min(accepted, written)
         spec.proposed += proposed
-        spec.accepted += accepted
+        spec.accepted += taken
         if spec.draft_from_prediction:
             spec.prediction_proposed += proposed
-            spec.prediction_accepted += accepted
+            spec.prediction_accepted += taken
         self.num_draft_tokens += proposed
-        self.num_accepted_tokens += accepted
+        self.num_accepted_tokens += taken
         self.verification_steps += 1
-        self.verified_tokens += accepted + 1
+        self.verified_tokens += written
         outcomes = [1.0] * accepted + ([0.0] if accepted < proposed else [])
         for outcome in outcomes:
             spec.acceptance += ACCEPTANCE_RATE * (outcome - spec.acceptance)

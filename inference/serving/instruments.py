@@ -118,11 +118,14 @@ class RequestMetrics:
         self.model_name = model_name
         self._last_token_at: dict[int, float] = {}  # by choice: n completions stream side by side
 
-    def on_tokens(self, now: float, choice: int = 0) -> None:
-        """An output carrying tokens reached this process; the gap since its choice's previous one is an ITL."""
+    def on_tokens(self, now: float, choice: int = 0, count: int = 1) -> None:
+        """An output carrying `count` tokens reached this process; the gap since its choice's
+        previous one, shared by its tokens (a verification writes several at once), is the ITL of each."""
         last = self._last_token_at.get(choice)
         if last is not None:
-            INTER_TOKEN_LATENCY.labels(self.model_name).observe(max(0.0, now - last))
+            gap = max(0.0, now - last) / count
+            for _ in range(count):
+                INTER_TOKEN_LATENCY.labels(self.model_name).observe(gap)
         self._last_token_at[choice] = now
 
     def on_finish(

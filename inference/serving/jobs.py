@@ -157,7 +157,7 @@ class GenerationJob:
         self.newly_finished = []
         choice = self.choices[out.index] if 0 <= out.index < len(self.choices) else self.choices[0]
         if out.token_ids:
-            self.metrics.on_tokens(time.monotonic(), out.index)
+            self.metrics.on_tokens(time.monotonic(), out.index, len(out.token_ids))
         if out.text:
             choice.text_parts.append(out.text)
         if out.logprobs:

@@ -226,3 +226,18 @@ def test_prompt_logprobs_match_hf_through_chunked_prefill_and_a_warm_cache(tiny_
             assert item.token_id == ids[position] and item.token == smollm_tokenizer.decode([ids[position]])
             assert item.logprob == pytest.approx(reference[position - 1, ids[position]].item(), abs=1e-4)
             assert [t for t, _, _ in item.top] == reference[position - 1].topk(2).indices.tolist()
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean"])
+def test_an_embedding_whose_last_chunk_is_one_token_is_pooled_not_sampled(tiny_hf, smollm_tokenizer, pooling):
+    # nine tokens at eight a step: the last chunk, one token, is scheduled as a decode would be
+    ids = list(range(200, 209))
+    whole = engine_for(tiny_hf, smollm_tokenizer)
+    chunked = engine_for(tiny_hf, smollm_tokenizer, max_num_batched_tokens=8)
+    vectors = []
+    for engine in (whole, chunked):
+        engine.add_request("e", ids, SamplingParams(max_tokens=1, pooling=pooling))
+        [out] = [o for o in run_to_completion(engine)["e"] if o.finished]
+        assert out.finish_reason == "stop" and out.token_ids == [] and out.embedding is not None
+        vectors.append(torch.tensor(out.embedding))
+    assert torch.allclose(vectors[0], vectors[1], atol=1e-5)

@@ -137,6 +137,8 @@ def test_stops_max_tokens_logprobs_and_eos_behave_as_without_speculation(real_bu
         assert "".join(o.text for o in on[rid]) == "".join(o.text for o in off[rid])
         assert (on[rid][-1].finish_reason, on[rid][-1].stop_reason) == (off[rid][-1].finish_reason, off[rid][-1].stop_reason)
     assert on["stop"][-1].stop_reason == "spiral" and on["length"][-1].finish_reason == "length"
+    for outputs in on.values():  # guesses past a finish are not counted as taken
+        assert outputs[-1].spec_accepted_tokens < outputs[-1].completion_tokens
     assert on["eos"][-1].finish_reason == "stop" and on["eos"][-1].stop_reason is None
     lp_on = [lp for o in on["logprobs"] for lp in o.logprobs]
     lp_off = [lp for o in off["logprobs"] for lp in o.logprobs]

@@ -86,7 +86,7 @@ def test_a_sequence_whose_guesses_fail_stops_and_probes_now_and_then():
         speculator.propose([seq], max_model_len=4096)
         guessed.append(len(seq.draft))
         if seq.draft:
-            speculator.record(seq, accepted=0)  # never right
+            speculator.record(seq, accepted=0, written=1)  # never right
         seq.token_ids.append(1)  # the sequence moves on a token
         seq.num_computed_tokens += 1
     assert guessed[0] > 1 and guessed[-20:].count(0) >= 15  # it stopped, save a one-token probe now and then
@@ -113,3 +113,17 @@ def test_a_prediction_is_followed_first_and_found_again_after_an_edit():
     seq.num_computed_tokens = len(seq) - 1
     speculator.propose([seq], max_model_len=4096)
     assert seq.draft == [15, 16, 17, 18]  # "13 14" found in the prediction
+
+
+def test_a_server_that_always_prefills_probes_a_bounded_number_of_times():
+    speculator = Speculator("auto", max_tokens=8)
+    seqs = [decoding(REPEATING) for _ in range(8)]
+    for seq in seqs:
+        speculator.attach(seq, None)
+    drafted_steps = 0
+    for _ in range(200):  # every step also carries a prefill chunk: no cost is ever measured
+        speculator.propose(seqs, max_model_len=4096)
+        rows = sum(len(s.draft) for s in seqs)
+        drafted_steps += rows > 0
+        speculator.observe_step(0.05, had_prefill=True, draft_rows=rows)
+    assert 0 < drafted_steps <= 4 * SAMPLES_BEFORE_TRUSTED + 1  # the first tries, then one refresh in 256 steps

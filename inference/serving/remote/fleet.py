@@ -116,6 +116,7 @@ class EngineFleet:
             model=_joined(v.stats.model for v in ready),
             device=_joined(v.stats.device for v in ready),
             dtype=_joined(v.stats.dtype for v in ready),
+            speculative=_joined(v.stats.speculative for v in ready),
             slots=slots,
             kv_cache_usage=_ratio(totals["kv_blocks_used"], totals["kv_blocks_total"]),
             prefix_cache_hit_rate=_ratio(totals["prefix_cache_hits"], totals["prefix_cache_queries"]) or 0.0,
