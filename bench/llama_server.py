@@ -106,9 +106,17 @@ class LlamaServer:
     """`with LlamaServer(gguf) as server:` -> server.base_url, .ready_s (start to /health 200), .resident_mb()."""
 
     def __init__(
-        self, gguf: str, *, slots: int = 32, context: int = 32768, log_path: str | None = None, startup_timeout: float = 120.0
+        self,
+        gguf: str,
+        *,
+        slots: int = 32,
+        context: int = 32768,
+        log_path: str | None = None,
+        startup_timeout: float = 120.0,
+        extra: tuple[str, ...] = (),
     ):
         self.gguf, self.slots, self.context = gguf, slots, context
+        self.extra = tuple(extra)  # more flags, e.g. ("--spec-type", "ngram-mod") (bench/speculative.py)
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -135,6 +143,7 @@ class LlamaServer:
             "127.0.0.1",
             "--port",
             str(self.port),
+            *self.extra,
         ]
 
     @property

@@ -52,6 +52,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--skip-large", action="store_true", help="do not measure the 1.5B Q4_K_M against llama-server (bench/peer_large.py)"
     )
+    p.add_argument(
+        "--skip-speculative",
+        action="store_true",
+        help="do not measure speculative decoding against speculation off and llama-server's n-gram modes (bench/speculative.py)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--docs-dir", default="docs")
     p.add_argument("--results-dir", default="bench/results")
@@ -180,6 +185,12 @@ def main(argv=None) -> dict:
         from . import peer_large
 
         large = peer_large.run(tokenizer, rounds=1 if args.quick else args.peer_rounds, results_dir=args.results_dir)
+    speculative = None
+    if not args.skip_peer and not args.skip_speculative and not args.base_url:
+        from . import speculative as spec_bench
+
+        models = ["embedded"] if args.quick or args.skip_large else ["embedded", "large"]
+        speculative = spec_bench.run(tokenizer, models=models, rounds=1, results_dir=args.results_dir)
     if not args.skip_baselines:
         entries += run_hf_phase(plan, tokenizer, results_dir=args.results_dir, show_progress=not args.no_progress)
     machine["load_average_at_end"] = os.getloadavg()
@@ -191,6 +202,7 @@ def main(argv=None) -> dict:
         "latency_server": latency_server,
         "peer": peer,
         "peer_large": large,
+        "speculative": speculative,
         "plan": plan_json(plan),
         "entries": entries,
         "elapsed_s": time.monotonic() - started,

@@ -7,6 +7,7 @@ import math
 from .entries import baseline, metric, pick, ratio, throughput
 from .peer import render as peer_section
 from .peer_large import render as large_section
+from .speculative import render as speculative_section
 from .targets import targets_section
 
 INTRO = (
@@ -198,6 +199,8 @@ def render(report: dict) -> str:
         out += peer_section(report["peer"])
     if report.get("peer_large"):
         out += large_section(report["peer_large"])
+    if report.get("speculative"):
+        out += speculative_section(report["speculative"])
     for w in plan["workloads"]:
         out += [f"## Workload `{w['name']}`: input {w['input_len']} tokens, output {w['output_len']} tokens", ""]
         out += ['Engine output tok/s and its ratio to HF (at concurrency 1, "static" is one-at-a-time):', ""]
