@@ -53,7 +53,12 @@ def test_a_stored_response_is_retrieved_listed_and_deleted(openai_client, served
 
 def test_a_function_tool_round_trip(openai_client, served_model):
     first = openai_client.responses.create(
-        model=served_model, input="What is the weather in Paris?", tools=[WEATHER], tool_choice="required", max_output_tokens=80
+        model=served_model,
+        input="What is the weather in Paris?",
+        tools=[WEATHER],
+        tool_choice="required",
+        max_output_tokens=80,
+        temperature=0,
     )
     [call] = [item for item in first.output if item.type == "function_call"][:1]
     assert call.name == "get_weather" and isinstance(json.loads(call.arguments)["city"], str)
