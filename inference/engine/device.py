@@ -54,8 +54,8 @@ def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
     """
     if requested != "auto":
         return DTYPES[requested]
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "cuda":  # bf16 where the GPU computes it (Ampere on); emulated bf16 (T4, V100) is far slower than float16
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
     return torch.float32
 
 

@@ -20,7 +20,7 @@ from .config import EngineConfig
 from .engine import LLMEngine
 from .engine_state import EngineState, ModelInfo
 from .engine_stats import EngineStats
-from .errors import EngineNotReadyError
+from .errors import EngineNotReadyError, is_fatal_device_error
 from .outputs import RequestOutput
 from .request_streams import RequestStream, check_can_submit, deliver, final_output
 from .sampling_params import SamplingParams
@@ -195,20 +195,33 @@ class EngineThread:
                     restarts = 0  # a loop that ran for a long while earns its retries back
                 self.error = f"{type(exc).__name__}: {exc}"
                 log.error("engine loop died:\n%s", traceback.format_exc())
-                self.state = EngineState.RESTARTING
+                fatal = is_fatal_device_error(exc)  # a broken device stays broken: no restart in this process
+                self.state = EngineState.DEAD if fatal else EngineState.RESTARTING
                 self._fail_all_streams(self.error)
-                if self._stop.is_set() or restarts >= self.max_restarts:
-                    log.error("engine loop died %d times; giving up", restarts + 1)
+                if fatal or self._stop.is_set() or restarts >= self.max_restarts:
+                    log.error("engine loop died (%s); giving up", "the device failed" if fatal else f"{restarts + 1} times")
                     self.state = EngineState.DEAD
                     return
                 restarts += 1
                 log.warning("restarting the engine loop (%d of %d)", restarts, self.max_restarts)
-                hook, self.restart_fault_hook = self.restart_fault_hook, None
-                if hook is not None:
-                    hook()
-                self.engine = self.engine.fresh_copy()
+                if not self._restart():
+                    return
         self._abort_everything()
         self.state = EngineState.STOPPED
+
+    def _restart(self) -> bool:
+        """A fresh engine over the same weights; False (and state dead) where building it fails."""
+        try:
+            hook, self.restart_fault_hook = self.restart_fault_hook, None
+            if hook is not None:
+                hook()
+            self.engine = self.engine.fresh_copy()
+            return True
+        except Exception as exc:
+            self.error = f"the restart failed: {type(exc).__name__}: {exc}"
+            log.error("%s\n%s", self.error, traceback.format_exc())
+            self.state = EngineState.DEAD
+            return False
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -1,6 +1,19 @@
 """Errors the engine raises to its callers; the serving layer maps each to an HTTP status."""
 
+import torch
+
 from .sampling_params import SamplingParamsError  # noqa: F401  (re-exported: one place to import errors from)
+
+# What CUDA's sticky errors say: after one of these the context is unusable and every later kernel fails too.
+STICKY_DEVICE_ERRORS = (
+    "CUDA error",
+    "device-side assert",
+    "illegal memory access",
+    "illegal address",
+    "unspecified launch failure",
+    "CUBLAS_STATUS_",
+    "CUDNN_STATUS_",
+)
 
 
 class EngineNotReadyError(RuntimeError):
@@ -26,3 +39,21 @@ class PromptTooLongError(ValueError):
 
 class UnsupportedModelError(ValueError):
     """The checkpoint's architecture is not one our model code implements."""
+
+
+class FatalDeviceError(RuntimeError):
+    """The device failed in a way no later step survives (a device-side assert, an illegal memory
+    access): the engine ends (state dead, /health 503, `runengine` exits 1 for its orchestrator to
+    restart) rather than fail every request that follows while looking healthy."""
+
+
+def is_fatal_device_error(exc: BaseException) -> bool:
+    """Whether `exc` leaves the device unusable. Running out of memory does not: that step's
+    requests fail and the engine goes on."""
+    if isinstance(exc, FatalDeviceError):
+        return True
+    if isinstance(exc, torch.OutOfMemoryError):
+        return False
+    if isinstance(exc, getattr(torch, "AcceleratorError", ())):
+        return True
+    return isinstance(exc, RuntimeError) and any(marker in str(exc) for marker in STICKY_DEVICE_ERRORS)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+import torch
+
 from inference.engine.engine_thread import EngineThread
+from inference.engine.errors import FatalDeviceError
 from tests.engine.helpers import engine_for, generated_ids, greedy, run_to_completion
 
 
@@ -43,6 +47,9 @@ async def test_dead_loop_ends_streams_with_error_and_restarts(tiny_hf, smollm_to
     assert rest[-1].finish_reason == "error" and "injected loop failure" in rest[-1].error
     assert await asyncio.to_thread(engine_thread.wait_ready, 30)
     assert engine_thread.engine is not first_engine and engine_thread.engine.bundle is first_engine.bundle
+    # the old pool was given back before the new one was planned (on a GPU, one beside the other would shrink it)
+    assert first_engine.model_runner.kv_caches == [] and first_engine.model_runner.kv_pool_bytes == 0
+    assert engine_thread.engine.block_manager.num_blocks == first_engine.block_manager.num_blocks
     again = [
         out async for out in engine_thread.submit("after", engine_thread.engine.tokenize("served after the restart"), greedy(4))
     ]
@@ -57,3 +64,69 @@ async def test_dead_loop_ends_streams_with_error_and_restarts(tiny_hf, smollm_to
             break
         await asyncio.sleep(0.05)
     assert engine_thread.state == "dead" and not engine_thread.ready and "broken for good" in engine_thread.not_ready_reason()
+
+
+def raise_always(exc: BaseException):
+    def hook():
+        raise exc
+
+    return hook
+
+
+async def wait_for_state(engine_thread: EngineThread, state: str) -> None:
+    for _ in range(600):
+        if engine_thread.state == state:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the engine stayed {engine_thread.state!r}, not {state!r}")
+
+
+def raise_once_with(exc: BaseException):
+    calls = []
+
+    def hook():
+        if not calls:
+            calls.append(1)
+            raise exc
+
+    return hook
+
+
+def test_running_out_of_device_memory_fails_only_that_step(tiny_hf, smollm_tokenizer):
+    engine = engine_for(tiny_hf, smollm_tokenizer)
+    engine.add_request("victim", engine.tokenize("first request"), greedy(5))
+    engine.step_fault_hook = raise_once_with(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    [output] = engine.step()
+    assert output.finish_reason == "error" and "out of memory" in output.error
+    engine.add_request("survivor", engine.tokenize("second request"), greedy(5))
+    assert run_to_completion(engine)["survivor"][-1].finish_reason == "length"
+
+
+async def test_a_sticky_device_error_ends_the_engine_without_a_restart(tiny_hf, smollm_tokenizer):
+    """A device-side assert or an illegal access leaves the CUDA context unusable: no later step
+    would run, so the engine dies (health 503, `runengine` exits 1) instead of failing every request."""
+    engine_thread = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer), max_restarts=3).start()
+    assert engine_thread.wait_ready(60)
+    first_engine = engine_thread.engine
+    stream = engine_thread.submit("inflight", first_engine.tokenize("a stream the device failure ends"), greedy(300))
+    await stream.__anext__()
+    with pytest.raises(FatalDeviceError):  # the engine itself says so, whoever drives it
+        engine = engine_for(tiny_hf, smollm_tokenizer)
+        engine.add_request("r", engine.tokenize("hello"), greedy(2))
+        engine.step_fault_hook = raise_always(torch.AcceleratorError("CUDA error: device-side assert triggered"))
+        engine.step()
+    first_engine.step_fault_hook = raise_always(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
+    rest = [out async for out in stream]
+    assert rest[-1].finish_reason == "error" and "illegal memory access" in rest[-1].error
+    await wait_for_state(engine_thread, "dead")
+    assert engine_thread.engine is first_engine and not engine_thread.ready  # no restart was tried
+    assert "illegal memory access" in engine_thread.not_ready_reason()
+
+
+async def test_a_restart_that_fails_ends_the_engine_instead_of_leaving_it_restarting(tiny_hf, smollm_tokenizer):
+    engine_thread = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer), max_restarts=3).start()
+    assert engine_thread.wait_ready(60)
+    engine_thread.restart_fault_hook = raise_always(RuntimeError("no memory for a new pool"))
+    engine_thread.loop_fault_hook = raise_once("injected loop failure")
+    await wait_for_state(engine_thread, "dead")
+    assert "the restart failed" in engine_thread.error and "no memory for a new pool" in engine_thread.error

@@ -71,6 +71,14 @@ def test_auto_dtype_on_cpu_is_float32_which_our_kernels_take():
     assert resolve_dtype("float16", torch.device("cpu")) == torch.float16
 
 
+def test_auto_dtype_on_a_gpu_is_bf16_only_where_the_gpu_computes_it(monkeypatch):
+    # a T4 or V100: torch counts its emulated bf16 as support unless told not to; float16 runs far faster there
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.float16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # Ampere on
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+
+
 def test_config_reads_the_environment():
     cfg = EngineConfig.from_env(
         {
