@@ -27,7 +27,9 @@ class EngineConfig:
     device: str = "auto"  # auto | cpu | cuda
     block_size: int = 16
     kv_cache_mb: int | None = None  # KV pool size on CPU; None: planned from available memory (kv_pool.py)
-    gpu_memory_fraction: float = 0.5  # share of *free* GPU memory given to the KV pool
+    gpu_memory_utilization: float = (
+        0.9  # CUDA: this engine's share of the GPU's total memory, weights and KV pool together (kv_pool.py)
+    )
     max_num_seqs: int | None = None  # batch slots; None: 32 on CPU, 128 on CUDA (slots_for)
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None  # None: the model's own context length
@@ -63,8 +65,8 @@ class EngineConfig:
         for name in ("block_size", "kv_cache_mb", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if not 0.0 < self.gpu_memory_fraction <= 0.95:
-            raise ValueError("gpu_memory_fraction must be in (0, 0.95]")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError("gpu_memory_utilization must be in (0, 1]")
 
     def slots_for(self, device_type: str) -> int:
         """Batch slots: enough that 32 concurrent clients never queue on a CPU (llama-server's
@@ -99,7 +101,7 @@ class EngineConfig:
             device=env_str("MINIVLLM_DEVICE", "auto", env),
             block_size=env_int("MINIVLLM_BLOCK_SIZE", 16, env),
             kv_cache_mb=env_int("MINIVLLM_KV_CACHE_MB", None, env),
-            gpu_memory_fraction=env_float("MINIVLLM_GPU_MEMORY_FRACTION", 0.5, env),
+            gpu_memory_utilization=env_float("MINIVLLM_GPU_MEMORY_UTILIZATION", 0.9, env),
             max_num_seqs=env_int("MINIVLLM_MAX_NUM_SEQS", None, env),
             max_num_batched_tokens=env_int("MINIVLLM_MAX_NUM_BATCHED_TOKENS", 512, env),
             max_model_len=env_int("MINIVLLM_MAX_MODEL_LEN", None, env),

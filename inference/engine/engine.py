@@ -18,8 +18,10 @@ from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .engine_state import ModelInfo
 from .engine_stats import EngineStats
+from .errors import FatalDeviceError, is_fatal_device_error
 from .kv_pool import plan_num_blocks
 from .loader import ModelBundle, load_model
+from .memory_profile import engine_peak_bytes
 from .model_runner import ModelRunner
 from .outputs import RequestOutput, TokenLogprob
 from .pooling import pooling_for
@@ -68,17 +70,9 @@ class LLMEngine:
         model = self.bundle.model
         self.tokenizer = self.bundle.tokenizer
         self.kv_dtype = self.config.kv_dtype_for(self.bundle.dtype, self.bundle.device.type, self.bundle.weights_format)
-        num_blocks = self.config.num_kv_blocks or plan_num_blocks(
-            model.kv_shape,
-            self.config.block_size,
-            self.kv_dtype,
-            self.bundle.device,
-            self.config.kv_cache_mb,
-            self.config.gpu_memory_fraction,
-            self.bundle.max_model_len,
-        )
-        self.max_model_len = self._fit_context(num_blocks)
         self.num_slots = self.config.slots_for(self.bundle.device.type)
+        num_blocks = self.config.num_kv_blocks or self._plan_kv_blocks()
+        self.max_model_len = self._fit_context(num_blocks)
         self.block_manager = BlockManager(num_blocks, self.config.block_size, self.config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, self.num_slots, self.config.max_num_batched_tokens)
         self.model_runner = ModelRunner(
@@ -136,6 +130,27 @@ class LLMEngine:
             self.num_slots,
         )
 
+    def _plan_kv_blocks(self) -> int:
+        """The pool's size from memory (kv_pool.plan_num_blocks); on CUDA after profiling what the
+        weights and the largest step take of the engine's share."""
+        config, bundle = self.config, self.bundle
+        engine_bytes = 0
+        if bundle.device.type == "cuda":
+            engine_bytes = engine_peak_bytes(
+                bundle, config.block_size, config.max_num_batched_tokens, self.kv_dtype, self.num_slots, bundle.model.vocab_size
+            )
+        return plan_num_blocks(
+            bundle.model.kv_shape,
+            config.block_size,
+            self.kv_dtype,
+            bundle.device,
+            config.kv_cache_mb,
+            config.gpu_memory_utilization,
+            bundle.max_model_len,
+            self.num_slots,
+            engine_bytes,
+        )
+
     def _fit_context(self, num_blocks: int) -> int:
         """The model's context, or what the KV pool holds where that is less (logged: /v1/models and
         the context-length errors report the lowered figure)."""
@@ -152,7 +167,10 @@ class LLMEngine:
         return capacity
 
     def fresh_copy(self) -> LLMEngine:
-        """A new engine over the same loaded weights: empty cache, queues and counters."""
+        """A new engine over the same loaded weights: empty cache, queues and counters. This one's
+        KV pool is given back first, so that the new pool is planned from the memory it held (on a
+        GPU, a pool planned beside the old one would shrink with every restart)."""
+        self.model_runner.release_kv_pool()
         return LLMEngine(self.config, bundle=self.bundle)
 
     @property
@@ -277,8 +295,11 @@ class LLMEngine:
             if step.verify is not None:
                 outputs.extend(self._verify(step.verify, batch.verifies, allowed))
         except Exception as exc:  # a failed forward pass fails its requests, not the engine
-            log.exception("model step failed")
             masks.settle()
+            if is_fatal_device_error(exc):  # ... unless it broke the device: then no later step would run
+                log.critical("the device failed; the engine ends: %s: %s", type(exc).__name__, exc)
+                raise FatalDeviceError(f"{type(exc).__name__}: {exc}") from exc
+            log.exception("model step failed")
             outputs.extend(self._fail(batch, exc))
         self.speculator.observe_step(time.perf_counter() - started, bool(batch.prefills), draft_rows)
         return outputs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import math
 import mmap
 import threading
@@ -11,6 +12,7 @@ import psutil
 import torch
 
 MB = 1024 * 1024
+log = logging.getLogger("minivllm.engine")
 
 
 def bytes_per_block(kv_shape: tuple[int, int, int], block_size: int, dtype: torch.dtype) -> int:
@@ -33,16 +35,19 @@ def plan_num_blocks(
     dtype: torch.dtype,
     device: torch.device,
     kv_cache_mb: int | None,
-    gpu_fraction: float,
+    gpu_utilization: float,
     max_model_len: int = 0,
+    max_num_seqs: int = 0,
+    engine_bytes: int = 0,
 ) -> int:
     """How many blocks fit: MINIVLLM_KV_CACHE_MB on CPU, else planned from available memory (see
-    above, never fewer than one `max_model_len` request where memory allows); a share of free
-    memory on CUDA; never more than exists. The engine lowers max_model_len to what the pool holds."""
+    above, never fewer than one `max_model_len` request where memory allows); on CUDA, what is left
+    of the engine's share of the GPU (`gpu_budget`); never more than `max_num_seqs` full contexts
+    use, nor more than exists. The engine lowers max_model_len to what the pool holds."""
     per_block = bytes_per_block(kv_shape, block_size, dtype)
     if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        budget = int(free * gpu_fraction)
+        free, total = torch.cuda.mem_get_info(device)
+        budget = gpu_budget(total, free, gpu_utilization, engine_bytes)
     else:
         available = psutil.virtual_memory().available
         if kv_cache_mb is None:
@@ -52,7 +57,32 @@ def plan_num_blocks(
     num_blocks = budget // per_block
     if num_blocks < 1:
         raise ValueError(f"the KV cache budget ({budget // MB} MB) is smaller than one block ({per_block} bytes)")
+    if max_num_seqs and max_model_len:  # more than every slot's full context would never be used
+        num_blocks = min(num_blocks, max_num_seqs * -(-max_model_len // block_size))
     return num_blocks
+
+
+def gpu_budget(total: int, free: int, utilization: float, engine_bytes: int) -> int:
+    """The KV pool's bytes on a GPU, as vLLM's `gpu_memory_utilization` plans them: the engine may
+    use `utilization` of the GPU's total memory, of which its weights and its peak step's
+    activations (`engine_bytes`, profiled: memory_profile.py) are taken first. A share of total
+    memory, not of free memory, so that two engines given 0.45 each fit on one GPU whichever starts
+    first; never more than is free now (the CUDA context and other processes hold the rest)."""
+    budget = int(total * utilization) - engine_bytes
+    if budget <= 0:
+        raise ValueError(
+            f"MINIVLLM_GPU_MEMORY_UTILIZATION={utilization} gives this engine {total * utilization / MB:,.0f} MB of the "
+            f"GPU's {total / MB:,.0f} MB, and its weights and peak step take {engine_bytes / MB:,.0f} MB: no room for a KV pool"
+        )
+    if budget > free:
+        log.warning(
+            "the KV pool's share (%d MB) is more than the GPU has free (%d MB): another process holds part of it; "
+            "the pool takes what is free",
+            budget // MB,
+            free // MB,
+        )
+        budget = free
+    return budget
 
 
 MADV_HUGEPAGE, MADV_POPULATE_WRITE = 14, 23  # Linux's madvise advice numbers (the latter: 5.14 and later)

@@ -42,6 +42,13 @@ class ModelRunner:
         self.head_block_offsets = (heads * num_blocks)[:, None, None]
         self.decode_attention, self.decode_kernels = choose_decode_attention(device, dtype, model.kv_shape[2], kv_dtype)
 
+    def release_kv_pool(self) -> None:
+        """Drops the pool (this runner computes nothing after); on CUDA the allocator's cached
+        blocks go back to the device, where the next plan can count them."""
+        self.kv_caches, self.kv_pool_bytes = [], 0
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> StepLogits:
         """Computes the batch's tokens into the cache; returns logits for the sequences that now sample.

@@ -21,7 +21,7 @@ def test_pool_plan_respects_the_budget():
     shape = (30, 3, 64)  # SmolLM2: layers, kv heads, head dim
     per_block = bytes_per_block(shape, 16, torch.bfloat16)
     assert per_block == 2 * 30 * 16 * 3 * 64 * 2
-    blocks = plan_num_blocks(shape, 16, torch.bfloat16, torch.device("cpu"), kv_cache_mb=64, gpu_fraction=0.5)
+    blocks = plan_num_blocks(shape, 16, torch.bfloat16, torch.device("cpu"), kv_cache_mb=64, gpu_utilization=0.9)
     assert blocks == 64 * 1024 * 1024 // per_block
 
 
@@ -43,6 +43,40 @@ def test_the_planned_pool_is_a_share_of_memory_capped_and_never_below_one_full_c
     # 400 MB free: even the floor is more than half of it, so the pool is what half holds
     assert planned_tokens(monkeypatch, 400, 8192) < 8192
     assert planned_tokens(monkeypatch, 24 * 1024, 8192, kv_cache_mb=8) * per_token <= 8 * MB  # an explicit size wins
+
+
+GB = 1024 * MB
+CUDA = torch.device("cuda")
+
+
+def planned_gpu_blocks(monkeypatch, free: int, total: int, utilization: float, **kw) -> int:
+    """The plan on a GPU whose memory is faked (no GPU here): `free` and `total` as mem_get_info says them."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, total))
+    return plan_num_blocks(KV_SHAPE, 16, torch.bfloat16, CUDA, None, utilization, **kw)
+
+
+def test_the_gpu_pool_is_the_engines_share_of_total_memory_less_its_weights_and_peak(monkeypatch):
+    per_block = bytes_per_block(KV_SHAPE, 16, torch.bfloat16)
+    total = 141 * GB  # an H200
+    first = planned_gpu_blocks(monkeypatch, 139 * GB, total, 0.45, engine_bytes=2 * GB)
+    assert first == (int(total * 0.45) - 2 * GB) // per_block
+    # a second engine given 0.45 starts after the first took its share: its plan is the same
+    second = planned_gpu_blocks(monkeypatch, 139 * GB - int(total * 0.45), total, 0.45, engine_bytes=2 * GB)
+    assert second == first
+
+
+def test_the_gpu_pool_never_exceeds_what_every_slot_at_full_context_uses(monkeypatch):
+    blocks = planned_gpu_blocks(monkeypatch, 139 * GB, 141 * GB, 0.9, max_model_len=8192, max_num_seqs=128, engine_bytes=GB)
+    assert blocks == 128 * 8192 // 16  # 24 GB of SmolLM2's bf16 K/V, where the share would give ~125 GB
+
+
+def test_the_gpu_pool_takes_at_most_what_is_free_and_refuses_a_share_the_weights_fill(monkeypatch, caplog):
+    per_block = bytes_per_block(KV_SHAPE, 16, torch.bfloat16)
+    with caplog.at_level(logging.WARNING, logger="minivllm.engine"):
+        blocks = planned_gpu_blocks(monkeypatch, 10 * GB, 141 * GB, 0.9, engine_bytes=2 * GB)
+    assert blocks == 10 * GB // per_block and "more than the GPU has free" in caplog.text
+    with pytest.raises(ValueError, match="no room for a KV pool"):
+        planned_gpu_blocks(monkeypatch, 139 * GB, 141 * GB, 0.01, engine_bytes=2 * GB)
 
 
 def test_a_pool_smaller_than_the_context_lowers_max_model_len_and_says_so(tiny_hf, smollm_tokenizer, caplog):
