@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import gguf_weights
+from . import gguf_dense, gguf_weights
 from .config import EngineConfig
 from .device import dtype_name, resolve_device, resolve_dtype
 from .generation_config import sampling_defaults
@@ -148,6 +148,21 @@ def load_model(config: EngineConfig) -> ModelBundle:
                 max_model_len,
                 choice,
                 f"from the GGUF's own blocks (tensors per type and kernel: {per_type})",
+            )
+        if (device.type != "cpu" or kernels() is None) and gguf_dense.can_build(model_class, gguf.hf_config, gguf):
+            max_model_len = _context_length(gguf.hf_config, config.max_model_len)
+            model = gguf_dense.build(model_class, gguf.hf_config, gguf, max_model_len, device, dtype)
+            prepare_linears(model, choice, device)  # refuses the CPU-only formats (MINIVLLM_QUANT=int4 on CUDA, ...)
+            return _bundle(
+                model,
+                gguf.hf_config,
+                _gguf_tokenizer(gguf, source),
+                source.display_name,
+                device,
+                dtype,
+                max_model_len,
+                choice,
+                f"from the GGUF's own tensors, de-quantized one by one on the {device.type} to {dtype_name(dtype)}",
             )
         # transformers de-quantizes what we cannot read in place (another family, a bf16 model, an IQ2 tensor):
         # float32 weights then, which `auto` keeps as float32 rather than asking for the file's blocks again

@@ -1,6 +1,7 @@
 """The device-generic torch path, the one CUDA takes, run on the CPU: MINIVLLM_CPU_KERNELS=0 binds
-no C++ kernel and keeps plain nn.Linear weights, and its greedy tokens are HF's, in float32 and in
-bfloat16 (against HF in the same dtype), batched."""
+no C++ kernel and keeps plain nn.Linear weights, its greedy tokens are HF's, in float32 and in
+bfloat16 (against HF in the same dtype), batched, and a GGUF loads as CUDA loads it: our reader,
+each tensor de-quantized by torch on the device, to exactly transformers' values."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from torch import nn
 
 from inference.engine import loader
 from inference.engine.config import EngineConfig
+from inference.engine.device import dtype_name
 from inference.engine.engine import LLMEngine
 from inference.engine.kernels import kernels
 from inference.engine.layers.norm import RMSNorm
@@ -98,3 +100,16 @@ def test_a_cuda_engine_never_builds_the_cpu_kernels(monkeypatch):
     loader.cap_kernels(EngineConfig(device="cpu"), torch.device("cuda"))  # returns without asking
     with pytest.raises(AssertionError, match="were asked for"):
         loader.cap_kernels(EngineConfig(device="cpu"), torch.device("cpu"))
+
+
+def test_a_gguf_loads_through_our_reader_to_transformers_values(torch_path, monkeypatch):
+    engine, _ = torch_path
+    reference = dict(engine.bundle.model.named_parameters())  # built from transformers' de-quantized state
+    monkeypatch.setattr(loader, "_read_weights", lambda source: pytest.fail("transformers de-quantized the file"))
+    config = EngineConfig(dtype=dtype_name(engine.bundle.dtype), device="cpu")
+    with without_cpu_kernels():
+        bundle = loader.load_model(config)
+    ours = dict(bundle.model.named_parameters())
+    assert ours.keys() == reference.keys()
+    assert all(ours[name].dtype == engine.bundle.dtype and torch.equal(ours[name], reference[name]) for name in ours)
+    assert bundle.cpu_step is None and bundle.weights_format == "none"
