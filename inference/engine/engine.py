@@ -13,6 +13,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+import torch
+
 from .block_manager import BlockManager
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
@@ -27,7 +29,7 @@ from .outputs import RequestOutput, TokenLogprob
 from .pooling import pooling_for
 from .prompt import check_prompt_fits, prompt_token_ids
 from .reasoning import ReasoningState
-from .sampler import Sampler, SamplingContext, make_generator, rewind_generator
+from .sampler import Sampler, SamplerOutput, SamplingContext, make_generator, rewind_generator
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
@@ -84,6 +86,10 @@ class LLMEngine:
             self.kv_dtype,
             cpu_step=self.bundle.cpu_step,
         )
+        if self.bundle.device.type == "cuda" and self.config.cuda_graphs == "auto":
+            # every table as wide as the longest context a sequence reaches, its guesses included
+            max_blocks = -(-(self.max_model_len + self.config.spec_tokens + 1) // self.config.block_size)
+            self.model_runner.enable_static_decode(self.num_slots, max_blocks, graphs=True)
         self.pooling = pooling_for(self.config.pooling, self.config.model)
         self.weights_mb = self.bundle.weight_bytes / 2**20  # counted once: the weights never change after load
         # what the web side needs of the model, built once here (engine clients hand it on as it is)
@@ -290,10 +296,7 @@ class LLMEngine:
                 )
             logits, seqs = self._with_forks(step.sampling, step.sampling_seqs) if step.sampling is not None else (None, [])
             allowed = self._collect_masks(masks, seqs + batch.verifies)
-            if logits is not None:
-                outputs.extend(self._sample(logits, seqs, allowed))
-            if step.verify is not None:
-                outputs.extend(self._verify(step.verify, batch.verifies, allowed))
+            outputs.extend(self._sample(step, logits, seqs, batch.verifies if step.verify is not None else [], allowed))
         except Exception as exc:  # a failed forward pass fails its requests, not the engine
             masks.settle()
             if is_fatal_device_error(exc):  # ... unless it broke the device: then no later step would run
@@ -368,37 +371,50 @@ class LLMEngine:
             allowed=allowed,
         )
 
-    def _sample(self, logits, seqs: list[Sequence], masks: dict) -> list[RequestOutput]:
+    def _sample(self, step, logits, seqs: list[Sequence], verifies: list[Sequence], masks: dict) -> list[RequestOutput]:
+        """Every row that samples this step, plain and verifying, in one sampler call: the step's
+        one transfer to the host."""
         contexts = [self._context(seq, self._allowed(seq, masks)) for seq in seqs]
-        sampled = self.sampler(logits, contexts)
+        saved = {}
+        for seq in verifies:
+            contexts.extend(self._verify_contexts(seq, masks))
+            if seq.generator is not None:
+                saved[id(seq)] = seq.generator.get_state()
+        if not contexts:
+            return []
+        if logits is None or step.verify is None:
+            rows = step.verify if logits is None else logits
+        else:  # both: the runner's one tensor, unless forks made new plain rows
+            rows = step.rows if logits is step.sampling else torch.cat([logits, step.verify])
+        sampled = self.sampler(rows, contexts)
         now = time.monotonic()
         self._count_tokens(now, len(seqs))
         outputs = []
         for seq, token_id, logprob in zip(seqs, sampled.token_ids, sampled.logprobs):
             outputs.append(self._append_token(seq, token_id, logprob, now))
+        if verifies:
+            verified = SamplerOutput(sampled.token_ids[len(seqs) :], sampled.logprobs[len(seqs) :])
+            outputs.extend(self._verify(verified, verifies, saved, rows.shape[1], now))
         return outputs
 
     def _count_tokens(self, now: float, count: int) -> None:
         self._recent_tokens.append((now, count))
         self.total_generated_tokens += count
 
-    def _verify(self, logits, seqs: list[Sequence], masks: dict) -> list[RequestOutput]:
-        """Each verifying sequence's k+1 rows are sampled as the k+1 next tokens would be, one by
-        one, each row's context taking the guesses before it as written (its penalties, its
-        grammar's mask, min_tokens). Guesses are accepted while they equal what their row sampled;
-        the first row that differs (or the row after the last guess) gives one more token. The
-        reply is therefore exactly the tokens sampling alone would have written: greedy token for
-        token, sampled in distribution, and with a seed the same tokens, since the generator is
-        put back where the written tokens alone would have left it (sampler.rewind_generator)."""
-        contexts, saved = [], {}
-        for seq in seqs:
-            draft = seq.draft
-            row_masks = self._guess_masks(seq, masks) if seq.active_matcher is not None else [None] * (len(draft) + 1)
-            contexts.extend(self._context(seq, row_masks[i], draft[:i]) for i in range(len(draft) + 1))
-            if seq.generator is not None:
-                saved[id(seq)] = seq.generator.get_state()
-        sampled = self.sampler(logits, contexts)
-        now = time.monotonic()
+    def _verify_contexts(self, seq: Sequence, masks: dict) -> list[SamplingContext]:
+        """A verifying sequence's k+1 rows' contexts: each row sampled as the next token would be,
+        its context taking the guesses before it as written (its penalties, its grammar's mask,
+        min_tokens)."""
+        draft = seq.draft
+        row_masks = self._guess_masks(seq, masks) if seq.active_matcher is not None else [None] * (len(draft) + 1)
+        return [self._context(seq, row_masks[i], draft[:i]) for i in range(len(draft) + 1)]
+
+    def _verify(self, sampled: SamplerOutput, seqs: list[Sequence], saved: dict, vocab: int, now: float) -> list[RequestOutput]:
+        """Guesses are accepted while they equal what their row sampled; the first row that
+        differs (or the row after the last guess) gives one more token. The reply is therefore
+        exactly the tokens sampling alone would have written: greedy token for token, sampled in
+        distribution, and with a seed the same tokens, since the generator is put back where the
+        written tokens alone would have left it (sampler.rewind_generator)."""
         outputs, row = [], 0
         for seq in seqs:
             draft, rows = seq.draft, len(seq.draft) + 1
@@ -408,7 +424,7 @@ class LLMEngine:
                 continue
             accepted = accepted_count(draft, tokens)
             if id(seq) in saved and accepted < len(draft):
-                rewind_generator(seq.generator, saved[id(seq)], accepted + 1, logits.shape[1], seq.params)
+                rewind_generator(seq.generator, saved[id(seq)], accepted + 1, vocab, seq.params)
             seq.num_computed_tokens += 1 + accepted  # the verified tokens' K/V; the rejected slots are dropped
             written = []
             for token_id, logprob in zip(tokens[: accepted + 1], logprobs):

@@ -17,6 +17,7 @@ import torch
 
 from .outputs import TokenLogprob
 from .sampling_params import SamplingParams
+from .transfers import fetch, tensor_to_device, to_device
 
 # Temperatures below this are treated as greedy: dividing by them overflows float32.
 _MIN_TEMPERATURE = 1e-5
@@ -75,25 +76,27 @@ class Sampler:
         """For each row of a prompt's logits [n, V]: the logprob of the prompt's next token
         (`targets`, one per row) and the `top` most likely (token id, logprob) there."""
         logp = torch.log_softmax(logits.float(), dim=-1)
-        chosen = logp.gather(1, torch.tensor(targets, device=logp.device).unsqueeze(1)).squeeze(1).tolist()
+        chosen = logp.gather(1, to_device(targets, torch.long, logp.device).unsqueeze(1)).squeeze(1)
         if not top:
-            return [(lp, []) for lp in chosen]
-        top_lp, top_ids = logp.topk(top, dim=-1)
-        return [(lp, list(zip(ids, lps))) for lp, ids, lps in zip(chosen, top_ids.tolist(), top_lp.tolist())]
+            (chosen_lp,) = fetch(chosen)
+            return [(lp, []) for lp in chosen_lp]
+        top_values, top_indices = logp.topk(top, dim=-1)
+        chosen_lp, top_lp, top_ids = fetch(chosen, top_values, top_indices)
+        return [(lp, list(zip(ids, lps))) for lp, ids, lps in zip(chosen_lp, top_ids, top_lp)]
 
     def __call__(self, logits: torch.Tensor, contexts: list[SamplingContext]) -> SamplerOutput:
         if logits.dim() != 2 or logits.shape[0] != len(contexts):
             raise ValueError(f"logits {tuple(logits.shape)} do not match {len(contexts)} contexts")
         if all(_is_greedy(c.params) and not _edits_logits(c) for c in contexts):
-            # Hot path for plain greedy decoding: one reduction, one transfer. max's indices are
-            # argmax's (the first maximum on ties) at ~0.4x its time on CPU: 0.4 against 1.0 ms
-            # over [32, 49152] (docs/performance.md, section 32).
-            token_ids = logits.max(dim=-1).indices.tolist()
+            # Hot path for plain greedy decoding: one reduction. max's indices are argmax's (the
+            # first maximum on ties) at ~0.4x its time on CPU: 0.4 against 1.0 ms over
+            # [32, 49152] (docs/performance.md, section 32).
+            tokens = logits.max(dim=-1).indices
         else:
-            token_ids = self._sample(logits, contexts)
-        return SamplerOutput(token_ids=token_ids, logprobs=compute_logprobs(logits, contexts, token_ids))
+            tokens = self._sample(logits, contexts)
+        return with_logprobs(logits, contexts, tokens)
 
-    def _sample(self, logits: torch.Tensor, contexts: list[SamplingContext]) -> list[int]:
+    def _sample(self, logits: torch.Tensor, contexts: list[SamplingContext]) -> torch.Tensor:
         x = logits.float()
         if any(_edits_logits(c) for c in contexts):
             x = x.clone() if x is logits else x  # never edit the caller's tensor
@@ -105,21 +108,28 @@ class Sampler:
         greedy = [i for i, c in enumerate(contexts) if _is_greedy(c.params)]
         drawn = [i for i, c in enumerate(contexts) if not _is_greedy(c.params)]
         if not drawn:
-            return x.argmax(dim=-1).tolist()
+            return x.argmax(dim=-1)
         sub = [contexts[i] for i in drawn]
-        scores = filtered_logits(x if not greedy else x[drawn], sub)
+        scores = filtered_logits(x if not greedy else x[_index(drawn, x.device)], sub)
         scores += draw_gumbel(scores.shape, [c.generator for c in sub], scores.device)
         sampled = scores.argmax(dim=-1)
         if not greedy:
-            return sampled.tolist()
+            return sampled
         chosen = torch.empty(len(contexts), dtype=torch.long, device=x.device)
-        chosen[greedy] = x[greedy].argmax(dim=-1)
-        chosen[drawn] = sampled
-        return chosen.tolist()
+        greedy_rows = _index(greedy, x.device)
+        chosen[greedy_rows] = x[greedy_rows].argmax(dim=-1)
+        chosen[_index(drawn, x.device)] = sampled
+        return chosen
+
+
+def _index(rows: list[int], device) -> torch.Tensor:
+    """Row numbers as an index tensor on the device (a Python list as an index would be copied
+    there with a wait)."""
+    return to_device(rows, torch.long, device)
 
 
 def _row_param(contexts: list[SamplingContext], name: str, device) -> torch.Tensor:
-    return torch.tensor([getattr(c.params, name) for c in contexts], dtype=torch.float32, device=device)
+    return to_device([getattr(c.params, name) for c in contexts], torch.float32, device)
 
 
 def _scatter_index(rows_of_ids: list[tuple[int, list[int]]], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,7 +139,7 @@ def _scatter_index(rows_of_ids: list[tuple[int, list[int]]], device) -> tuple[to
     for row, ids in rows_of_ids:
         rows.extend([row] * len(ids))
         cols.extend(ids)
-    return torch.tensor(rows, dtype=torch.long, device=device), torch.tensor(cols, dtype=torch.long, device=device)
+    return _index(rows, device), _index(cols, device)
 
 
 def apply_logit_bias(x: torch.Tensor, contexts: list[SamplingContext]) -> None:
@@ -139,7 +149,7 @@ def apply_logit_bias(x: torch.Tensor, contexts: list[SamplingContext]) -> None:
     if not biased:
         return
     rows, cols = _scatter_index([(i, list(bias)) for i, bias in biased], x.device)
-    values = torch.tensor([b for _, bias in biased for b in bias.values()], dtype=x.dtype, device=x.device)
+    values = to_device([b for _, bias in biased for b in bias.values()], x.dtype, x.device)
     x.index_put_((rows, cols), values, accumulate=True)
 
 
@@ -147,8 +157,9 @@ def apply_grammar(x: torch.Tensor, contexts: list[SamplingContext]) -> None:
     """In place, last: tokens a row's grammar does not allow next get -inf, whatever else raised them."""
     rows = [i for i, c in enumerate(contexts) if c.allowed is not None]
     if rows:
-        allowed = torch.stack([contexts[i].allowed for i in rows]).to(x.device)
-        x[rows] = x[rows].masked_fill(~allowed, float("-inf"))
+        allowed = tensor_to_device(torch.stack([contexts[i].allowed for i in rows]), x.device)
+        index = _index(rows, x.device)
+        x[index] = x[index].masked_fill(~allowed, float("-inf"))
 
 
 def apply_penalties(x: torch.Tensor, contexts: list[SamplingContext]) -> None:
@@ -175,7 +186,7 @@ def apply_penalties(x: torch.Tensor, contexts: list[SamplingContext]) -> None:
     ]
     if counted:
         rows, cols = _scatter_index([(i, list(counts)) for i, counts in counted], x.device)
-        counts = torch.tensor([n for _, c in counted for n in c.values()], dtype=x.dtype, device=x.device)
+        counts = to_device([n for _, c in counted for n in c.values()], x.dtype, x.device)
         frequency = _row_param(contexts, "frequency_penalty", x.device)[rows]
         presence = _row_param(contexts, "presence_penalty", x.device)[rows]
         x[rows, cols] -= frequency * counts + presence
@@ -224,13 +235,16 @@ def keep_mask(x: torch.Tensor, contexts: list[SamplingContext]) -> torch.Tensor:
     top_p = [float(c.params.top_p) for c in contexts]
     if all(row_k == vocab for row_k in top_k) and all(row_p >= 1.0 for row_p in top_p):
         return torch.ones_like(x, dtype=torch.bool)
-    k_on = torch.tensor([row_k < vocab for row_k in top_k], device=x.device)
-    p_on = torch.tensor([row_p < 1.0 for row_p in top_p], device=x.device)
+    k_on = to_device([row_k < vocab for row_k in top_k], torch.bool, x.device)
+    p_on = to_device([row_p < 1.0 for row_p in top_p], torch.bool, x.device)
 
-    k = torch.tensor(top_k, device=x.device).unsqueeze(1)
-    p = torch.tensor(top_p, dtype=torch.float32, device=x.device).unsqueeze(1)
+    k = to_device(top_k, torch.long, x.device).unsqueeze(1)
+    p = to_device(top_p, torch.float32, x.device).unsqueeze(1)
+    # A nucleus without top-k may not fit in the candidates; finding out costs the CPU nothing
+    # but would make a GPU wait, where sorting the whole vocabulary is cheap instead.
+    unbounded = any(row_k == vocab and row_p < 1.0 for row_k, row_p in zip(top_k, top_p))
     wanted = max(row_k if row_k < vocab else (_TOP_P_CANDIDATES if row_p < 1.0 else 1) for row_k, row_p in zip(top_k, top_p))
-    candidates = min(vocab, wanted)
+    candidates = vocab if unbounded and x.device.type != "cpu" else min(vocab, wanted)
     while True:
         values, order = x.topk(candidates, dim=-1)  # sorted, largest first
         remove = torch.arange(candidates, device=x.device).unsqueeze(0) >= k
@@ -245,8 +259,10 @@ def keep_mask(x: torch.Tensor, contexts: list[SamplingContext]) -> torch.Tensor:
         probs = (values - lse).exp()
         cumulative = probs.cumsum(dim=-1)
         remove |= (cumulative - probs >= p) & p_on.unsqueeze(1)
+        if candidates == vocab or not unbounded:
+            break
         too_narrow = p_on & ~k_on & (cumulative[:, -1] < p.squeeze(1))
-        if candidates == vocab or not bool(too_narrow.any()):
+        if not bool(too_narrow.any()):
             break
         candidates = vocab
     remove[:, 0] = False  # the most likely token always survives
@@ -262,8 +278,10 @@ def draw_gumbel(shape, generators: list[torch.Generator | None], device) -> torc
     """
     uniform = torch.empty(shape, dtype=torch.float32, device=device)
     unseeded = [i for i, g in enumerate(generators) if g is None]
-    if unseeded:
-        uniform[unseeded] = torch.rand((len(unseeded), shape[1]), dtype=torch.float32, device=device)
+    if len(unseeded) == len(generators):
+        uniform.uniform_()
+    elif unseeded:
+        uniform[_index(unseeded, device)] = torch.rand((len(unseeded), shape[1]), dtype=torch.float32, device=device)
     for i, generator in enumerate(generators):
         if generator is not None:
             torch.rand(shape[1], generator=generator, device=device, out=uniform[i])
@@ -283,23 +301,26 @@ def rewind_generator(generator: torch.Generator, state: torch.Tensor, used_rows:
         torch.rand(vocab, generator=generator, device=generator.device, out=scratch)
 
 
-def compute_logprobs(logits: torch.Tensor, contexts: list[SamplingContext], token_ids: list[int]) -> list[TokenLogprob | None]:
-    """Raw model log-probabilities (before penalties, temperature and filters), like vLLM's default."""
-    result: list[TokenLogprob | None] = [None] * len(contexts)
+def with_logprobs(logits: torch.Tensor, contexts: list[SamplingContext], tokens: torch.Tensor) -> SamplerOutput:
+    """The sampled tokens and, for rows that asked, raw model log-probabilities (before penalties,
+    temperature and filters, like vLLM's default), fetched to the host together in one copy."""
     rows = [i for i, c in enumerate(contexts) if c.params.logprobs is not None]
     if not rows:
-        return result
-    index = torch.tensor(rows, device=logits.device)
+        (token_ids,) = fetch(tokens)
+        return SamplerOutput(token_ids=token_ids, logprobs=[None] * len(contexts))
+    index = _index(rows, logits.device)
     logp = torch.log_softmax(logits[index].float(), dim=-1)
-    chosen = torch.tensor([token_ids[i] for i in rows], device=logits.device)
-    chosen_lp = logp.gather(1, chosen.unsqueeze(1)).squeeze(1).tolist()
+    chosen = logp.gather(1, tokens[index].unsqueeze(1)).squeeze(1)
     n = max(contexts[i].params.logprobs for i in rows)
-    top_lp, top_ids = ([[]] * len(rows), [[]] * len(rows))
     if n:
-        values, indices = logp.topk(n, dim=-1)  # sorted, most likely first
-        top_lp, top_ids = values.tolist(), indices.tolist()
+        top_values, top_indices = logp.topk(n, dim=-1)  # sorted, most likely first
+        token_ids, chosen_lp, top_lp, top_ids = fetch(tokens, chosen, top_values, top_indices)
+    else:
+        token_ids, chosen_lp = fetch(tokens, chosen)
+        top_lp = top_ids = [[]] * len(rows)
+    logprobs: list[TokenLogprob | None] = [None] * len(contexts)
     for j, i in enumerate(rows):
         want = contexts[i].params.logprobs
         top = [(tid, "", lp) for tid, lp in zip(top_ids[j][:want], top_lp[j][:want])]
-        result[i] = TokenLogprob(token_id=token_ids[i], token="", logprob=chosen_lp[j], top=top)
-    return result
+        logprobs[i] = TokenLogprob(token_id=token_ids[i], token="", logprob=chosen_lp[j], top=top)
+    return SamplerOutput(token_ids=token_ids, logprobs=logprobs)
