@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from inference.engine.layers import cpu_kernels
-from inference.engine.layers.attention import AttentionMetadata, paged_attention
+from inference.engine.layers.attention import AttentionMetadata, PrefillChunk, paged_attention
+from inference.engine.layers.attention.prefill import chunk_sdpa
 from inference.engine.model_runner import ModelRunner
 from inference.engine.sampling_params import SamplingParams
 from inference.engine.scheduler import ScheduledBatch
@@ -65,6 +66,7 @@ def decode_path(request, monkeypatch):
 def sequence(name: str, tokens: list[int], blocks: list[int]) -> Sequence:
     seq = Sequence(name, tokens, SamplingParams(max_tokens=8))
     seq.block_table = blocks  # deliberately scattered and out of order
+    seq.slot = ord(name) - ord("a")  # the batch slot a running sequence holds: its block table's device row
     return seq
 
 
@@ -116,3 +118,19 @@ def test_an_empty_step_attends_to_nothing():
     k_cache, v_cache = model_runner.kv_caches[0]
     out = paged_attention(empty, empty[:, :KV_HEADS], empty[:, :KV_HEADS], k_cache, v_cache, meta, 1.0)
     assert out.shape == (0, HEADS, DIM)
+
+
+@pytest.mark.parametrize("earlier", [0, 11], ids=["whole-context", "over-earlier-context"])
+def test_the_form_cuda_gives_sdpa_computes_the_masked_forms_numbers(earlier):
+    """CUDA's prefill call (K/V repeated per group, the offset causal mask as causal_lower_right,
+    which keep it on the flash / efficient back ends) equals the CPU's (boolean mask, GQA in SDPA)."""
+    n, total = 7, earlier + 7
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(1, 6, n, DIM, generator=generator)
+    keys = torch.randn(2, total, DIM, generator=generator)
+    values = torch.randn(2, total, DIM, generator=generator)
+    mask = torch.arange(total)[None, :] <= torch.arange(earlier, total)[:, None] if earlier else None
+    chunk = PrefillChunk(start=0, end=n, context_len=total, block_rows=None, causal_mask=mask)
+    plain = chunk_sdpa(query, keys, values, chunk, 0.25, fused=False)
+    fused = chunk_sdpa(query, keys, values, chunk, 0.25, fused=True)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)

@@ -1,10 +1,17 @@
 """Prefill attention: one SDPA call per chunk, causal with an offset when earlier chunks or cached
-prefix blocks are already in the cache (the same on every device)."""
+prefix blocks are already in the cache.
+
+On CUDA the call is shaped for SDPA's flash and memory-efficient back ends: a boolean mask or
+`enable_gqa` would send it to the math back end, which materialises every score. So K/V heads are
+repeated for grouped queries and a chunk over earlier context gets its offset causal mask as
+`causal_lower_right`, which those kernels apply themselves. The CPU keeps the boolean mask and GQA
+in SDPA (no repeated copy); both forms give the same numbers (tests/engine/layers)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 from .metadata import PrefillChunk
 
@@ -31,13 +38,32 @@ def prefill_attention(q, k, v, k_cache, v_cache, chunk: PrefillChunk, scale: flo
         kv_heads = k_cache.shape[0]
         keys = gather(k_cache, chunk.block_rows, kv_heads)[:, : chunk.context_len].to(q.dtype)
         values = gather(v_cache, chunk.block_rows, kv_heads)[:, : chunk.context_len].to(q.dtype)
-    attended = F.scaled_dot_product_attention(
+    attended = chunk_sdpa(query, keys, values, chunk, scale, fused=query.is_cuda)
+    return attended.squeeze(0).transpose(0, 1)
+
+
+def chunk_sdpa(query, keys, values, chunk: PrefillChunk, scale: float, fused: bool) -> torch.Tensor:
+    """query [1, heads, n, D] over keys / values [kv_heads, L, D]; `fused`: in the form the flash
+    and memory-efficient back ends take."""
+    group = query.shape[1] // keys.shape[0]
+    if not fused:
+        return F.scaled_dot_product_attention(
+            query,
+            keys.unsqueeze(0),
+            values.unsqueeze(0),
+            attn_mask=chunk.causal_mask,
+            is_causal=chunk.causal_mask is None,
+            scale=scale,
+            enable_gqa=group > 1,
+        )
+    if group > 1:
+        keys, values = keys.repeat_interleave(group, 0), values.repeat_interleave(group, 0)
+    offset_causal = chunk.causal_mask is not None
+    return F.scaled_dot_product_attention(
         query,
         keys.unsqueeze(0),
         values.unsqueeze(0),
-        attn_mask=chunk.causal_mask,
-        is_causal=chunk.causal_mask is None,
+        attn_mask=causal_lower_right(query.shape[2], keys.shape[1]) if offset_causal else None,
+        is_causal=not offset_causal,
         scale=scale,
-        enable_gqa=query.shape[1] != keys.shape[0],
     )
-    return attended.squeeze(0).transpose(0, 1)
