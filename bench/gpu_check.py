@@ -13,8 +13,8 @@ What it reports, each in its own section (a section that fails records its error
 - greedy: our greedy tokens on 8 prompts against HF's (transformers' model in the same dtype on the
   same device, teacher-forced on our tokens): how many are HF's choice, and how far the rest fall short;
 - steps: at 1, 8 and 32 streams, decode step time (median), host synchronisations per step
-  (torch.cuda.set_sync_debug_mode counts each) and kernels launched per step (torch.profiler);
-  with CUDA graphs on and off once the engine has them;
+  (torch.cuda.set_sync_debug_mode counts each) and kernels launched per step (torch.profiler),
+  with CUDA graphs on (MINIVLLM_CUDA_GRAPHS=auto: one per batch size, captured at load) and off;
 - http: output tok/s through a real Daphne server at 1, 8 and 32 clients;
 - refusals: the CPU-only weight formats (MINIVLLM_QUANT=int4, q8_0, int8, bf16) must refuse CUDA.
 """
@@ -258,6 +258,8 @@ def main(argv=None) -> dict:
             "kv_dtype": str(engine.kv_dtype).removeprefix("torch."),
             "slots": engine.num_slots,
             "max_model_len": engine.max_model_len,
+            "decode_attention": engine.model_runner.decode_attention.__name__,
+            "cuda_graphs": sorted(engine.model_runner.static_decode.graphs) if engine.model_runner.static_decode else [],
         }
         if device.type == "cuda":
             free, total = torch.cuda.mem_get_info(device)
@@ -274,7 +276,19 @@ def main(argv=None) -> dict:
     @section(report, "steps")
     def _():
         streams = (1, 8) if args.quick else (1, 8, 32)
-        return {f"{n} streams": {"graphs off": step_figures(engine, device, n, 8 if args.quick else 32)} for n in streams}
+        runner = engine.model_runner
+        static = runner.static_decode  # CUDA under MINIVLLM_CUDA_GRAPHS=auto: its graphs captured at load
+        modes = {"graphs on": static} if static is not None and static.graphs else {}
+        modes["graphs off"] = None
+        figures = {}
+        try:
+            for n in streams:
+                for name, mode in modes.items():
+                    runner.static_decode = mode
+                    figures.setdefault(f"{n} streams", {})[name] = step_figures(engine, device, n, 8 if args.quick else 32)
+        finally:
+            runner.static_decode = static
+        return figures
 
     engine = None  # its memory back before a server loads the model again
     if device.type == "cuda":

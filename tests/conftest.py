@@ -11,6 +11,11 @@ import pytest
 os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
 import torch
 
+# Without a GPU, Triton's kernels (the CUDA decode attention) can only run in its interpreter,
+# which Triton chooses when it is first imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from inference.engine.config import EngineConfig
 from inference.engine.loader import build_bundle, embedded_model_source
 

@@ -44,6 +44,7 @@ class EngineConfig:
     spec_tokens: int = 8  # the most tokens a sequence guesses per step
     spec_ngram_min: int = 2  # the shortest and longest suffix the n-gram lookup matches
     spec_ngram_max: int = 4
+    cuda_graphs: str = "auto"  # auto (decode steps replayed from CUDA graphs on a GPU) | off: decode_graphs.py
 
     def __post_init__(self):
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -56,6 +57,8 @@ class EngineConfig:
             raise ValueError(f"speculative must be one of {', '.join(SPEC_MODES)}, got {self.speculative!r}")
         if self.spec_tokens < 0 or not 1 <= self.spec_ngram_min <= self.spec_ngram_max:
             raise ValueError("spec_tokens must be >= 0 and 1 <= spec_ngram_min <= spec_ngram_max")
+        if self.cuda_graphs not in ("auto", "off"):
+            raise ValueError(f"cuda_graphs must be auto or off, got {self.cuda_graphs!r}")
         if self.quantization not in QUANT_METHODS:
             raise ValueError(f"quantization must be one of {', '.join(QUANT_METHODS)}, got {self.quantization!r}")
         if self.cpu_isa not in CPU_ISAS:
@@ -116,4 +119,5 @@ class EngineConfig:
             spec_tokens=env_int("MINIVLLM_SPEC_TOKENS", 8, env),
             spec_ngram_min=env_int("MINIVLLM_SPEC_NGRAM_MIN", 2, env),
             spec_ngram_max=env_int("MINIVLLM_SPEC_NGRAM_MAX", 4, env),
+            cuda_graphs=env_str("MINIVLLM_CUDA_GRAPHS", "auto", env).lower(),
         )

@@ -6,10 +6,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .block_tables import BlockTables
+from .decode_graphs import StaticDecode
 from .kv_pool import allocate_kv_pool
 from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
 from .scheduler import ScheduledBatch, pools_after, samples_after
 from .sequence import Sequence
+from .transfers import to_device
 
 
 @dataclass
@@ -23,6 +26,7 @@ class StepLogits:
     prompt: list[tuple[Sequence, int, torch.Tensor]] = field(default_factory=list)
     pooled: list[tuple[Sequence, torch.Tensor]] = field(default_factory=list)  # embedding requests whose prompt completed
     verify: torch.Tensor | None = None  # the verifications' rows, 1 + k per sequence, in the batch's order
+    rows: torch.Tensor | None = None  # sampling's rows then verify's: the one tensor both are views of
 
 
 class ModelRunner:
@@ -31,21 +35,38 @@ class ModelRunner:
         # The loader's fused C++ step (models/cpu_step.py) where it installed one; it computes the model's maths.
         self.forward = cpu_step or model
         self.block_size = block_size
-        self.device = device
+        self.device = torch.device(device)
         kv_dtype = kv_dtype or dtype
-        self.kv_caches = allocate_kv_pool(model.kv_shape, num_blocks, block_size, kv_dtype, device)
+        # One block past the block manager's: where a static decode's padding rows write (decode_graphs.py).
+        pool_blocks = num_blocks + 1
+        self.padding_slot = num_blocks * block_size
+        self.kv_caches = allocate_kv_pool(model.kv_shape, pool_blocks, block_size, kv_dtype, device)
         self.kv_pool_bytes = sum(k.nbytes + v.nbytes for k, v in self.kv_caches)
         kv_heads = model.kv_shape[1]
         # Each kv head's part of the head-major cache starts this many slots / blocks further on.
         heads = torch.arange(kv_heads, device=device)
-        self.head_slot_offsets = (heads * num_blocks * block_size)[:, None]
-        self.head_block_offsets = (heads * num_blocks)[:, None, None]
-        self.decode_attention, self.decode_kernels = choose_decode_attention(device, dtype, model.kv_shape[2], kv_dtype)
+        self.head_slot_offsets = (heads * pool_blocks * block_size)[:, None]
+        self.head_block_offsets = (heads * pool_blocks)[:, None, None]
+        self.block_tables = BlockTables(self.device)
+        self.static_decode: StaticDecode | None = None
+        self.decode_attention, self.decode_kernels = choose_decode_attention(
+            self.device, dtype, model.kv_shape[2], kv_dtype, block_size
+        )
+
+    def enable_static_decode(self, max_rows: int, max_blocks: int, graphs: bool) -> StaticDecode:
+        """Decode-only steps at static shapes from now on; with `graphs` (CUDA), captured now,
+        after the KV pool exists. Needs a torch decode back end (not the CPU's fused C++ step)."""
+        if self.forward is not self.model:
+            raise ValueError("static decode runs the model's torch forward, not the fused CPU step")
+        self.static_decode = StaticDecode(self, max_rows, max_blocks)
+        if graphs:
+            self.static_decode.capture()
+        return self.static_decode
 
     def release_kv_pool(self) -> None:
         """Drops the pool (this runner computes nothing after); on CUDA the allocator's cached
         blocks go back to the device, where the next plan can count them."""
-        self.kv_caches, self.kv_pool_bytes = [], 0
+        self.kv_caches, self.kv_pool_bytes, self.static_decode = [], 0, None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -59,6 +80,7 @@ class ModelRunner:
         the cache up to itself, so each row computes exactly what a plain decode at that position
         would; all k+1 rows' logits come back in `verify`.
         """
+        self.block_tables.update(batch.decodes + batch.verifies + [seq for seq, _ in batch.prefills])
         input_ids, positions, slots = [], [], []
         sampling_rows, sampling_seqs = [], []
         prompt_rows = []  # (seq, first position, first row, rows)
@@ -95,25 +117,41 @@ class ModelRunner:
                 sampling_rows.append(len(input_ids) - 1)
                 sampling_seqs.append(seq)
 
-        meta = AttentionMetadata(
-            write_rows=(self.head_slot_offsets + self._tensor(slots)).reshape(-1),
-            num_decodes=len(decode_rows),
-            decode=self._decode_context(decode_rows) if decode_rows else None,
-            prefills=[],
-        )
-        offset = len(decode_rows)
-        for seq, n in batch.prefills:
-            meta.prefills.append(self._prefill_chunk(seq, offset, n))
-            offset += n
-
-        hidden = self.forward(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
+        lengths = [position + 1 for _, position in decode_rows]
+        static, decodes = self.static_decode, len(decode_rows)
+        if static is not None and decodes and static.fits(decodes, max(lengths)):
+            # the decodes at a bucket's static shape (a CUDA graph's replay), any prefill chunks eagerly after
+            parts = [
+                static.forward(
+                    input_ids[:decodes], positions[:decodes], slots[:decodes], [s.slot for s, _ in decode_rows], lengths
+                )
+            ]
+            if batch.prefills:
+                parts.append(self._eager(input_ids[decodes:], positions[decodes:], slots[decodes:], [], [], batch.prefills))
+            hidden = torch.cat(parts) if len(parts) > 1 else parts[0]
+        else:
+            hidden = self._eager(input_ids, positions, slots, decode_rows, lengths, batch.prefills)
         rows = sampling_rows + verify_rows  # one pass over the output layer for every row that samples
         logits = self.model.compute_logits(hidden[self._tensor(rows)]) if rows else None
         plain = logits[: len(sampling_rows)] if sampling_rows else None
         verify = logits[len(sampling_rows) :] if verify_rows else None
         prompt = [(seq, first, self.model.compute_logits(hidden[row : row + rows])) for seq, first, row, rows in prompt_rows]
         pooled = [done for seq, row, rows in pooling_rows if (done := self._pool(seq, hidden, row, rows)) is not None]
-        return StepLogits(plain, sampling_seqs, prompt, pooled, verify)
+        return StepLogits(plain, sampling_seqs, prompt, pooled, verify, logits)
+
+    def _eager(self, input_ids, positions, slots, decode_rows, lengths, prefills) -> torch.Tensor:
+        """Hidden states of these rows (decodes first, then prefill chunks) by one eager forward."""
+        meta = AttentionMetadata(
+            write_rows=(self.head_slot_offsets + self._tensor(slots)).reshape(-1),
+            num_decodes=len(decode_rows),
+            decode=self._decode_context(decode_rows, lengths) if decode_rows else None,
+            prefills=[],
+        )
+        offset = len(decode_rows)
+        for seq, n in prefills:
+            meta.prefills.append(self._prefill_chunk(seq, offset, n))
+            offset += n
+        return self.forward(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
 
     def _pool(self, seq: Sequence, hidden: torch.Tensor, row: int, rows: int):
         """An embedding request's chunk: summed (mean pooling) and, once the prompt is complete,
@@ -147,21 +185,20 @@ class ModelRunner:
     def _slot(self, seq: Sequence, position: int) -> int:
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
 
-    def _block_tables(self, block_tables: list[list[int]], length: int) -> torch.Tensor:
-        """[rows, blocks] tables covering positions 0..length-1; short ones padded with block 0
-        (masked by the caller)."""
+    def _block_tables(self, seqs: list[Sequence], length: int) -> torch.Tensor:
+        """[rows, blocks] tables covering positions 0..length-1 (entries past a table's end are
+        stale: masked by the caller)."""
         blocks = -(-length // self.block_size)
-        return self._tensor([(table + [0] * blocks)[:blocks] for table in block_tables])
+        return self.block_tables.rows(self._tensor([seq.slot for seq in seqs]), blocks)
 
     def _block_rows(self, tables: torch.Tensor) -> torch.Tensor:
         """[kv_heads * rows * blocks] rows of the cache's block view holding each table's blocks, head-major."""
         return (self.head_block_offsets + tables[None]).reshape(-1)
 
-    def _decode_context(self, rows: list[tuple[Sequence, int]]):
+    def _decode_context(self, rows: list[tuple[Sequence, int]], lengths: list[int]):
         """The decode rows' block tables and lengths (each row attends up to its own position), in
         the shape the chosen back end reads."""
-        lengths = [position + 1 for _, position in rows]
-        tables = self._block_tables([seq.block_table for seq, _ in rows], max(lengths))
+        tables = self._block_tables([seq for seq, _ in rows], max(lengths))
         return self.decode_attention.build(
             self.decode_kernels,
             tables,
@@ -181,9 +218,9 @@ class ModelRunner:
             start=start,
             end=start + n,
             context_len=total,
-            block_rows=self._block_rows(self._block_tables([seq.block_table], total)),
+            block_rows=self._block_rows(self._block_tables([seq], total)),
             causal_mask=key_pos <= query_pos,
         )
 
     def _tensor(self, values) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.long, device=self.device)
+        return to_device(values, torch.long, self.device)

@@ -19,7 +19,9 @@ from inference.engine.device import dtype_name
 from inference.engine.engine import LLMEngine
 from inference.engine.kernels import kernels
 from inference.engine.layers.norm import RMSNorm
+from inference.engine.sampling_params import SamplingParams
 from tests.engine.helpers import generated_ids, greedy, run_to_completion
+from tests.engine.host_syncs import HostSyncCounter
 
 PROMPTS = ["The future of AI inference is", "def fibonacci(n):", "Paris is the capital of", "Water boils at a temperature of"]
 
@@ -89,6 +91,73 @@ def test_batched_greedy_tokens_are_hfs(torch_path, smollm_tokenizer):
     for i, ids in enumerate(prompts):
         tie = 0.0 if reference.dtype == torch.float32 else BF16_TIE
         assert max(worse_than_hfs_best(reference, ids, generated_ids(results[f"r{i}"]))) <= tie, PROMPTS[i]
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+STEP_PARAMS = {
+    "greedy": greedy(6),
+    "sampled": SamplingParams(
+        max_tokens=6, temperature=0.8, top_k=40, top_p=0.9, min_p=0.01, repetition_penalty=1.1, frequency_penalty=0.2, seed=7
+    ),
+    "logprobs": SamplingParams(max_tokens=6, temperature=0.7, top_k=20, logprobs=3, logit_bias={11: -2.0}),
+    "n=2": SamplingParams(max_tokens=6, temperature=0.9, top_k=50, n=2),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STEP_PARAMS))
+def test_a_step_waits_for_the_device_once(torch_path, smollm_tokenizer, kind):
+    """Every step of a batch (its prefill, then decodes) brings the sampled tokens, and logprobs
+    where asked, to the host in one transfer, and makes no other call that would stall a GPU."""
+    engine, _ = torch_path
+    for i, prompt in enumerate(PROMPTS):
+        engine.add_request(f"sync-{kind}-{i}", smollm_tokenizer(prompt).input_ids, STEP_PARAMS[kind])
+    steps = []
+    while engine.has_work():
+        with HostSyncCounter() as syncs:
+            outputs = engine.step()
+        steps.append(syncs.events)
+        assert not any(out.error for out in outputs)
+    assert len(steps) >= 6 and all(events == ["tolist"] for events in steps), steps
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+STATIC_PROMPTS = PROMPTS + ["Once upon a time, in a village by the sea, there lived an old fisherman who"]
+
+
+def batch_replies(engine, tokenizer, tag: str) -> dict[int, list[int]]:
+    """Five prompts of different lengths and budgets at once (the batch shrinks as they end), and a
+    sixth arriving while they decode (a step of decodes and a prefill chunk): greedy, and sampled
+    with seeds."""
+
+    def add(i: int) -> None:
+        params = greedy(8 + 6 * i) if i % 2 == 0 else SamplingParams(max_tokens=8 + 6 * i, temperature=0.8, top_k=40, seed=i)
+        engine.add_request(f"{tag}-{i}", tokenizer(STATIC_PROMPTS[i]).input_ids, params)
+
+    for i in range(len(STATIC_PROMPTS) - 1):
+        add(i)
+    results: dict[str, list] = {}
+    for _ in range(3):
+        for out in engine.step():
+            results.setdefault(out.request_id, []).append(out)
+    add(len(STATIC_PROMPTS) - 1)
+    for request_id, outputs in run_to_completion(engine).items():
+        results.setdefault(request_id, []).extend(outputs)
+    return {i: generated_ids(results[f"{tag}-{i}"]) for i in range(len(STATIC_PROMPTS))}
+
+
+def test_a_static_bucketed_decode_gives_the_dynamic_tokens(torch_path, smollm_tokenizer):
+    """Decode steps padded to batch buckets (5 rows run as 8, then 4, 2, 1), reading tables of a
+    power-of-two width, the padding rows writing to the reserved block, a prefill chunk run after
+    them in the same step: the tokens the dynamic step gives, and the blocks all come back."""
+    engine, _ = torch_path
+    runner = engine.model_runner
+    dynamic = batch_replies(engine, smollm_tokenizer, "dynamic")
+    static = runner.enable_static_decode(max_rows=8, max_blocks=64, graphs=False)
+    try:
+        assert batch_replies(engine, smollm_tokenizer, "static") == dynamic
+    finally:
+        runner.static_decode = None
+    assert static.buckets == [1, 2, 4, 8] and static.steps >= 20
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
 
 

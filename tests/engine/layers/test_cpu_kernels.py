@@ -8,6 +8,7 @@ from inference.engine.layers import cpu_kernels
 from inference.engine.layers.attention import choose_decode_attention
 from inference.engine.layers.attention.decode_gathered import GatheredDecode
 from inference.engine.layers.attention.decode_kernels import KernelDecode
+from inference.engine.layers.attention.decode_triton import TritonDecode, triton_available
 from inference.engine.layers.norm import RMSNorm
 from inference.engine.layers.rotary import RopeTables, RotaryEmbedding, rotated
 from inference.engine.loader import build_bundle
@@ -24,6 +25,10 @@ def test_the_kernels_apply_to_float32_on_cpu_in_whole_vectors_only(cpp):
     assert choose_decode_attention(CPU, torch.float32, 64, torch.float16) == (KernelDecode, cpp)
     assert choose_decode_attention(CPU, torch.float32, 64, torch.bfloat16) == (GatheredDecode, None)
     assert choose_decode_attention(CPU, torch.bfloat16, 64, torch.bfloat16) == (GatheredDecode, None)
+    cuda = torch.device("cuda")
+    if triton_available():  # CUDA reads blocks in place by Triton where its block loads can (a power-of-two block)
+        assert choose_decode_attention(cuda, torch.bfloat16, 64, torch.bfloat16) == (TritonDecode, None)
+    assert choose_decode_attention(cuda, torch.bfloat16, 64, torch.bfloat16, block_size=24) == (GatheredDecode, None)
 
 
 def test_a_loaded_model_never_asks_again(tiny_hf, smollm_tokenizer, monkeypatch):

@@ -9,10 +9,11 @@ and block rows into the `[kv_heads * num_blocks, block_size * head_dim]` view fo
 context back, a block at a time.
 
 A step's tokens are laid out decodes first (one token per sequence), then prefill chunks
-(prefill.py: one SDPA call each). Decodes have two back ends, chosen once for the runner by
-`choose_decode_attention`: our kernels reading blocks in place (decode_kernels.py) or gathered
-blocks and two batched matmuls (decode_gathered.py). Each builds its own metadata and attends
-through it, so the layers never ask which one runs.
+(prefill.py: one SDPA call each). Decodes have three back ends, chosen once for the runner by
+`choose_decode_attention`: our C++ kernels reading blocks in place on CPU (decode_kernels.py), a
+Triton kernel reading them in place on CUDA (decode_triton.py), or gathered blocks and two batched
+matmuls (decode_gathered.py: the reference, and the CPU's torch path). Each builds its own
+metadata and attends through it, so the layers never ask which one runs.
 """
 
 from __future__ import annotations
@@ -22,15 +23,19 @@ import torch
 from ..cpu_kernels import cpu_kernels_for
 from .decode_gathered import GatheredDecode
 from .decode_kernels import KernelDecode
+from .decode_triton import TritonDecode, triton_available
 from .metadata import AttentionMetadata, PrefillChunk
 from .prefill import prefill_attention
 
 __all__ = ["AttentionMetadata", "PrefillChunk", "attend", "choose_decode_attention", "paged_attention", "write_to_cache"]
 
 
-def choose_decode_attention(device: torch.device, dtype: torch.dtype, head_dim: int, kv_dtype: torch.dtype):
-    """(back end class, kernels module or None): the kernels read the cache in place for float32
-    queries over a float32 or float16 cache on CPU; everywhere else the gathered torch path."""
+def choose_decode_attention(device: torch.device, dtype: torch.dtype, head_dim: int, kv_dtype: torch.dtype, block_size: int = 16):
+    """(back end class, kernels module or None): on CPU our kernels read the cache in place for
+    float32 queries over a float32 or float16 cache; on CUDA the Triton kernel does (blocks of a
+    power-of-two size, as its block loads need); everywhere else the gathered torch path."""
+    if device.type == "cuda" and triton_available() and block_size & (block_size - 1) == 0:
+        return TritonDecode, None
     cpp = cpu_kernels_for(device, dtype, head_dim) if kv_dtype in (torch.float32, torch.float16) else None
     return (KernelDecode, cpp) if cpp is not None else (GatheredDecode, None)
 

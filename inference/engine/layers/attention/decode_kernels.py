@@ -12,7 +12,7 @@ import torch
 @dataclass
 class KernelDecode:
     cpp: object  # the kernels module
-    tables: torch.Tensor  # [B, blocks] int64 block tables (padded with block 0)
+    tables: torch.Tensor  # [B, blocks] int64 block tables (stale past each context's end)
     lengths: torch.Tensor  # [B] int64 context length of each decode, its new token included
 
     @classmethod
