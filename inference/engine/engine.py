@@ -13,8 +13,6 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-import torch
-
 from .block_manager import BlockManager
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
@@ -382,10 +380,7 @@ class LLMEngine:
                 saved[id(seq)] = seq.generator.get_state()
         if not contexts:
             return []
-        if logits is None or step.verify is None:
-            rows = step.verify if logits is None else logits
-        else:  # both: the runner's one tensor, unless forks made new plain rows
-            rows = step.rows if logits is step.sampling else torch.cat([logits, step.verify])
+        rows = step.joined(logits)
         sampled = self.sampler(rows, contexts)
         now = time.monotonic()
         self._count_tokens(now, len(seqs))

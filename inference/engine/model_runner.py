@@ -28,6 +28,13 @@ class StepLogits:
     verify: torch.Tensor | None = None  # the verifications' rows, 1 + k per sequence, in the batch's order
     rows: torch.Tensor | None = None  # sampling's rows then verify's: the one tensor both are views of
 
+    def joined(self, plain: torch.Tensor | None) -> torch.Tensor:
+        """The plain rows (`sampling`, or its rows once forks joined) then the verifications' rows,
+        as one tensor for one sampler call: the runner's own where forks made no new rows."""
+        if plain is None or self.verify is None:
+            return self.verify if plain is None else plain
+        return self.rows if plain is self.sampling else torch.cat([plain, self.verify])
+
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, dtype, device, kv_dtype=None, cpu_step=None):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 from .metadata import PrefillChunk
 
@@ -56,6 +55,8 @@ def chunk_sdpa(query, keys, values, chunk: PrefillChunk, scale: float, fused: bo
             scale=scale,
             enable_gqa=group > 1,
         )
+    from torch.nn.attention.bias import causal_lower_right  # here: it imports torch._dynamo, which the CPU never needs
+
     if group > 1:
         keys, values = keys.repeat_interleave(group, 0), values.repeat_interleave(group, 0)
     offset_causal = chunk.causal_mask is not None
