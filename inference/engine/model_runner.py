@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -13,6 +14,8 @@ from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_att
 from .scheduler import ScheduledBatch, pools_after, samples_after
 from .sequence import Sequence
 from .transfers import to_device
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -67,7 +70,11 @@ class ModelRunner:
             raise ValueError("static decode runs the model's torch forward, not the fused CPU step")
         self.static_decode = StaticDecode(self, max_rows, max_blocks)
         if graphs:
-            self.static_decode.capture()
+            try:
+                self.static_decode.capture()
+            except Exception:  # a capture that fails costs the graphs, not the engine
+                log.exception("CUDA graph capture failed; decode steps run eagerly")
+                self.static_decode.graphs.clear()
         return self.static_decode
 
     def release_kv_pool(self) -> None:

@@ -63,5 +63,6 @@ def test_entries_past_a_context_are_never_read(interpreted):
     before = interpreted.paged_decode(q, k_cache, v_cache, tables, lengths, 0.125)
     tables[1, 1] = NUM_BLOCKS - 1  # past row 1's one block
     k_cache[:, tables[0, 1], 4:] = float("nan")  # row 0 reads positions 16..19 of its second block only
+    v_cache[:, tables[0, 1], 4:] = float("inf")
     after = interpreted.paged_decode(q, k_cache, v_cache, tables, lengths, 0.125)
     assert torch.equal(before, after)

@@ -46,7 +46,9 @@ def paged_decode_kernel(
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_ptr + slots[:, None] + d[None, :], mask=d_ok[None, :], other=0.0).to(tl.float32)
+        v = tl.load(
+            v_ptr + slots[:, None] + d[None, :], mask=((b * BLOCK_SIZE + t) < length)[:, None] & d_ok[None, :], other=0.0
+        ).to(tl.float32)
         acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
         m_i = m_new
     out = acc / l_i[:, None]
