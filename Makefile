@@ -26,7 +26,7 @@ $(STAMP): requirements.txt Makefile | $(PY)
 # only check that the sources have not changed. Where they cannot build (no AVX2 or g++) a
 # warning says why and the engine keeps its torch paths (int8 then refuses to start).
 # The embedded GGUF's config, tokenizer and tensor index are parsed once into ~/.cache/minivllm
-# (gguf_checkpoint.py), so even the first server start only reads them.
+# (gguf/checkpoint.py), so even the first server start only reads them.
 MODEL_CACHED := $(VENV)/.model-cached
 
 install: $(STAMP) $(MODEL_CACHED)
@@ -72,7 +72,7 @@ clean-venv:
 
 # The main server runs the defaults (MINIVLLM_QUANT=auto: the embedded GGUF's own 4-bit groups).
 # On a CPU with AMX, `--server-env MINIVLLM_QUANT=int8` measures the int8 throughput mode there
-# (docs/performance.md, section 35).
+# (docs/performance-log.md, section 35).
 BENCH_ARGS ?=
 # Full sweep (~30 min on 2 idle cores): docs/benchmarks.md, docs/throughput.png, docs/latency.png
 bench: install

@@ -1,7 +1,7 @@
 """The engine alone, no HTTP: decode-step latency and throughput, optionally profiled.
 
 Separates what the engine costs from what the serving path adds (compare with `bench.serve`
-at the same concurrency), and is what docs/performance.md's step-by-step figures come from.
+at the same concurrency), and is what docs/performance-log.md's step-by-step figures come from.
 
     python -m bench.engine_step --concurrency 1                              # single-stream ITL, the default format
     python -m bench.engine_step --concurrency 32 --profile docs/profiles/x.txt  # pyinstrument of the decode steps
@@ -18,7 +18,7 @@ import torch
 
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
-from inference.engine.sampling_params import SamplingParams
+from inference.engine.sample.sampling_params import SamplingParams
 
 from .metrics import describe_ms
 from .prompts import make_requests

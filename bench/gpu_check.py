@@ -92,7 +92,7 @@ def synchronize(device: torch.device) -> None:
 
 def start_decoding(engine, streams: int, prompt_len: int = 64, max_tokens: int = 200) -> None:
     """`streams` requests admitted and past their prefill: the next steps are decode-only."""
-    from inference.engine.sampling_params import SamplingParams
+    from inference.engine.sample.sampling_params import SamplingParams
 
     ids = engine.tokenize(" ".join(["word"] * prompt_len))[:prompt_len]
     for i in range(streams):
@@ -146,7 +146,7 @@ def greedy_agreement(engine, model_path: str | None, device: torch.device, token
     from transformers import AutoModelForCausalLM
 
     from inference.engine.loader import embedded_model_source
-    from inference.engine.sampling_params import SamplingParams
+    from inference.engine.sample.sampling_params import SamplingParams
 
     if model_path is None:
         source = embedded_model_source()

@@ -7,7 +7,7 @@ temperature and 0, `--requests` chat requests (distinct prompts, seeds 0..n-1) g
 with its default settings. A reply "fails" when `json.loads` refuses it; the table counts those and
 how many of them ended with `finish_reason: "length"` (the model was still writing when max_tokens
 came). Small models wander: an integer that never ends, a string that runs on; the grammar's number
-bounds (inference/engine/json_schemas.py) are what keep the first from happening.
+bounds (inference/engine/sample/json_schemas.py) are what keep the first from happening.
 """
 
 from __future__ import annotations

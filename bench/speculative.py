@@ -51,7 +51,7 @@ def passages(tokenizer) -> list[tuple[str, str]]:
     sources = [
         ("prose", (REPO / "README.md").read_text()),
         ("code", (REPO / "inference/engine/block_manager.py").read_text()),
-        ("prose", (REPO / "docs/performance.md").read_text() if (REPO / "docs/performance.md").exists() else ""),
+        ("prose", (REPO / "docs/performance-log.md").read_text() if (REPO / "docs/performance-log.md").exists() else ""),
         ("code", (REPO / "inference/engine/scheduler.py").read_text()),
     ]
     pieces = []

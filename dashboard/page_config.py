@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.urls import reverse
 
-from inference.api.auth import keys_configured
+from inference.api.common.auth import keys_configured
 from inference.serving import runtime
 
 # The WebSocket route lives in inference/routing.py (Channels routes cannot be reversed).

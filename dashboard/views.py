@@ -2,7 +2,7 @@
 
 from django.shortcuts import render
 
-from inference.api.auth import require_key_or_staff
+from inference.api.common.auth import require_key_or_staff
 from inference.serving.stats import stats_snapshot
 
 from .page_config import page_config

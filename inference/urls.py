@@ -1,15 +1,20 @@
 from django.conf import settings
 from django.urls import path, re_path
 
-from .api import anthropic_views, embeddings_views, infill_views, responses_views, tokenizer_views, views
 from .api import stats_views as api
-from .api.auth import require_key_or_staff
+from .api import views
+from .api.anthropic import views as anthropic_views
+from .api.common.auth import require_key_or_staff
+from .api.llama import infill_views, tokenizer_views
 from .api.metrics import metrics_view
+from .api.openai import embeddings as embeddings_views
+from .api.openai import views as openai_views
+from .api.responses import views as responses_views
 
 urlpatterns = [
     path("generate", views.generate, name="generate"),
-    path("v1/completions", views.completions, name="completions"),
-    path("v1/chat/completions", views.chat_completions, name="chat-completions"),
+    path("v1/completions", openai_views.completions, name="completions"),
+    path("v1/chat/completions", openai_views.chat_completions, name="chat-completions"),
     path("v1/messages", anthropic_views.messages, name="messages"),
     path("v1/messages/count_tokens", anthropic_views.count_tokens, name="messages-count-tokens"),
     path("v1/responses", responses_views.create, name="responses"),
@@ -18,8 +23,8 @@ urlpatterns = [
     path("v1/responses/<str:response_id>/input_items", responses_views.input_items, name="response-input-items"),
     path("v1/responses/<str:response_id>/cancel", responses_views.cancel, name="response-cancel"),
     path("v1/embeddings", embeddings_views.embeddings, name="embeddings"),
-    path("v1/models", views.models, name="models"),
-    path("v1/models/<path:model_id>", views.model, name="model"),
+    path("v1/models", openai_views.models, name="models"),
+    path("v1/models/<path:model_id>", openai_views.model, name="model"),
     path("infill", infill_views.infill, name="infill"),
     path("tokenize", tokenizer_views.tokenize, name="tokenize"),
     path("detokenize", tokenizer_views.detokenize, name="detokenize"),

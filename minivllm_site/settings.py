@@ -146,7 +146,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
     "UNAUTHENTICATED_USER": None,
-    "EXCEPTION_HANDLER": "inference.api.errors.drf_exception_handler",
+    "EXCEPTION_HANDLER": "inference.api.common.errors.drf_exception_handler",
 }
 
 # --- mini-vLLM serving knobs (the engine's own MINIVLLM_* variables are read by EngineConfig) ---
@@ -172,7 +172,7 @@ MINIVLLM_HEALTH_STALL_SECONDS = env_float("MINIVLLM_HEALTH_STALL_SECONDS", 30.0)
 MINIVLLM_STATS_INTERVAL = env_float("MINIVLLM_STATS_INTERVAL", 1.0)
 # The model id the API reports and accepts (default: the engine's model name).
 MINIVLLM_SERVED_MODEL_NAME = env_str("MINIVLLM_SERVED_MODEL_NAME")
-# The tool-call format replies are read in and forced to (api/tool_parsers.py): auto = the chat template's.
+# The tool-call format replies are read in and forced to (api/common/tool_parsers.py): auto = the chat template's.
 TOOL_CALL_PARSERS = ("hermes", "llama3_json")  # api/tool_parsers.PARSERS' names
 MINIVLLM_TOOL_CALL_PARSER = env_choice("MINIVLLM_TOOL_CALL_PARSER", "auto", ("auto", *TOOL_CALL_PARSERS))
 REASONING_PARSERS = ("qwen3", "deepseek_r1")  # api/reasoning_parsers.PARSERS' names

@@ -20,7 +20,7 @@ from inference.engine.config import EngineConfig
 from inference.engine.loader import build_bundle, embedded_model_source
 
 # Fixtures every package may use: the in-process engines (tiny model) and the live servers.
-pytest_plugins = ["tests.serving.engine_fixtures", "tests.daphne_server", "tests.support.engines"]
+pytest_plugins = ["tests.support.engine_fixtures", "tests.support.daphne_server", "tests.support.engines"]
 REAL_MODEL_FIXTURES = {"real_hf_model", "real_bundle"}
 
 

@@ -14,7 +14,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from ..serving.stats import stats_snapshot
-from . import auth
+from .common import auth
 
 log = logging.getLogger("inference.api.consumers")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from .env import env_bool, env_float, env_int, env_str
-from .speculation import SPEC_MODES
+from .spec_decode.proposer import SPEC_MODES
 
 QUANT_METHODS = ("auto", "none", "gguf", "int4", "q8_0", "int8", "bf16")  # layers/linear/__init__.py
 
@@ -38,13 +38,15 @@ class EngineConfig:
     num_kv_blocks: int | None = None  # exact pool size, overriding the memory-based plan (tests, tuning)
     kv_cache_dtype: str = "auto"  # auto (kv_dtype_for) | float32 | float16 | bfloat16
     cpu_isa: str = "auto"  # caps the kernels' instruction set: auto | avx2 | avx512bw | avx512_vnni | amx (the loader applies it)
-    packed_cache: bool = True  # a GGUF's packed weights kept on disk at its first start, mapped by later ones (packed_cache.py)
-    pooling: str = "auto"  # embeddings: auto (the checkpoint's) | last | mean (pooling.py)
-    speculative: str = "auto"  # auto (adaptive) | off | ngram (always guess): speculation.py
+    packed_cache: bool = (
+        True  # a GGUF's packed weights kept on disk at its first start, mapped by later ones (gguf/packed_cache.py)
+    )
+    pooling: str = "auto"  # embeddings: auto (the checkpoint's) | last | mean (layers/pooling.py)
+    speculative: str = "auto"  # auto (adaptive) | off | ngram (always guess): spec_decode/proposer.py
     spec_tokens: int = 8  # the most tokens a sequence guesses per step
     spec_ngram_min: int = 2  # the shortest and longest suffix the n-gram lookup matches
     spec_ngram_max: int = 4
-    cuda_graphs: str = "auto"  # auto (decode steps replayed from CUDA graphs on a GPU) | off: decode_graphs.py
+    cuda_graphs: str = "auto"  # auto (decode steps replayed from CUDA graphs on a GPU) | off: runner/decode_graphs.py
 
     def __post_init__(self):
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -82,7 +84,7 @@ class EngineConfig:
         """What the KV pool stores. Where a float32 model on CPU serves weights in a smaller format
         (int4 / q8_0 / int8 / bf16: already approximate far beyond float16's rounding), K/V are float16,
         as llama.cpp keeps them by default: half the pool's memory and half the bytes each decode step's
-        attention reads (the kernels widen them as they load; docs/performance.md section 38).
+        attention reads (the kernels widen them as they load; docs/performance-log.md section 38).
         Float32 weights keep a float32 cache, so that mode still reproduces HF's float32 logits."""
         if self.kv_cache_dtype != "auto":
             if device_type == "cpu" and model_dtype == torch.float32 and self.kv_cache_dtype == "bfloat16":

@@ -50,7 +50,7 @@ def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
 
     Even with AMX a bf16 model did not pay: on a Xeon with AMX, engine alone, it made 25 / 173 /
     468 tok/s at 1 / 8 / 32 streams against float32's 42 / 189 / 459, and float32 with
-    MINIVLLM_QUANT=bf16 (bf16 weights, oneDNN's GEMM) 37 / 249 / 676 (docs/performance.md, section 30).
+    MINIVLLM_QUANT=bf16 (bf16 weights, oneDNN's GEMM) 37 / 249 / 676 (docs/performance-log.md, section 30).
     """
     if requested != "auto":
         return DTYPES[requested]

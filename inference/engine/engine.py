@@ -20,20 +20,20 @@ from .engine_state import ModelInfo
 from .engine_stats import EngineStats
 from .errors import FatalDeviceError, is_fatal_device_error
 from .kv_pool import plan_num_blocks
+from .layers.pooling import pooling_for
 from .loader import ModelBundle, load_model
-from .memory_profile import engine_peak_bytes
 from .model_runner import ModelRunner
 from .outputs import RequestOutput, TokenLogprob
-from .pooling import pooling_for
 from .prompt import check_prompt_fits, prompt_token_ids
-from .reasoning import ReasoningState
-from .sampler import Sampler, SamplerOutput, SamplingContext, make_generator, rewind_generator
-from .sampling_params import SamplingParams, SamplingParamsError
+from .runner.memory_profile import engine_peak_bytes
+from .sample.reasoning import ReasoningState
+from .sample.sampler import Sampler, SamplerOutput, SamplingContext, make_generator, rewind_generator
+from .sample.sampling_params import SamplingParams, SamplingParamsError
+from .sample.structured import NO_MASKS, Grammars, PendingMasks, one_token_mask
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
-from .speculation import Speculator
-from .structured import NO_MASKS, Grammars, PendingMasks, one_token_mask
-from .verification import accepted_count, merged_output
+from .spec_decode.proposer import Speculator
+from .spec_decode.verification import accepted_count, merged_output
 
 log = logging.getLogger("minivllm.engine")
 

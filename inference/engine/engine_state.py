@@ -36,7 +36,7 @@ class ModelInfo:
     vocab_size: int | None = None
     sampling_defaults: dict = field(default_factory=dict)  # the checkpoint's, for fields a request leaves out
     num_slots: int | None = None  # batch slots: the most completions (n) one request can run at once
-    pooling: str = "last"  # how embeddings are pooled (pooling.py)
+    pooling: str = "last"  # how embeddings are pooled (layers/pooling.py)
     hidden_size: int | None = None  # an embedding's length
     matryoshka_dimensions: list[int] | None = None  # lengths an embedding may be cut to ([]: any); None: none
 

@@ -44,7 +44,7 @@ class EngineStats:
     grammar_mask_rows: int | None = _summed()  # constrained rows those masks were computed for
     grammar_mask_wait_seconds: float | None = _summed()  # time the loop waited for masks after the forward
     speculative: str | None = None  # speculative decoding's mode: auto | ngram | off
-    spec_draft_tokens: int | None = _summed()  # tokens guessed (speculation.py)
+    spec_draft_tokens: int | None = _summed()  # tokens guessed (spec_decode/proposer.py)
     spec_accepted_tokens: int | None = _summed()  # of those, accepted by verification
     spec_verifications: int | None = _summed()  # sequence-steps that verified guesses
     spec_verified_tokens: int | None = _summed()  # tokens those steps wrote (accepted guesses + one sampled each)

@@ -15,15 +15,15 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import packed_cache
 from .config import EngineConfig
 from .engine import LLMEngine
 from .engine_state import EngineState, ModelInfo
 from .engine_stats import EngineStats
 from .errors import EngineNotReadyError, is_fatal_device_error
+from .gguf import packed_cache
 from .outputs import RequestOutput
 from .request_streams import RequestStream, check_can_submit, deliver, final_output
-from .sampling_params import SamplingParams
+from .sample.sampling_params import SamplingParams
 
 log = logging.getLogger("minivllm.engine")
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from .sampling_params import SamplingParamsError  # noqa: F401  (re-exported: one place to import errors from)
+from .sample.sampling_params import SamplingParamsError  # noqa: F401  (re-exported: one place to import errors from)
 
 # What CUDA's sticky errors say: after one of these the context is unusable and every later kernel fails too.
 STICKY_DEVICE_ERRORS = (

@@ -65,7 +65,7 @@ def plan_num_blocks(
 def gpu_budget(total: int, free: int, utilization: float, engine_bytes: int) -> int:
     """The KV pool's bytes on a GPU, as vLLM's `gpu_memory_utilization` plans them: the engine may
     use `utilization` of the GPU's total memory, of which its weights and its peak step's
-    activations (`engine_bytes`, profiled: memory_profile.py) are taken first. A share of total
+    activations (`engine_bytes`, profiled: runner/memory_profile.py) are taken first. A share of total
     memory, not of free memory, so that two engines given 0.45 each fit on one GPU whichever starts
     first; never more than is free now (the CUDA context and other processes hold the rest)."""
     budget = int(total * utilization) - engine_bytes

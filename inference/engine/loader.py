@@ -14,17 +14,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import gguf_dense, gguf_weights
 from .config import EngineConfig
 from .device import dtype_name, resolve_device, resolve_dtype
-from .generation_config import sampling_defaults
-from .gguf_checkpoint import GGUFCheckpoint
+from .gguf import dense as gguf_dense
+from .gguf import weights as gguf_weights
+from .gguf.checkpoint import GGUFCheckpoint
 from .kernels import kernels
 from .layers.cpu_kernels import bind_cpu_kernels
 from .layers.linear import GGUF_BLOCK_TYPES, FormatChoice, choose_format, prepare_linears
 from .models import model_class_for
 from .models.cpu_step import install_cpu_step
 from .models.no_init import WithoutWeightInit
+from .sample.generation_config import sampling_defaults
 
 log = logging.getLogger("minivllm.engine")
 
@@ -65,7 +66,7 @@ class ModelBundle:
     eos_token_ids: set[int] = field(default_factory=set)
     weights_format: str = "none"  # what layers/linear chose: none (the dtype's own weights), int4, q8_0, int8, bf16
     cpu_step: object = None  # models/cpu_step.FusedCpuStep where the C++ layers compute this model
-    sampling_defaults: dict = field(default_factory=dict)  # the checkpoint's generation_config (generation_config.py)
+    sampling_defaults: dict = field(default_factory=dict)  # the checkpoint's generation_config (sample/generation_config.py)
 
     @property
     def dtype_name(self) -> str:

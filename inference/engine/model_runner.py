@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .block_tables import BlockTables
-from .decode_graphs import StaticDecode
 from .kv_pool import allocate_kv_pool
 from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
+from .runner.block_tables import BlockTables
+from .runner.decode_graphs import StaticDecode
+from .runner.transfers import to_device
 from .scheduler import ScheduledBatch, pools_after, samples_after
 from .sequence import Sequence
-from .transfers import to_device
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class ModelRunner:
         self.block_size = block_size
         self.device = torch.device(device)
         kv_dtype = kv_dtype or dtype
-        # One block past the block manager's: where a static decode's padding rows write (decode_graphs.py).
+        # One block past the block manager's: where a static decode's padding rows write (runner/decode_graphs.py).
         pool_blocks = num_blocks + 1
         self.padding_slot = num_blocks * block_size
         self.kv_caches = allocate_kv_pool(model.kv_shape, pool_blocks, block_size, kv_dtype, device)

@@ -44,9 +44,9 @@ class RequestOutput:
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     prompt_logprobs: list[TokenLogprob | None] | None = None  # with a completion's first output, if asked
     embedding: list[float] | None = None  # an embedding request's pooled hidden state (not normalized)
-    reasoning_tokens: int = 0  # of completion_tokens, those written while reasoning (engine/reasoning.py)
+    reasoning_tokens: int = 0  # of completion_tokens, those written while reasoning (engine/sample/reasoning.py)
     # speculative decoding, this completion so far: tokens guessed and accepted, and of them those
-    # the request's prediction supplied (engine/speculation.py)
+    # the request's prediction supplied (engine/spec_decode/proposer.py)
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     prediction_draft_tokens: int = 0

@@ -8,7 +8,7 @@ these two, so a prompt counts the same everywhere and is refused with the same m
 from __future__ import annotations
 
 from .errors import PromptTooLongError
-from .sampling_params import SamplingParams, SamplingParamsError
+from .sample.sampling_params import SamplingParams, SamplingParamsError
 
 
 def prompt_token_ids(tokenizer, prompt: str | list[int]) -> list[int]:

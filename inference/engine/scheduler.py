@@ -5,7 +5,7 @@ unfinished prefill takes what is left of the budget, so long prompts are chunked
 stall the decodes), then waiting requests are admitted into free slots. When the pool runs
 out of blocks, the newest running sequence is preempted and later recomputed.
 
-A decode with guessed tokens (speculation.py) is a verification: its token and its k guesses, k+1
+A decode with guessed tokens (spec_decode/proposer.py) is a verification: its token and its k guesses, k+1
 rows, each run as a decode at its own position. Guesses are only ever a bonus: they take the budget
 and blocks left once everything else is scheduled, never delaying or preempting anyone.
 """

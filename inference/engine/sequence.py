@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import time
 
-from .sampling_params import SamplingParams
+from .sample.sampling_params import SamplingParams
 
 
 class SequenceStatus(enum.Enum):
@@ -42,8 +42,8 @@ class Sequence:
         self.detokenizer = None
         self.matcher = None  # llguidance's, when params.structured asks for constrained decoding
         self.pool_sum = None  # an embedding request's running sum of hidden states (mean pooling)
-        self.reasoning = None  # a ReasoningState, when the reply starts in reasoning (engine/reasoning.py)
-        self.spec = None  # its speculative decoding state: lookup index, this step's guesses, counts (speculation.py)
+        self.reasoning = None  # a ReasoningState, when the reply starts in reasoning (engine/sample/reasoning.py)
+        self.spec = None  # its speculative decoding state: lookup index, this step's guesses, counts (spec_decode/proposer.py)
 
     @property
     def draft(self) -> list[int]:

@@ -15,7 +15,7 @@ from ..engine.config import EngineConfig
 from ..engine.engine_state import EngineState, ModelInfo
 from ..engine.engine_stats import EngineStats
 from ..engine.request_streams import RequestStream
-from ..engine.sampling_params import SamplingParams
+from ..engine.sample.sampling_params import SamplingParams
 
 
 @runtime_checkable

@@ -1,5 +1,5 @@
 """The request contract between the APIs and the request path: a validated request, whatever API
-it came through. api/validation.py builds one from an HTTP body; submission.py plans and submits
+it came through. api/openai/request.py builds one from an HTTP body; submission.py plans and submits
 it; the views render its reply. Nothing here knows HTTP."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..engine.sampling_params import SamplingParams
+from ..engine.sample.sampling_params import SamplingParams
 
 
 class ReasoningReader(Protocol):
@@ -34,7 +34,7 @@ class GenerationInput:
     # echo with max_tokens 0 (scoring clients): the reply is the prompt and its logprobs alone; one
     # token is generated and dropped, as vLLM does
     echo_only: bool = False
-    suffix: str | None = None  # /v1/completions' fill-in-the-middle: each prompt is the prefix (api/fim.py)
+    suffix: str | None = None  # /v1/completions' fill-in-the-middle: each prompt is the prefix (api/llama/fim.py)
     messages: list[dict] | None = None
     model: str | None = None
     stream: bool = True
@@ -43,8 +43,8 @@ class GenerationInput:
     given: frozenset[str] = frozenset()
     tools: ToolReader | None = None  # chat's tools and tool_choice
     # Chat template arguments the request set: `kwargs` (chat_template_kwargs, reasoning_effort),
-    # `template` (a request's own), `add_generation_prompt`, `continue_final` (api/chat_template.py)
+    # `template` (a request's own), `add_generation_prompt`, `continue_final` (api/common/chat_template.py)
     template_options: dict = field(default_factory=dict)
-    reasoning: ReasoningReader | None = None  # set once the prompt is rendered (api/reasoning_parsers.py)
+    reasoning: ReasoningReader | None = None  # set once the prompt is rendered (api/common/reasoning_parsers.py)
     thinking_budget: int | None = None  # reasoning tokens before the end marker is forced
     prediction: str | None = None  # Predicted Outputs' text: tokenized into params.prediction (submission.plan)

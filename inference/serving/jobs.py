@@ -18,7 +18,7 @@ import weakref
 
 from .. import services
 from ..engine.outputs import RequestOutput, TokenLogprob
-from ..engine.sampling_params import SamplingParams
+from ..engine.sample.sampling_params import SamplingParams
 from ..models import GenerationRequest
 from .engine_client import EngineClient
 from .instruments import RequestMetrics

@@ -18,7 +18,7 @@ from .. import services
 from ..engine.engine_state import ModelInfo
 from ..engine.errors import PromptTooLongError, QueueFullError
 from ..engine.prompt import check_prompt_fits, prompt_token_ids
-from ..engine.sampling_params import SamplingParams, SamplingParamsError
+from ..engine.sample.sampling_params import SamplingParams, SamplingParamsError
 from ..models import GenerationRequest
 from .engine_client import EngineClient
 from .generation_input import GenerationInput, ReasoningReader, ToolReader

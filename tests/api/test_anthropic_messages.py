@@ -8,8 +8,8 @@ import pytest
 
 from inference.models import GenerationRequest
 from inference.serving.instruments import REGISTRY
-from tests.sse import read_named_stream
 from tests.support.asgi import post
+from tests.support.sse import read_named_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ASK = [{"role": "user", "content": "Say something about the sea."}]

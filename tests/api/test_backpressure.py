@@ -4,8 +4,8 @@ import pytest
 
 from inference.models import GenerationRequest
 from inference.serving import runtime
-from tests.serving.engine_fixtures import async_wait_until, start_engine_thread, tiny_engine_config
-from tests.sse import read_stream
+from tests.support.engine_fixtures import async_wait_until, start_engine_thread, tiny_engine_config
+from tests.support.sse import read_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

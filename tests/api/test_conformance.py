@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from tests.sse import assert_error_shape
+from tests.support.sse import assert_error_shape
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 GREEDY = {"temperature": 0.0, "max_tokens": 12}

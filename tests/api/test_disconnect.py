@@ -7,9 +7,9 @@ from asgiref.testing import ApplicationCommunicator
 
 from inference.models import GenerationRequest
 from minivllm_site.asgi import application
-from tests.serving.engine_fixtures import async_wait_until, is_idle
-from tests.sse import events_of_chunks
 from tests.support.asgi import http_scope
+from tests.support.engine_fixtures import async_wait_until, is_idle
+from tests.support.sse import events_of_chunks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

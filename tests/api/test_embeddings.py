@@ -16,8 +16,8 @@ import torch
 
 from inference.models import GenerationRequest
 from tests.conftest import _save_tiny, tiny_llama_hf, tiny_qwen3_hf
-from tests.serving.engine_fixtures import installed, start_engine_thread, tiny_engine_config
 from tests.support.asgi import post
+from tests.support.engine_fixtures import installed, start_engine_thread, tiny_engine_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TEXTS = ["The sea is salty.", "Embeddings pool hidden states of the whole prompt, every token of it."]

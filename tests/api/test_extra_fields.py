@@ -132,7 +132,7 @@ async def test_echo_with_max_tokens_0_returns_the_prompt_scored_and_nothing_gene
     resp = await post(async_client, "/v1/completions", body)
     assert resp.status_code == 200, resp.content
     if stream:
-        from tests.sse import read_stream
+        from tests.support.sse import read_stream
 
         chunks = [c for c in await read_stream(resp) if c != "[DONE]"]
         text = "".join(c["choices"][0]["text"] for c in chunks)

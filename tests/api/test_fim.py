@@ -8,12 +8,12 @@ import copy
 
 import pytest
 
-from inference.api.fim import FIM_BATCH, infill_prompt
+from inference.api.llama.fim import FIM_BATCH, infill_prompt
 from inference.models import GenerationRequest
 from tests.conftest import _save_tiny, tiny_llama_hf
-from tests.serving.engine_fixtures import installed, start_engine_thread, tiny_engine_config
-from tests.sse import read_stream
 from tests.support.asgi import post
+from tests.support.engine_fixtures import installed, start_engine_thread, tiny_engine_config
+from tests.support.sse import read_stream
 
 QWEN_FIM = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>"]
 

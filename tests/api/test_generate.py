@@ -3,7 +3,7 @@
 import pytest
 
 from inference.models import GenerationRequest
-from tests.sse import read_stream
+from tests.support.sse import read_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,7 +6,7 @@ import pytest
 
 from inference.engine.engine_thread import EngineThread
 from inference.serving import runtime
-from tests.serving.engine_fixtures import start_engine_thread, tiny_engine_config, wait_until
+from tests.support.engine_fixtures import start_engine_thread, tiny_engine_config, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
-from tests.daphne_server import LiveServer
-from tests.sse import carries_text, events_of, read_until
+from tests.support.daphne_server import LiveServer
+from tests.support.sse import carries_text, events_of, read_until
 
 pytestmark = pytest.mark.live
 

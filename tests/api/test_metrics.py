@@ -9,9 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inference.serving import runtime
 from minivllm_site.asgi import application
-from tests.serving.engine_fixtures import async_wait_until, is_idle
-from tests.sse import events_of_chunks, read_stream
 from tests.support.asgi import http_scope, post
+from tests.support.engine_fixtures import async_wait_until, is_idle
+from tests.support.sse import events_of_chunks, read_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

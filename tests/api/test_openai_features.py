@@ -9,9 +9,9 @@ import httpx
 import openai
 import pytest
 
-from tests.serving.engine_fixtures import wait_until
-from tests.sse import assert_error_shape, events_of
+from tests.support.engine_fixtures import wait_until
 from tests.support.servers import idle
+from tests.support.sse import assert_error_shape, events_of
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 PROMPT = "Write a short story about a lighthouse keeper who collects lost maps in a quiet harbour town."

@@ -13,9 +13,9 @@ import pytest
 
 from inference.models import GenerationRequest
 from tests.conftest import _save_tiny, tiny_qwen3_hf
-from tests.serving.engine_fixtures import installed, start_engine_thread, tiny_engine_config
-from tests.sse import read_named_stream, read_stream
 from tests.support.asgi import post
+from tests.support.engine_fixtures import installed, start_engine_thread, tiny_engine_config
+from tests.support.sse import read_named_stream, read_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # Qwen3's thinking-model layout: the assistant turn opens <think> unless enable_thinking is false,

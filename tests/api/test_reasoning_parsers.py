@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference.api.reasoning_parsers import (
+from inference.api.common.reasoning_parsers import (
     PARSERS,
     DeepSeekR1ReasoningParser,
     Qwen3ReasoningParser,

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from inference.models import GenerationRequest, StoredResponse
-from tests.sse import read_named_stream
 from tests.support.asgi import post
+from tests.support.sse import read_named_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WEATHER = {

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.serving.engine_fixtures import wait_until
-from tests.sse import assert_error_shape
+from tests.support.engine_fixtures import wait_until
+from tests.support.sse import assert_error_shape
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 

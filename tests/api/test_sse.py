@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from inference.api.sse import event
+from inference.api.common.sse import event
 
 # Every character str.splitlines (and httpx's line reader, which follows it) breaks a line at.
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from tests.sse import assert_error_shape, events_of
 from tests.support.json_prefix import is_json_prefix
+from tests.support.sse import assert_error_shape, events_of
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 ASK = [{"role": "user", "content": "Describe a city as JSON."}]

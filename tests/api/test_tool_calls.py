@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from inference.api.errors import ApiError
-from inference.api.stream_renderers import CallHoldback
-from inference.api.tool_calls import ToolRequest, parse_tool_calls
-from inference.api.tool_parsers import HermesToolParser, Llama3JsonToolParser
-from inference.api.validation import parse_chat
+from inference.api.common.errors import ApiError
+from inference.api.common.tool_calls import ToolRequest, parse_tool_calls
+from inference.api.common.tool_parsers import HermesToolParser, Llama3JsonToolParser
+from inference.api.openai.request import parse_chat
+from inference.api.openai.stream_format import CallHoldback
 
 WEATHER = {
     "type": "function",

@@ -8,11 +8,17 @@ import json
 import jsonschema
 import pytest
 
-from inference.api.stream_renderers import CallHoldback
-from inference.api.tool_calls import ToolRequest, parse_tool_calls
-from inference.api.tool_parsers import PARSERS, HermesToolParser, Llama3JsonToolParser, parser_for_template, tool_parser_for
-from inference.engine.sampling_params import SamplingParams
-from tests.engine.helpers import run_to_completion
+from inference.api.common.tool_calls import ToolRequest, parse_tool_calls
+from inference.api.common.tool_parsers import (
+    PARSERS,
+    HermesToolParser,
+    Llama3JsonToolParser,
+    parser_for_template,
+    tool_parser_for,
+)
+from inference.api.openai.stream_format import CallHoldback
+from inference.engine.sample.sampling_params import SamplingParams
+from tests.support.engine_helpers import run_to_completion
 
 WEATHER = {
     "name": "get_weather",

@@ -2,8 +2,8 @@
 
 import pytest
 
-from inference.api.errors import ApiError
-from inference.api.validation import parse_chat, parse_completion, parse_generate
+from inference.api.common.errors import ApiError
+from inference.api.openai.request import parse_chat, parse_completion, parse_generate
 
 
 def test_generate_maps_max_new_tokens_and_engine_fields():

@@ -1,4 +1,4 @@
-"""The dashboard tests' load: concurrent completions against a live server (tests/daphne_server.py)."""
+"""The dashboard tests' load: concurrent completions against a live server (tests/support/daphne_server.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import httpx
 
-from tests.daphne_server import LiveServer
+from tests.support.daphne_server import LiveServer
 
 # > one 16-token KV block, so concurrent prompts share cached prefix blocks (the hit rate moves)
 SHARED_PREFIX = (

@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.daphne_server import REPO
-from tests.serving.engine_fixtures import wait_until
-from tests.sse import events_of
+from tests.support.daphne_server import REPO
+from tests.support.engine_fixtures import wait_until
+from tests.support.sse import events_of
 
 from .live import load
 

@@ -110,7 +110,7 @@ def test_without_api_keys_the_page_is_open_and_asks_for_no_key(client, no_engine
 
 def test_the_chat_form_starts_from_the_checkpoints_sampling_defaults(client, tiny_llama_with_sampling_defaults_dir):
     from inference.serving import runtime
-    from tests.serving.engine_fixtures import start_engine_thread, tiny_engine_config
+    from tests.support.engine_fixtures import start_engine_thread, tiny_engine_config
 
     engine_thread = start_engine_thread(tiny_engine_config(tiny_llama_with_sampling_defaults_dir))
     previous = runtime.install(engine_thread)

@@ -8,8 +8,8 @@ import torch
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.errors import PromptTooLongError
-from inference.engine.sampling_params import SamplingParams, SamplingParamsError
-from tests.engine.helpers import engine_for, generated_ids, greedy, hf_greedy, run_to_completion
+from inference.engine.sample.sampling_params import SamplingParams, SamplingParamsError
+from tests.support.engine_helpers import engine_for, generated_ids, greedy, hf_greedy, run_to_completion
 
 PROMPTS = [
     "The future of AI inference is",

@@ -1,7 +1,7 @@
 """EngineStats: the one declaration of the engine's snapshot, filled by the engine, summed by a fleet."""
 
 from inference.engine.engine_stats import EngineStats
-from tests.engine.helpers import engine_for, greedy
+from tests.support.engine_helpers import engine_for, greedy
 
 FLEET_ONLY = {"last_step_at", "gpu_memory_used_mb", "gpu_memory_total_mb", "num_engines", "engines"}
 

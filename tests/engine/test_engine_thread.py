@@ -8,9 +8,9 @@ import pytest
 
 from inference.engine.engine_thread import EngineThread
 from inference.engine.errors import EngineNotReadyError, QueueFullError
-from inference.engine.sampling_params import SamplingParams
-from tests.engine.helpers import engine_for, greedy
-from tests.serving.engine_fixtures import async_wait_until
+from inference.engine.sample.sampling_params import SamplingParams
+from tests.support.engine_fixtures import async_wait_until
+from tests.support.engine_helpers import engine_for, greedy
 
 
 @pytest.fixture

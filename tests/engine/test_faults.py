@@ -9,7 +9,7 @@ import torch
 
 from inference.engine.engine_thread import EngineThread
 from inference.engine.errors import FatalDeviceError
-from tests.engine.helpers import engine_for, generated_ids, greedy, run_to_completion
+from tests.support.engine_helpers import engine_for, generated_ids, greedy, run_to_completion
 
 
 def raise_once(message: str):

@@ -4,8 +4,8 @@ back when they finish or are aborted."""
 
 import pytest
 
-from inference.engine.sampling_params import SamplingParams, SamplingParamsError
-from tests.engine.helpers import engine_for, generated_ids, run_to_completion
+from inference.engine.sample.sampling_params import SamplingParams, SamplingParamsError
+from tests.support.engine_helpers import engine_for, generated_ids, run_to_completion
 
 PROMPT = "Tell me about the harbour town and its lighthouse keeper"
 

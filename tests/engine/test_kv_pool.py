@@ -13,8 +13,8 @@ from inference.engine import kv_pool
 from inference.engine.config import EngineConfig
 from inference.engine.errors import PromptTooLongError
 from inference.engine.kv_pool import bytes_per_block, plan_num_blocks
-from inference.engine.sampling_params import SamplingParams
-from tests.engine.helpers import engine_for
+from inference.engine.sample.sampling_params import SamplingParams
+from tests.support.engine_helpers import engine_for
 
 
 def test_pool_plan_respects_the_budget():

@@ -107,7 +107,7 @@ def test_loading_the_embedded_gguf_imports_none_of_the_heavy_modules():
     """torch._dynamo (~70 MB resident), sympy and accelerate (pulled in by transformers' config
     classes and AutoTokenizer): the server's memory target has no room for them. A start after the
     first, which `make install` makes, reads the GGUF's cache."""
-    from inference.engine.gguf_checkpoint import GGUFCheckpoint
+    from inference.engine.gguf.checkpoint import GGUFCheckpoint
     from inference.engine.loader import embedded_model_source
 
     source = embedded_model_source()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inference.engine.block_manager import BlockManager
-from inference.engine.sampling_params import SamplingParams
+from inference.engine.sample.sampling_params import SamplingParams
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import Sequence
 

@@ -19,9 +19,9 @@ from inference.engine.device import dtype_name
 from inference.engine.engine import LLMEngine
 from inference.engine.kernels import kernels
 from inference.engine.layers.norm import RMSNorm
-from inference.engine.sampling_params import SamplingParams
-from tests.engine.helpers import generated_ids, greedy, run_to_completion
-from tests.engine.host_syncs import HostSyncCounter
+from inference.engine.sample.sampling_params import SamplingParams
+from tests.support.engine_helpers import generated_ids, greedy, run_to_completion
+from tests.support.host_syncs import HostSyncCounter
 
 PROMPTS = ["The future of AI inference is", "def fibonacci(n):", "Paris is the capital of", "Water boils at a temperature of"]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.serving.engine_fixtures import wait_until
-from tests.sse import carries_text, events_of, read_until
+from tests.support.engine_fixtures import wait_until
+from tests.support.sse import carries_text, events_of, read_until
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 LONG = {"max_new_tokens": 400, "ignore_eos": True}

@@ -8,9 +8,9 @@ import signal
 import httpx
 import pytest
 
-from tests.daphne_server import TERMINAL
-from tests.serving.engine_fixtures import wait_until
-from tests.sse import carries_text, events_of, read_until
+from tests.support.daphne_server import TERMINAL
+from tests.support.engine_fixtures import wait_until
+from tests.support.sse import carries_text, events_of, read_until
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 LONG = 600

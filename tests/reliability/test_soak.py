@@ -14,10 +14,10 @@ import time
 import httpx
 import pytest
 
-from tests.daphne_server import TERMINAL
-from tests.serving.engine_fixtures import async_wait_until, wait_until
-from tests.sse import event_of
+from tests.support.daphne_server import TERMINAL
+from tests.support.engine_fixtures import async_wait_until, wait_until
 from tests.support.servers import idle
+from tests.support.sse import event_of
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 

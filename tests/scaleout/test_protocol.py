@@ -3,7 +3,7 @@
 import msgpack
 
 from inference.engine.outputs import RequestOutput, TokenLogprob
-from inference.engine.sampling_params import SamplingParams
+from inference.engine.sample.sampling_params import SamplingParams
 from inference.serving.remote import protocol as wire
 
 

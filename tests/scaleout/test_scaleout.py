@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from tests.conftest import _save_tiny, tiny_llama_hf
-from tests.serving.engine_fixtures import wait_until
-from tests.sse import carries_text, events_of, read_until
+from tests.support.engine_fixtures import wait_until
+from tests.support.sse import carries_text, events_of, read_until
 
 from .cluster import Cluster, unreachable
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.daphne_server import LiveServer
+from tests.support.daphne_server import LiveServer
 
 ENV_KEY = "env-key-0123456789abcdef0123456789abcdef"
 OTHER_ENV_KEY = "env-key-second-fedcba9876543210fedcba98"

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.messages import get_messages
 
 from inference import keys
-from inference.api import auth
+from inference.api.common import auth
 from inference.models import ApiKey
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.security.conftest import OTHER_ENV_KEY, STAFF, bearer
-from tests.sse import assert_error_shape
+from tests.support.sse import assert_error_shape
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.security.conftest import bearer
-from tests.serving.engine_fixtures import wait_until
-from tests.sse import assert_error_shape
+from tests.support.engine_fixtures import wait_until
+from tests.support.sse import assert_error_shape
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference.api import key_limits
-from tests.sse import read_stream
+from inference.api.common import key_limits
+from tests.support.sse import read_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 KEY = "Bearer key-one"

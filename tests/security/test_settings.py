@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.daphne_server import REPO
+from tests.support.daphne_server import REPO
 
 PRODUCTION = {
     "MINIVLLM_SECRET_KEY": "k3y-for-the-deploy-check-only-7a1f0c9e2b8d4f6a3c5e7b9d1f2a4c6e8b0d",

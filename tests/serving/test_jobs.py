@@ -4,14 +4,14 @@ import gc
 
 import pytest
 
-from inference.api.stream_renderers import generate_events
-from inference.engine.sampling_params import SamplingParams
+from inference.api.openai.stream_format import generate_events
+from inference.engine.sample.sampling_params import SamplingParams
 from inference.models import GenerationRequest
 from inference.serving import submission
 from inference.serving.generation_input import GenerationInput
 from inference.serving.jobs import guard_stream, live_jobs
 from inference.serving.submission import RequestRecord
-from tests.serving.engine_fixtures import async_wait_until, is_idle
+from tests.support.engine_fixtures import async_wait_until, is_idle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,7 +44,7 @@ async def test_response_dropped_before_streaming_is_aborted(engine_client):
 
 
 async def test_engine_shutdown_ends_job_with_abort(session_engine_client, tiny_llama_dir):
-    from tests.serving.engine_fixtures import start_engine_thread, tiny_engine_config
+    from tests.support.engine_fixtures import start_engine_thread, tiny_engine_config
 
     engine_client = start_engine_thread(tiny_engine_config(tiny_llama_dir), bundle=session_engine_client.engine.bundle)
     job = await start(engine_client, "gen-shutdown")

@@ -4,7 +4,7 @@ import pytest
 
 from inference.engine.engine_state import ModelInfo
 from inference.engine.errors import PromptTooLongError
-from inference.engine.sampling_params import SamplingParams, SamplingParamsError
+from inference.engine.sample.sampling_params import SamplingParams, SamplingParamsError
 from inference.models import GenerationRequest
 from inference.serving import submission
 from inference.serving.generation_input import GenerationInput

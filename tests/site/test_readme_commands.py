@@ -17,8 +17,8 @@ import uuid
 import httpx
 import pytest
 
-from tests.daphne_server import REPO
 from tests.scaleout.cluster import PG_URL, unreachable
+from tests.support.daphne_server import REPO
 from tests.support.network import free_port
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]

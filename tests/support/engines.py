@@ -1,12 +1,12 @@
 """The in-process engine that structured-output and tool-call tests run many requests through
-(tests/engine/test_structured.py, tests/api/test_tool_parsers.py). A pytest plugin: tests/conftest.py
+(tests/engine/sample/test_structured.py, tests/api/test_tool_parsers.py). A pytest plugin: tests/conftest.py
 registers it, so tests/engine and tests/api get the same fixture."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.engine.helpers import engine_for
+from tests.support.engine_helpers import engine_for
 
 
 @pytest.fixture(scope="module")

@@ -125,7 +125,7 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
 
-    # The GGUF architectures whose files this class reads in place (gguf_weights.py).
+    # The GGUF architectures whose files this class reads in place (gguf/weights.py).
     GGUF_ARCHITECTURES = ("llama", "mistral", "qwen2")
 
     def gguf_layout(self) -> tuple[dict[str, list[tuple[str, int | None]]], dict[str, str]]:

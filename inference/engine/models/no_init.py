@@ -3,7 +3,7 @@
 nn.Linear and nn.Embedding fill their weights with random values when constructed. The loader
 replaces all of them, so the filling only costs time (~135M random numbers for SmolLM2) and, on
 the meta device, memory: meta tensors' `normal_` runs through torch's Python decompositions,
-whose first call imports torch._dynamo (~70 MB resident, docs/performance.md section 38).
+whose first call imports torch._dynamo (~70 MB resident, docs/performance-log.md section 38).
 """
 
 from __future__ import annotations

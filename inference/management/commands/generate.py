@@ -14,7 +14,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from inference.engine.config import EngineConfig
-from inference.engine.sampling_params import SamplingParams, SamplingParamsError
+from inference.engine.sample.sampling_params import SamplingParams, SamplingParamsError
 
 
 class Command(BaseCommand):

@@ -22,8 +22,8 @@ from ...engine.engine_state import EngineState, ModelInfo
 from ...engine.engine_stats import EngineStats
 from ...engine.errors import EngineNotReadyError
 from ...engine.request_streams import RequestStream, check_can_submit, deliver, final_output
-from ...engine.sampling_params import SamplingParams
-from ...engine.structured import Grammars
+from ...engine.sample.sampling_params import SamplingParams
+from ...engine.sample.structured import Grammars
 from . import protocol as wire
 from .fleet import EngineFleet
 

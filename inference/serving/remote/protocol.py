@@ -12,7 +12,7 @@ import dataclasses
 import logging
 
 from ...engine.outputs import RequestOutput, TokenLogprob
-from ...engine.sampling_params import SamplingParams
+from ...engine.sample.sampling_params import SamplingParams
 
 # a plain channel: every engine receives from it, each message reaches exactly one engine
 REQUEST_CHANNEL = "minivllm.engine"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.engine.gguf_blocks import KERNEL_TYPES, SCALE_FIELDS, dequantized, random_blocks
+from tests.support.gguf_blocks import KERNEL_TYPES, SCALE_FIELDS, dequantized, random_blocks
 
 
 def raw_tensor(raw: np.ndarray) -> torch.Tensor:

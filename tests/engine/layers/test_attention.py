@@ -17,7 +17,7 @@ from inference.engine.layers import cpu_kernels
 from inference.engine.layers.attention import AttentionMetadata, PrefillChunk, paged_attention
 from inference.engine.layers.attention.prefill import chunk_sdpa
 from inference.engine.model_runner import ModelRunner
-from inference.engine.sampling_params import SamplingParams
+from inference.engine.sample.sampling_params import SamplingParams
 from inference.engine.scheduler import ScheduledBatch
 from inference.engine.sequence import Sequence
 

@@ -12,7 +12,7 @@ from inference.engine.layers.attention.decode_triton import TritonDecode, triton
 from inference.engine.layers.norm import RMSNorm
 from inference.engine.layers.rotary import RopeTables, RotaryEmbedding, rotated
 from inference.engine.loader import build_bundle
-from tests.engine.helpers import engine_for, generated_ids, greedy, run_to_completion
+from tests.support.engine_helpers import engine_for, generated_ids, greedy, run_to_completion
 
 CPU = torch.device("cpu")
 

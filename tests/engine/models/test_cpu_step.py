@@ -10,7 +10,7 @@ from inference.engine.layers.linear import bf16_weights_run_natively
 from inference.engine.layers.linear import packed as packed_linear
 from inference.engine.loader import build_bundle
 from tests.conftest import tiny_llama_hf, tiny_qwen2_hf
-from tests.engine.helpers import engine_for, greedy, run_to_completion
+from tests.support.engine_helpers import engine_for, greedy, run_to_completion
 
 
 def run_mixed_steps(engine) -> dict:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.engine.sampling_params import SamplingParams
+from inference.engine.sample.sampling_params import SamplingParams
 from tests.conftest import tiny_gpt2_hf, tiny_llama_hf, tiny_qwen2_hf, tiny_qwen3_hf
-from tests.engine.helpers import engine_for, generated_ids, greedy, hf_greedy, run_to_completion
+from tests.support.engine_helpers import engine_for, generated_ids, greedy, hf_greedy, run_to_completion
 
 TINY = {"llama": tiny_llama_hf, "gpt2": tiny_gpt2_hf, "qwen2": tiny_qwen2_hf, "qwen3": tiny_qwen3_hf}
 

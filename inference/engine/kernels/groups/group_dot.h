@@ -8,7 +8,7 @@
 // serves every row of the pass; one row stays bound by reading the weights.
 // Why two levels: one int8 level per group (llama.cpp's Q8_1) kept SmolLM2's greedy token on
 // 96.5% of teacher-forced positions against float32; the second level, the first one's rounding
-// error in steps of 1/128, makes the activations 15-bit (docs/performance.md, section 37).
+// error in steps of 1/128, makes the activations 15-bit (docs/performance-log.md, section 37).
 //
 // The packed layout (group_pack_weight): blocks of kGroupChannels = 16 output channels (the last
 // one padded with zero channels), each its groups one after the other, so a block is one

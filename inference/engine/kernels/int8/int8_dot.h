@@ -15,7 +15,7 @@ constexpr int64_t kGroup = 32;       // K elements of one channel stored togethe
 // channel 0, then of channel 1, ...; the K % kGroup elements left over follow the block's
 // groups, channel by channel. A block is then one sequential stream: interleaved rows were
 // four short streams that the hardware prefetcher never caught (13-17 GB/s here against
-// ~30 GB/s read sequentially, docs/performance.md section 25).
+// ~30 GB/s read sequentially, docs/performance-log.md section 25).
 constexpr int64_t kCacheLine = 64;
 
 inline int64_t packed_group_offset(int64_t k, int64_t c, int64_t count) { return k * count + c * kGroup; }

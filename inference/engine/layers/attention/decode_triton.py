@@ -1,7 +1,7 @@
 """Decode attention on CUDA by a Triton kernel that reads each sequence's K/V blocks where they
 lie in the pool, through its block table: no gathered copy (the gathered path reads and writes
 every context padded to the longest, ~3x the bytes), and shapes that do not depend on context
-lengths, so a decode step can be captured in a CUDA graph (decode_graphs.py).
+lengths, so a decode step can be captured in a CUDA graph (runner/decode_graphs.py).
 
 One program per (decode row, kv head) computes all the query heads of that kv head's group
 (GQA), walking the row's blocks with an online softmax in float32. The gathered path

@@ -7,7 +7,7 @@ that format. The formats:
 - `int4`: 4-bit groups of 32 (llama.cpp's Q4_1 / Q4_0), the lm_head in 8-bit groups (Q8_0),
   through our int8-activation kernel (groups.py). A Q4 GGUF's own format, so `auto` keeps it.
 - `q8_0`: 8-bit groups of 32 (llama.cpp's Q8_0), the same kernel. `auto` for a Q8_0 GGUF.
-- `gguf`: every tensor of a GGUF in its own type, read in place (gguf_weights.py): the k-quants,
+- `gguf`: every tensor of a GGUF in its own type, read in place (gguf/weights.py): the k-quants,
   Q5_0 / Q5_1 and IQ4 through the block kernel (blocks.py), Q4_0 / Q4_1 / Q8_0 as groups. `auto`
   for any other quantized GGUF (Q4_K_M, Q5_K_M, Q6_K, ... and their mixes).
 - `int8`: int8 per output channel with int16 activations (int8.py): on a CPU with AMX tiles.

@@ -7,11 +7,11 @@ products are the cost: the kernel (kernels/groups/group_linear.cpp, group_dot.h)
 activations as two int8 levels per group of 32 (15 bits: one level, llama.cpp's Q8_1, lost too
 many greedy tokens), so VNNI's byte dot products (or AVX2's vpmaddubsw) serve up to 12 rows from
 one unpacked weight register: at 32 rows a [3072 x 576] call took ~420 us against 726 with the
-earlier int16-activation kernel (docs/performance.md, section 37).
+earlier int16-activation kernel (docs/performance-log.md, section 37).
 
 Each row is rounded alone and its float operations run in a fixed order, so a request's output
 does not depend on its batch, and every ISA gives the same bits. A GGUF's own blocks are the
-levels, scales and minimums as they are (gguf_weights.py); from a float checkpoint they are
+levels, scales and minimums as they are (gguf/weights.py); from a float checkpoint they are
 quantized as llama.cpp quantizes, which gives a GGUF's de-quantized weights back exactly (a test).
 """
 

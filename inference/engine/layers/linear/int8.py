@@ -1,5 +1,5 @@
 """Weight-only int8 per output channel (MINIVLLM_QUANT=int8): the throughput mode on a CPU with AMX
-tiles, a latency mode elsewhere (docs/performance.md, sections 20 and 35).
+tiles, a latency mode elsewhere (docs/performance-log.md, sections 20 and 35).
 
 A decode step on CPU is bound by reading weights from memory; int8 weights halve the bytes
 of bf16 and quarter those of float32. Scales are per output channel and symmetric. Our kernel

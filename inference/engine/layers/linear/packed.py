@@ -1,7 +1,7 @@
 """float32 linears on CPU with weights packed once at load for the fastest GEMM this CPU has.
 
 A batched decode multiplies a few to a few dozen rows by a wide weight, where plain F.linear
-is slow. Which packed GEMM wins depends on the CPU (docs/performance.md, sections 14 and 22):
+is slow. Which packed GEMM wins depends on the CPU (docs/performance-log.md, sections 14 and 22):
 - Intel: MKL's packed SGEMM (`cblas_sgemm_compute`, what `mkl::_mkl_linear` calls), measured
   1.6-1.9x oneDNN at 8-32 rows on a Xeon. The packed layout does not depend on the row count,
   so the one packing serves every call: we pass each call's own row count as the "prepacked
@@ -16,7 +16,7 @@ Both are the ops torch's own compiler emits for CPU linears.
 bf16 GEMM: each call rounds its float32 rows to bf16 and its outputs come back as float32. The
 weight is reordered once into the blocked layout oneDNN's kernel reads: left in plain row-major
 order, its AMX kernel re-packed it on every call, half the speed at 1-32 rows on a Xeon with AMX
-for the same bits (docs/performance.md, section 33).
+for the same bits (docs/performance-log.md, section 33).
 
 oneDNN multiplies one row with another kernel than two or more, and on some CPUs (an EPYC with
 AVX-512, no AMX) that kernel sums in another order, in float32 and in bf16 alike, so a row alone

@@ -2,7 +2,7 @@
 
 Why timed, not fixed: asking for the weight lines 4 KB ahead made a pass over SmolLM2's int8
 weights ~30% faster on a 2-core Skylake Xeon whose cores each read ~8 GB/s, and ~35% slower on a
-Zen 4 EPYC whose hardware prefetcher already kept up (docs/performance.md sections 25 and 28).
+Zen 4 EPYC whose hardware prefetcher already kept up (docs/performance-log.md sections 25 and 28).
 No CPU flag tells the two apart. A pass takes 5-20 ms, so timing each candidate a few times,
 in alternation because these hosts are shared and noisy, costs well under a second at load.
 The choice changes speed only: every distance gives the same bits.

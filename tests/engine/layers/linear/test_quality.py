@@ -9,7 +9,7 @@ from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.layers.linear import bf16_weights_run_natively
 from inference.engine.loader import build_bundle
-from tests.engine.helpers import generated_ids, greedy, prefill_logits, run_to_completion
+from tests.support.engine_helpers import generated_ids, greedy, prefill_logits, run_to_completion
 
 NEEDS_AVX512_BF16 = pytest.mark.skipif(not bf16_weights_run_natively(), reason="MINIVLLM_QUANT=bf16 needs AVX512-BF16")
 

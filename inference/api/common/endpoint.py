@@ -1,0 +1,176 @@
+"""What every API's views share: the endpoint decorator (method, key, errors), the served model,
+submitting a job, and `serve`, the flow each generating endpoint runs."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import uuid
+from dataclasses import dataclass
+
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from ...engine.engine_state import ModelInfo
+from ...engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
+from ...serving import runtime, submission
+from ...serving.engine_client import EngineClient
+from ...serving.generation_input import GenerationInput
+from ...serving.jobs import guard_stream
+from ...serving.submission import PromptLimitError, RequestRecord
+from ..openai.stream_format import run_to_end
+from . import auth, key_limits, sse
+from .errors import ApiError, bad_request, internal_error_response
+from .tool_calls import active_tools
+
+
+def api_endpoint(*methods: str, public: bool = False, errors=ApiError.response):
+    """Method check (405 + Allow), API key check (401; not for `public` endpoints), CSRF
+    exemption, and errors rendered by `errors` (an ApiError -> response: OpenAI's shape unless the
+    API has its own). The caller lands in `request.api_caller`."""
+
+    def decorate(view):
+        @csrf_exempt
+        @functools.wraps(view)
+        async def wrapper(request, *args, **kwargs):
+            if request.method not in methods:
+                error = ApiError(405, f"method {request.method} is not allowed here; use {' or '.join(methods)}")
+                error.headers["Allow"] = ", ".join(methods)
+                return errors(error)
+            try:
+                request.api_caller = None if public else await auth.require_api_key(request)
+                return await view(request, *args, **kwargs)
+            except ApiError as exc:
+                return errors(exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                return internal_error_response(exc, errors)
+
+        return wrapper
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class Served:
+    """A request's engine client and the model it serves, fetched once per request."""
+
+    engine_client: EngineClient
+    info: ModelInfo
+
+    @property
+    def name(self) -> str:
+        return runtime.served_model_name(self.info) or "unknown"
+
+
+def ready_model() -> Served:
+    """The engine client, ready, and its ModelInfo; 503 otherwise."""
+    engine_client = runtime.get_engine_client()
+    info = engine_client.model_info if engine_client is not None and engine_client.ready else None
+    if info is None:
+        reason = "the engine has not been started" if engine_client is None else engine_client.not_ready_reason()
+        raise ApiError(503, f"the engine is not ready: {reason}", code="engine_not_ready", headers={"Retry-After": "5"})
+    return Served(engine_client, info)
+
+
+def resolve_model(requested: str | None, served: Served) -> str:
+    """The served model's id; an empty or absent name means it (vLLM's rule), any other must be one of its names."""
+    if requested and requested not in runtime.accepted_model_names(served.info, served.engine_client):
+        raise model_not_found(requested)
+    return served.name
+
+
+def model_not_found(name: str) -> ApiError:
+    return ApiError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
+
+
+async def start_job(request, served: Served, inp: GenerationInput, *, request_id: str, prompt, prompt_text: str, model: str):
+    """Submits to the engine (serving/submission.py); a refusal maps to its status and error code."""
+    record = RequestRecord(
+        request_id=request_id,
+        endpoint=inp.endpoint,
+        model=model,
+        client_address=request.META.get("REMOTE_ADDR") or "",
+        stream=inp.stream,
+        prompt=prompt_text,
+        messages=inp.messages,
+        caller=getattr(request, "api_caller", None),
+        extras={"tools": inp.tools.tools, "tool_choice": inp.tools.choice} if inp.tools is not None else {},
+        tools=active_tools(inp.tools),
+        reasoning=inp.reasoning,
+    )
+    prompt_param = "messages" if inp.messages is not None else "prompt"
+    try:
+        return await submission.submit(served.engine_client, served.info, record, inp, prompt)
+    except QueueFullError:
+        raise ApiError(
+            429,
+            "the server is at capacity (waiting queue is full); retry shortly",
+            code="queue_full",
+            headers={"Retry-After": "1"},
+        ) from None
+    except EngineNotReadyError as exc:
+        raise ApiError(503, f"the engine is not ready: {exc}", code="engine_not_ready", headers={"Retry-After": "5"}) from None
+    except PromptLimitError as exc:
+        raise bad_request(str(exc), param=prompt_param, code="prompt_too_long") from None
+    except PromptTooLongError as exc:
+        raise bad_request(str(exc), param=prompt_param, code="context_length_exceeded") from None
+    except SamplingParamsError as exc:
+        param = prompt_param if exc.param == "prompt" else exc.param
+        raise bad_request(exc.message, param=param) from None
+
+
+async def refuse_the_batch_if_one_is_refused(request, served: Served, inp, request_id: str, prompts, model: str) -> None:
+    """Every prompt of a batch is planned before any is queued: the first that cannot be is
+    submitted alone, so it is refused (and recorded) with its own reason, and none runs."""
+    for position, (prompt, text) in enumerate(prompts):
+        try:
+            submission.plan(served.info, prompt, inp)
+        except (*submission.REFUSALS, SamplingParamsError):
+            job = await start_job(
+                request, served, inp, request_id=f"{request_id}-{position}", prompt=prompt, prompt_text=text, model=model
+            )
+            await job.close()  # only if the engine changed in between: the batch goes ahead without it
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+async def serve(request, inp: GenerationInput, request_id: str, make_prompts, make_reply):
+    """The flow every generating API shares: readiness (503), model (404), per-key slot (429), one
+    job per prompt, then stream or wait. `make_prompts(info)` gives the (prompt, text) pairs;
+    `make_reply(served, model, request_id, prompts, jobs)` the API's reply, with `stream()` (SSE
+    bytes), `finish()` (the whole body, once every job has ended) and `failed()`. Several prompts get ids `<id>-<position>` (one history row each)."""
+    served = ready_model()
+    model = resolve_model(inp.model, served)
+    prompts = make_prompts(served.info)
+    slot = key_limits.acquire(request.api_caller)
+    jobs = []
+    try:
+        if len(prompts) > 1:
+            await refuse_the_batch_if_one_is_refused(request, served, inp, request_id, prompts, model)
+        try:
+            for position, (prompt, text) in enumerate(prompts):
+                job_id = request_id if len(prompts) == 1 else f"{request_id}-{position}"
+                jobs.append(
+                    await start_job(request, served, inp, request_id=job_id, prompt=prompt, prompt_text=text, model=model)
+                )
+            reply = make_reply(served, model, request_id, prompts, jobs)
+            if inp.stream:
+                stream = reply.stream()
+                for job in jobs:
+                    guard_stream(stream, job)
+                return sse.response(slot.hold(stream))
+        except BaseException:
+            for job in jobs:  # the batch is refused whole: the prompts already queued go too
+                await job.close()
+            raise
+        await run_to_end(jobs)
+    finally:
+        slot.release_unless_held()
+    failed = reply.failed()
+    if failed is not None:
+        raise ApiError(500, f"generation failed: {failed.error}", code="generation_failed")
+    return JsonResponse(await reply.finish())

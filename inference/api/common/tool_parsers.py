@@ -1,0 +1,392 @@
+"""Tool-call formats, one per model family: how the family's models write a call, how a reply is
+read back into calls, what a stream may show before it knows, and the grammar that forces the
+format when tool_choice is "required" or names a function.
+
+A chat model is trained to one format. SmolLM2, Qwen2 / 2.5 / 3 and Hermes write
+`<tool_call>{"name", "arguments"}</tool_call>`; Llama 3.1 to 3.3 write bare JSON objects
+`{"name", "parameters"}`, after `<|python_tag|>` or alone, `;` between several. The served
+model's format is chosen from its chat template (`tool_parser_for`), or named with
+MINIVLLM_TOOL_CALL_PARSER as vLLM's --tool-call-parser names it. Adding a family is one class
+here, one PARSERS line and its name in settings.TOOL_CALL_PARSERS (a test holds the two equal).
+
+Small models miss their format in a handful of ways: a fenced ```json block, a bare JSON object,
+a list of calls, `parameters` for `arguments`, a `<tool_call>` never closed. Every parser reads
+these near misses too (`near_miss_calls`), but only where the reply, or its tail after some text,
+is exactly such a call to an offered function whose arguments validate against its parameters;
+anything else (ordinary JSON, another function, arguments that do not fit) stays content.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping
+from typing import ClassVar
+
+import jsonschema
+import regex
+from django.conf import settings
+from referencing import Registry
+
+from ...engine.sample.json_schemas import grammar_schema
+from ...serving import runtime
+
+# (name, arguments) of one call as read from a reply
+Call = tuple[str, dict]
+# The request's functions: name -> parameters schema (None: any object)
+Functions = Mapping[str, dict | None]
+
+
+class ToolParser:
+    """One family's format. Subclasses say how a call is written, read and forced."""
+
+    name: ClassVar[str]
+    separator: ClassVar[str] = "\n"  # between calls, as the model writes several
+    # How to call, for the generic system prompt of templates without a tools section.
+    instructions: ClassVar[str]
+
+    def call_text(self, name: str, arguments: dict) -> str:
+        raise NotImplementedError
+
+    def calls_text(self, calls: list[Call]) -> str:
+        """An assistant turn's calls as the model writes them (sent back in the next turn)."""
+        return self.separator.join(self.call_text(name, arguments) for name, arguments in calls)
+
+    def call_rule(self, bodies: list[str]) -> str:
+        """The Lark rule `call`, given the alternatives for a call's JSON object."""
+        raise NotImplementedError
+
+    def call_schema(self, function: dict) -> dict:
+        """The JSON schema of one call to `function` in this format."""
+        raise NotImplementedError
+
+    def parse(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
+        """(content outside the calls or None, the calls to offered functions) from a whole reply:
+        the format's own calls, else a near miss (module docstring)."""
+        content, calls = self.parse_format(text, functions)
+        if calls:
+            return content, calls
+        return near_miss_calls(text, functions) or (text, [])
+
+    def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
+        """The calls written exactly in this format."""
+        raise NotImplementedError
+
+    def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
+        """For a stream: (how many leading characters of the reply so far are surely content,
+        whether a call has surely begun), given that its first `shown` characters were content.
+        What follows is held back: until the reply ends once a call has begun, else until the
+        next delta shows it is content."""
+        raise NotImplementedError
+
+    def grammar(self, functions: list[dict], most: int) -> str:
+        """Lark forcing between one and `most` calls, each to one of `functions` with arguments that
+        fit its parameter schema (llguidance's %json embeds each schema)."""
+        bodies = []
+        for function in functions:
+            schema = {**self.call_schema(function), "x-guidance": {"whitespace_flexible": False}}  # compact: no padding forever
+            bodies.append("%json " + json.dumps(schema))
+        separator = json.dumps(self.separator)
+        calls = " | ".join(f" {separator} ".join(["call"] * count) for count in range(1, most + 1))
+        return f"start: {calls}\n{self.call_rule(bodies)}"
+
+
+def _object_schema(function: dict, arguments_key: str) -> dict:
+    parameters = dict(function.get("parameters") or {"type": "object"})
+    # the parameters' definitions move to the call's root, where their "#/$defs/..." refs now point
+    # (unless the parameters are a resource of their own, with an $id their refs resolve against)
+    movable = "$id" not in parameters
+    definitions = {
+        key: parameters.pop(key) for key in ("$defs", "definitions") if movable and isinstance(parameters.get(key), dict)
+    }
+    return grammar_schema(
+        {
+            "type": "object",
+            "properties": {"name": {"const": function["name"]}, arguments_key: parameters},
+            "required": ["name", arguments_key],
+            "additionalProperties": False,
+            **definitions,
+        }
+    )
+
+
+def _tail_that_may_begin(text: str, marker: str) -> int:
+    """How many trailing characters of `text` are a proper prefix of `marker`."""
+    for n in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+class HermesToolParser(ToolParser):
+    """`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one per line (SmolLM2, Qwen, Hermes)."""
+
+    name = "hermes"
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"
+    CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
+    instructions = (
+        "To call one or more of them, reply with one line per call, each exactly\n"
+        '<tool_call>{"name": <function name>, "arguments": <arguments as a JSON object>}</tool_call>\n'
+        "and nothing else."
+    )
+
+    def call_text(self, name: str, arguments: dict) -> str:
+        return f"{self.OPEN}{json.dumps({'name': name, 'arguments': arguments})}{self.CLOSE}"
+
+    def call_schema(self, function: dict) -> dict:
+        return _object_schema(function, "arguments")
+
+    def call_rule(self, bodies: list[str]) -> str:
+        return f'call: "{self.OPEN}" body "{self.CLOSE}"\nbody: ' + " | ".join(bodies)
+
+    def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
+        calls, content = [], text
+        for match in self.CALL.finditer(text):
+            call = _call_object(match.group(1), functions, "arguments")
+            if call is not None:
+                calls.append(call)
+                content = content.replace(match.group(0), "", 1)
+        last = content.rfind(self.OPEN)
+        if last != -1 and self.CLOSE not in content[last:]:  # a call never closed, at the end of the reply
+            unclosed = _exact_calls(content[last + len(self.OPEN) :], functions)
+            if unclosed:
+                calls, content = calls + unclosed, content[:last]
+        if not calls:
+            return text, []
+        return content.strip() or None, calls
+
+    def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
+        at = text.find(self.OPEN, shown)  # what was shown holds no start of a call: search on from there
+        if at != -1:
+            return _before_blanks(text, at, shown), True
+        held = near_miss_start(text, shown)
+        return min(held, _before_blanks(text, len(text) - _tail_that_may_begin(text, self.OPEN), shown)), False
+
+
+class Llama3JsonToolParser(ToolParser):
+    """Llama 3.1-3.3's JSON calls: the reply is `{"name": ..., "parameters": {...}}` (optionally
+    after `<|python_tag|>`), several separated by `;`. A reply that starts otherwise is content."""
+
+    name = "llama3_json"
+    TAG = "<|python_tag|>"
+    separator = "; "
+    instructions = (
+        "To call one or more of them, reply with only the calls, each a JSON object\n"
+        '{"name": <function name>, "parameters": <arguments as a JSON object>}\n'
+        "separated by '; ', and nothing else."
+    )
+
+    def call_text(self, name: str, arguments: dict) -> str:
+        return json.dumps({"name": name, "parameters": arguments})
+
+    def call_schema(self, function: dict) -> dict:
+        return _object_schema(function, "parameters")
+
+    def call_rule(self, bodies: list[str]) -> str:
+        return "call: " + " | ".join(bodies)
+
+    def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
+        rest = text.strip()
+        if rest.startswith(self.TAG):
+            rest = rest[len(self.TAG) :].lstrip()
+        if not rest.startswith("{"):
+            return text, []
+        decoder, calls = json.JSONDecoder(), []
+        while rest:
+            try:
+                value, end = decoder.raw_decode(rest)
+            except (ValueError, RecursionError):
+                return text, []  # not wholly calls: the reply is content, as vLLM reads it
+            call = _call_value(value, functions, ("parameters",))
+            if call is None:
+                return text, []
+            calls.append(call)
+            rest = rest[end:].lstrip().removeprefix(";").lstrip()
+        return None, calls
+
+    def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
+        if not shown:
+            start = text.lstrip()
+            if not start:
+                return 0, False  # leading blanks wait: a call may follow them
+            if start.startswith("{") or start.startswith(self.TAG):
+                return 0, True  # its own format, one call or several: held to the end
+            if self.TAG.startswith(start):
+                return 0, False
+        return near_miss_start(text, shown), False
+
+
+def _call_object(text: str, functions: Functions, *argument_keys: str) -> Call | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return _call_value(value, functions, argument_keys)
+
+
+def _names_an_offered_function(value, functions: Functions) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("name"), str) and value["name"] in functions
+
+
+def _call_value(value, functions: Functions, argument_keys) -> Call | None:
+    """(name, arguments) when `value` is a call to an offered function with an object of arguments
+    under one of `argument_keys` (the format's own: not checked against the parameters)."""
+    if not _names_an_offered_function(value, functions):
+        return None
+    key = next((k for k in argument_keys if k in value), None)
+    if key is None and any(k in value for k in ("arguments", "parameters")):
+        return _valid_call(value, functions)  # the other key than the format's: a near miss, checked
+    arguments = value[key] if key else {}
+    return (value["name"], arguments) if isinstance(arguments, dict) else None
+
+
+def _valid_call(value, functions: Functions) -> Call | None:
+    """A near-miss call: exactly {"name", "arguments" or "parameters"} naming an offered function,
+    whose arguments (an object, or a string holding one) validate against its parameters."""
+    if not _names_an_offered_function(value, functions):
+        return None
+    keys = set(value) - {"name"}
+    if len(keys) > 1 or not keys <= {"arguments", "parameters"}:
+        return None
+    arguments = value[keys.pop()] if keys else {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return (value["name"], arguments) if _arguments_fit(functions[value["name"]] or {"type": "object"}, arguments) else None
+
+
+PATTERN_TIMEOUT_S = 0.05  # a client's pattern is matched on the event loop: never for long
+NO_RETRIEVAL = Registry()  # a client's $ref to a URL or a file is never fetched: it is unresolvable
+
+
+def _pattern(validator, pattern, instance, schema):
+    """jsonschema's `pattern`, matched by `regex` with a timeout (a client's pattern could
+    backtrack for ever under `re`; `regex` also reads the \\p{...} classes JSON schemas use)."""
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        matched = regex.search(pattern, instance, timeout=PATTERN_TIMEOUT_S) is not None
+    except (regex.error, TimeoutError):
+        matched = False
+    if not matched:
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.cache
+def _validator_class(base):
+    return jsonschema.validators.extend(base, {"pattern": _pattern})
+
+
+def _arguments_fit(schema: dict, arguments: dict) -> bool:
+    """Whether a near miss's arguments validate against the function's parameters. Any failure to
+    check (a schema jsonschema refuses, an unknown type, a ref it may not fetch) means no: a near
+    miss is never taken on trust."""
+    try:
+        validator = _validator_class(jsonschema.validators.validator_for(schema))
+        return validator(schema, registry=NO_RETRIEVAL).is_valid(arguments)
+    except Exception:
+        return False
+
+
+FENCE = re.compile(r"```[\w-]*[ \t]*\n?(.*?)\n?[ \t]*```\s*\Z", re.S)
+# where a near-miss call may begin: a fence, an object, a list, or the start of a fence at the very end
+CANDIDATE = re.compile(r"```|[{\[]|`{1,2}\Z")
+
+
+def _exact_calls(text: str, functions: Functions) -> list[Call]:
+    """The calls when `text` (trimmed) is exactly a call, a list of calls, or either fenced; else []."""
+    text = text.strip()
+    fenced = FENCE.fullmatch(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    values = value if isinstance(value, list) else [value]
+    calls = [_valid_call(item, functions) for item in values]
+    return calls if calls and all(calls) else []
+
+
+def near_miss_calls(text: str, functions: Functions) -> tuple[str | None, list[Call]] | None:
+    """(the text before, the calls) where the reply or its tail is exactly a near-miss call; else None."""
+    for candidate in CANDIDATE.finditer(text):
+        calls = _exact_calls(text[candidate.start() :], functions)
+        if calls:
+            return text[: candidate.start()].strip() or None, calls
+    return None
+
+
+def _may_become_calls(tail: str) -> bool:
+    """Whether a stream's tail, from a candidate start, may still end up exactly a near-miss call:
+    JSON that is unfinished, or finished with nothing after it (but a fence's close)."""
+    if tail.startswith("`"):
+        opening = re.match(r"`{1,3}[\w-]*[ \t]*\n?", tail)
+        inner = tail[opening.end() :]
+        if not tail.startswith("```"):
+            return True  # a fence still being opened
+        closing = inner.find("```")
+        if closing != -1:
+            return not inner[closing + 3 :].strip() and _may_become_calls(inner[:closing].strip())
+        return not inner.strip() or _may_become_calls(inner.lstrip())
+    try:
+        _, end = json.JSONDecoder().raw_decode(tail)
+    except json.JSONDecodeError as error:
+        return error.pos >= len(tail.rstrip()) or error.msg.startswith("Unterminated string")  # unfinished, not wrong
+    except RecursionError:
+        return False
+    rest = tail[end:].strip()
+    return not rest or "```".startswith(rest)
+
+
+def near_miss_start(text: str, shown: int = 0) -> int:
+    """For a stream: where, at or after `shown`, the first candidate that may still become a
+    near-miss call begins (held back until the reply ends); len(text) if none."""
+    for candidate in CANDIDATE.finditer(text, shown):
+        if _may_become_calls(text[candidate.start() :]):
+            return _before_blanks(text, candidate.start(), shown)
+    return _before_blanks(text, len(text), shown)
+
+
+def _before_blanks(text: str, at: int, shown: int) -> int:
+    """`at`, moved back over the blanks before it: a stream holds them until it knows whether a
+    call follows (the reply's content is trimmed around its calls), so both end the same."""
+    while at > shown and text[at - 1].isspace():
+        at -= 1
+    return at
+
+
+PARSERS: dict[str, type[ToolParser]] = {parser.name: parser for parser in (HermesToolParser, Llama3JsonToolParser)}
+
+
+# What a Llama 3 template says: 3.1 and 3.3 name the python tag; 3.2's lightweight models only ask
+# for {"name", "parameters"} objects.
+LLAMA3_MARKERS = (Llama3JsonToolParser.TAG, '"parameters": dictionary of argument name')
+
+
+def parser_for_template(template: str | None) -> ToolParser:
+    """The format a chat template teaches its model: Llama 3's JSON where the template speaks of
+    it, else the `<tool_call>` tags of SmolLM2, Qwen and Hermes (and of our generic prompt)."""
+    text = str(template or "")  # str: some tokenizers keep a dict of named templates
+    if any(marker in text for marker in LLAMA3_MARKERS):
+        return Llama3JsonToolParser()
+    return HermesToolParser()
+
+
+def tool_parser_for(tokenizer) -> ToolParser:
+    """The served model's parser: MINIVLLM_TOOL_CALL_PARSER when it names one, else its template's."""
+    named = settings.MINIVLLM_TOOL_CALL_PARSER
+    if named != "auto":
+        return PARSERS[named]()
+    return parser_for_template(getattr(tokenizer, "chat_template", None) if tokenizer is not None else None)
+
+
+def served_tool_parser() -> ToolParser:
+    """The served model's parser (the default before a model is loaded)."""
+    loaded = runtime.current_model_info()
+    return tool_parser_for(loaded.tokenizer if loaded else None)

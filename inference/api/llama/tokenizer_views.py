@@ -1,0 +1,109 @@
+"""POST /tokenize and /detokenize, in vLLM's shape and in llama.cpp's server's.
+
+vLLM: {"prompt": str | "messages": [...], "add_special_tokens"?, "add_generation_prompt"?} ->
+{"count", "max_model_len", "tokens"}; {"tokens": [...]} -> {"prompt"}. llama.cpp:
+{"content", "add_special"?, "with_pieces"?} -> {"tokens"} (ids, or {"id", "piece"} pairs);
+{"tokens"} -> {"content"}. GET /tokenizer_info: vLLM's description of the tokenizer (its special
+tokens and chat template), which remote-tokenizer clients such as lm-eval read. A prompt without an explicit special-token choice is tokenized by the
+engine's own rule (engine/prompt.py), so the count is the count a completion would hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import JsonResponse
+
+from ...engine.prompt import prompt_token_ids
+from ..common.chat_messages import parse_messages
+from ..common.chat_template import render as render_chat
+from ..common.endpoint import api_endpoint, ready_model, resolve_model
+from ..common.errors import bad_request
+from ..common.request_body import parse_json_body
+from ..common.sampling_fields import check_unknown_fields
+from ..common.tool_parsers import tool_parser_for
+
+TOKENIZE_FIELDS = {
+    "model",
+    "prompt",
+    "messages",
+    "add_special_tokens",
+    "add_generation_prompt",
+    "content",
+    "add_special",
+    "with_pieces",
+}
+DETOKENIZE_FIELDS = {"model", "tokens"}
+
+
+def _flag(body: dict, name: str) -> bool | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise bad_request(f"{name} must be a boolean", param=name)
+    return value
+
+
+def _encode(tokenizer, text: str, add_special: bool | None) -> list[int]:
+    if add_special is None:
+        return prompt_token_ids(tokenizer, text)
+    return list(tokenizer(text, add_special_tokens=add_special).input_ids)
+
+
+@api_endpoint("POST")
+async def tokenize(request):
+    body = parse_json_body(request)
+    check_unknown_fields(body, TOKENIZE_FIELDS)
+    served = ready_model()
+    resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, served)
+    tokenizer = served.info.tokenizer
+    given = [name for name in ("prompt", "messages", "content") if name in body]
+    if len(given) != 1:
+        raise bad_request("send exactly one of prompt, messages (vLLM) or content (llama.cpp)", param="prompt")
+    if given[0] == "content":  # llama.cpp's server
+        content = _text(body["content"], "content")
+        ids = _encode(tokenizer, content, bool(_flag(body, "add_special")))
+        if _flag(body, "with_pieces"):
+            return JsonResponse({"tokens": [{"id": i, "piece": tokenizer.decode([i])} for i in ids]})
+        return JsonResponse({"tokens": ids})
+    if given[0] == "messages":
+        messages = parse_messages(body["messages"], tool_parser_for(tokenizer))
+        text = render_chat(tokenizer, messages, add_generation_prompt=_flag(body, "add_generation_prompt") is not False)
+    else:
+        text = _text(body["prompt"], "prompt")
+    ids = _encode(tokenizer, text, _flag(body, "add_special_tokens"))
+    return JsonResponse({"count": len(ids), "max_model_len": served.info.max_model_len, "tokens": ids})
+
+
+@api_endpoint("POST")
+async def detokenize(request):
+    body = parse_json_body(request)
+    check_unknown_fields(body, DETOKENIZE_FIELDS)
+    served = ready_model()
+    resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, served)
+    ids = body.get("tokens")
+    vocab = served.info.vocab_size
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise bad_request("tokens must be a list of token ids", param="tokens")
+    if vocab and any(t < 0 or t >= vocab for t in ids):
+        raise bad_request(f"token ids must be in [0, {vocab})", param="tokens")
+    text = served.info.tokenizer.decode(ids)
+    return JsonResponse({"prompt": text, "content": text})  # vLLM's name and llama.cpp's
+
+
+def _text(value: Any, param: str) -> str:
+    if not isinstance(value, str):
+        raise bad_request(f"{param} must be a string", param=param)
+    return value
+
+
+@api_endpoint("GET", "HEAD")
+async def tokenizer_info(request):
+    """vLLM's GET /tokenizer_info: the special tokens, the chat template and the length limit."""
+    served = ready_model()
+    tokenizer = served.info.tokenizer
+    info = {"tokenizer_class": type(tokenizer).__name__, "model_max_length": served.info.max_model_len}
+    for name in ("eos_token", "bos_token", "pad_token", "unk_token"):
+        value = getattr(tokenizer, name, None)
+        info[name] = value if isinstance(value, str) else None
+    info["chat_template"] = getattr(tokenizer, "chat_template", None)
+    return JsonResponse(info)

@@ -1,0 +1,188 @@
+"""Our model built straight from a GGUF's own tensors (gguf/checkpoint.py), each linear in its own
+tensor's type: Q4_0 / Q4_1 / Q8_0 as GroupLinear (the file's levels, scales and minimums), the
+k-quant, 5-bit and IQ4 types as BlockLinear (the file's blocks re-packed for the block kernel),
+F16 / BF16 / F32 matrices as FloatLinear, a fused Q/K/V or gate/up of mixed types as PartsLinear; the embedding read from the file's rows;
+norms and biases copied as float32. No float32 copy of a weight exists at any point, and
+transformers de-quantizes nothing.
+
+Used when the chosen format keeps the checkpoint's blocks (`auto` on a quantized GGUF, or
+MINIVLLM_QUANT=int4 / q8_0 on a file of those groups) and the model family says where its tensors
+are (`gguf_layout`); otherwise the loader takes transformers' de-quantized weights instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import torch
+from torch import nn
+
+from ..layers.linear import GGUF_BLOCK_TYPES
+from ..layers.linear.base import RowKernelLinear
+from ..layers.linear.blocks import BlockLinear, FileEmbedding, FloatLinear, PartsLinear, pack_file_weights
+from ..layers.linear.groups import GroupLinear
+from ..layers.linear.prefetch import prefetch_for
+from ..models.no_init import WithoutWeightInit
+from . import packed_cache
+from .checkpoint import GROUPED_TYPES, GGUFCheckpoint
+
+FLOAT_TYPES = ("f16", "bf16", "f32")
+KERNELS = {**{t: "group" for t in GROUPED_TYPES}, **{t: "block" for t in GGUF_BLOCK_TYPES}, **{t: "float" for t in FLOAT_TYPES}}
+log = logging.getLogger("minivllm.engine")
+KEPT_FORMATS = ("int4", "q8_0", "gguf")  # the formats that keep a GGUF's own blocks (layers/linear/__init__.py)
+
+
+def can_build(model_class, hf_config, checkpoint: GGUFCheckpoint, fmt: str) -> bool:
+    """Whether `build` applies: a layout for this family, every matrix of a type our kernels read,
+    and a format that keeps them (int4 and q8_0 only for files of those groups, as before)."""
+    if fmt not in KEPT_FORMATS or hf_config.model_type not in getattr(model_class, "GGUF_ARCHITECTURES", ()):
+        return False
+    matrices = [e for e in checkpoint.tensors.values() if len(e.shape) == 2]
+    if not matrices or not all(e.type in KERNELS for e in matrices):
+        return False
+    if fmt == "gguf":
+        return True
+    wanted = ("q4_0", "q4_1", "q8_0") if fmt == "int4" else ("q8_0",)
+    return all(e.type in GROUPED_TYPES for e in matrices) and checkpoint.weight_type in wanted
+
+
+def build(
+    model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int, keep_packed: bool = True
+) -> tuple[nn.Module, Counter]:
+    """The model and, per tensor type, how many of its matrices each kernel runs ({"q4_k block": 112, ...}).
+    `keep_packed`: the packed weights from (and for) the file's packed cache (gguf/packed_cache.py)."""
+    with WithoutWeightInit():  # allocated, never written: untouched pages cost no memory, and each is replaced below
+        model = model_class(hf_config, max_positions=max_model_len)
+    linears, floats = model.gguf_layout()
+    grouped = any(
+        checkpoint.tensors[name].type in GROUPED_TYPES
+        for path, parts in linears.items()
+        if path.endswith(".weight")
+        for name, _ in parts
+    )
+    if grouped:  # read whole below, as GroupLinears
+        checkpoint.populate()
+    kernels_used: Counter = Counter()
+    specs: list = []  # the block and float weights, packed together below
+    plans = {}
+    for path, parts in linears.items():
+        if path.endswith(".weight"):
+            bias_parts = linears.get(path.removesuffix(".weight") + ".bias")
+            bias = _float_rows(checkpoint, bias_parts) if bias_parts and bias_parts[0][0] in checkpoint.tensors else None
+            plans[path.removesuffix(".weight")] = (_plan(checkpoint, parts, kernels_used, specs), bias)
+    packed = _packed(checkpoint, specs, populated=grouped, keep=keep_packed)
+    for path, (runs, bias) in plans.items():
+        _set(model, path, _linear(runs, packed, bias))
+    for path, name in floats.items():
+        _set(model, path, nn.Parameter(checkpoint.float_tensor(name), requires_grad=False))
+    _set_rope_factors(model, checkpoint)
+    table = checkpoint.tensors["token_embd.weight"]
+    if model.cfg.tie_word_embeddings and isinstance(model.lm_head, GroupLinear):
+        model.embed_tokens = model.lm_head.embedding()  # the packed rows serve lookups: no file page stays resident
+    else:
+        model.embed_tokens = FileEmbedding(checkpoint.raw_tensor("token_embd.weight"), table.shape[1], table.type)
+    prefetch_for([m for m in model.modules() if isinstance(m, (GroupLinear, BlockLinear, FloatLinear))])
+    checkpoint.release_pages()  # the packed copies are what the model reads from now on
+    return model.eval(), kernels_used
+
+
+def _plan(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], kernels_used: Counter, specs: list) -> list:
+    """A linear's runs of neighbouring tensors of one type (each packed as one weight): a GroupLinear
+    built now (Q4_0 / Q4_1 / Q8_0; all of them one GroupLinear), or where its packed weight will be in
+    `specs` (appended here) with the linear's class and shape."""
+    types = [checkpoint.tensors[name].type for name, _ in parts]
+    for kind in types:
+        kernels_used[f"{kind} {KERNELS[kind]}"] += 1
+    if all(kind in GROUPED_TYPES for kind in types):
+        return [_group_linear(checkpoint, parts, None)]
+    runs: list[list[tuple[str, int | None]]] = []
+    for part, kind in zip(parts, types):
+        if runs and checkpoint.tensors[runs[-1][0][0]].type == kind:
+            runs[-1].append(part)
+        else:
+            runs.append([part])
+    return [_run_plan(checkpoint, run, specs) for run in runs]
+
+
+def _run_plan(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]], specs: list):
+    kind = checkpoint.tensors[run[0][0]].type
+    if kind in GROUPED_TYPES:
+        return _group_linear(checkpoint, run, None)
+    orders, first = [], 0  # each part's rows in our order, as indices into the run's rows
+    for name, heads in run:
+        rows = checkpoint.tensors[name].shape[0]
+        orders.append(first + (_uninterleave_rows(rows, heads) if heads is not None else torch.arange(rows)))
+        first += rows
+    order = torch.cat(orders) if any(heads is not None for _, heads in run) else None
+    columns = checkpoint.tensors[run[0][0]].shape[1]
+    specs.append(([checkpoint.raw_tensor(name) for name, _ in run], columns, kind, order, [name for name, _ in run]))
+    return (FloatLinear if kind in FLOAT_TYPES else BlockLinear, len(specs) - 1, first, columns, kind)
+
+
+def _packed(checkpoint: GGUFCheckpoint, specs: list, populated: bool, keep: bool) -> list[torch.Tensor]:
+    """The block and float weights: mapped from the packed cache of an earlier start, else packed
+    from the file (and cached for the next start)."""
+    cache = None
+    if specs and keep:
+        keys = [packed_cache.spec_key(spec[4], *spec[1:4]) for spec in specs]
+        cache = packed_cache.PackedCache(checkpoint.cache, checkpoint.path, keys)
+        mapped = cache.load()
+        if mapped is not None:
+            log.info("packed weights read from %s", cache.folder / cache.file_name)
+            return mapped
+    if not populated:
+        checkpoint.populate()
+    packed = pack_file_weights([spec[:4] for spec in specs])
+    if cache is not None:
+        cache.save_later(packed)
+    return packed
+
+
+def _linear(runs: list, packed: list[torch.Tensor], bias) -> RowKernelLinear:
+    linears = [run if isinstance(run, nn.Module) else run[0](packed[run[1]], *run[2:]) for run in runs]
+    if len(linears) == 1:
+        linears[0].bias = bias
+        return linears[0]
+    return PartsLinear(linears, bias)
+
+
+def _group_linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], bias) -> GroupLinear:
+    pieces, bits = [], set()
+    for name, heads in parts:
+        levels, scales, minimums, piece_bits = checkpoint.groups(name)
+        if heads is not None:
+            order = _uninterleave_rows(levels.shape[0], heads)
+            levels, scales, minimums = levels[order], scales[order], minimums[order]
+        pieces.append((levels, scales, minimums))
+        bits.add(piece_bits)
+    levels, scales, minimums = (torch.cat(column) for column in zip(*pieces))
+    # a fused Q/K/V of 4- and 8-bit tensors goes 8-bit: a 4-bit level is an 8-bit level of the same value
+    return GroupLinear(levels, scales, minimums, max(bits), bias)
+
+
+def _float_rows(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]]) -> torch.Tensor:
+    """Float vectors (biases) of the parts, concatenated in our row order."""
+    pieces = []
+    for name, heads in parts:
+        values = checkpoint.float_tensor(name)
+        pieces.append(values[_uninterleave_rows(len(values), heads)] if heads is not None else values)
+    return torch.cat(pieces)
+
+
+def _set_rope_factors(model: nn.Module, checkpoint: GGUFCheckpoint) -> None:
+    """Llama 3.x files keep their rope scaling as per-frequency factors (`rope_freqs.weight`, as
+    llama.cpp's converter writes it): each frequency is divided by its factor."""
+    if "rope_freqs.weight" in checkpoint.tensors and hasattr(model, "rotary"):
+        model.rotary.scale_frequencies(checkpoint.float_tensor("rope_freqs.weight"))
+
+
+def _uninterleave_rows(rows: int, heads: int) -> torch.Tensor:
+    """The row order HF's GGUF reader gives Q or K: llama.cpp stored each head's two rotary halves interleaved."""
+    half = rows // heads // 2
+    return torch.arange(rows).reshape(heads, half, 2).transpose(1, 2).reshape(rows)
+
+
+def _set(model: nn.Module, path: str, value) -> None:
+    parent_path, _, name = path.rpartition(".")
+    setattr(model.get_submodule(parent_path) if parent_path else model, name, value)

@@ -1,0 +1,257 @@
+"""Speculative decoding's proposer and its policy: which running sequences guess their next tokens
+this step, and how many.
+
+At a few streams a decode step costs one pass over the weights whatever its row count, so a step
+that also verifies k guessed tokens costs little more than a plain one, and every accepted guess is
+a token for free. Guesses come from the sequence itself (an n-gram lookup in its prompt and output,
+engine/spec_decode/ngram_index.py) or, first, from the request's own prediction (OpenAI's Predicted Outputs:
+the text the reply will mostly repeat). The engine verifies them (engine.py, `_verify`).
+
+Guessing pays only where it is cheap and right, and `auto` decides both from measurements, not from
+constants tuned on one machine:
+- cost: per batch size (a power-of-two bucket of decoding sequences), the loop times decode-only
+  steps with and without drafts. A draft row pays when its chance of being accepted exceeds
+  B x (marginal time of a row) / (step time without drafts): one more row costs its time and
+  yields that chance of a token, against B tokens per step. At one stream that threshold is a few
+  percent; once a step is compute-bound it nears one and speculation switches itself off.
+- acceptance: each sequence keeps a running estimate `alpha` of how often its guesses are right; the
+  i-th guessed token is proposed while alpha^i exceeds the threshold. A sequence whose guesses stop
+  paying stops guessing, save one guess after a wait (in its own tokens) that doubles each time, by
+  which it notices when its text turns repetitive again.
+`ngram` speculates whenever the lookup finds something (no cost model); `off` never does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ngram_index import NgramIndex
+
+SPEC_MODES = ("auto", "off", "ngram")
+
+PRIOR_ACCEPTANCE = 0.5  # a new sequence's estimate before its first verification
+ACCEPTANCE_RATE = 0.15  # weight of each verified position in the running estimate
+COST_RATE = 0.2  # weight of each step's time in the per-bucket averages
+SAMPLES_BEFORE_TRUSTED = 4  # steps each arm of a bucket needs before its cost is used
+REFRESH_EVERY = 256  # a bucket's steps between re-measurements of the arm it does not use
+PREDICTION_SLACK = 256  # prediction tokens kept beyond twice max_tokens
+BACKOFF_MIN, BACKOFF_MAX = 8, 256  # tokens a sequence writes before a probing guess, doubling
+
+
+@dataclass
+class SequenceSpeculation:
+    """One sequence's speculation state and counts (reported in usage and the history row)."""
+
+    index: NgramIndex
+    prediction: list[int] | None = None
+    prediction_index: NgramIndex | None = None
+    acceptance: float = PRIOR_ACCEPTANCE
+    idle_until: int = 0  # the step before which it does not guess (its guesses stopped paying)
+    backoff: int = BACKOFF_MIN
+    draft: list[int] = field(default_factory=list)  # this step's guesses
+    draft_from_prediction: bool = False
+    proposed: int = 0
+    accepted: int = 0
+    prediction_proposed: int = 0
+    prediction_accepted: int = 0
+
+
+@dataclass
+class _Arm:
+    """Running averages of one kind of decode-only step in one bucket."""
+
+    seconds: float = 0.0
+    draft_rows: float = 0.0
+    samples: int = 0
+
+    def add(self, seconds: float, draft_rows: int) -> None:
+        rate = 1.0 if self.samples == 0 else COST_RATE
+        self.seconds += rate * (seconds - self.seconds)
+        self.draft_rows += rate * (draft_rows - self.draft_rows)
+        self.samples += 1
+
+
+@dataclass
+class _Bucket:
+    plain: _Arm = field(default_factory=_Arm)
+    drafted: _Arm = field(default_factory=_Arm)
+    steps: int = 0
+    probes: dict = field(default_factory=lambda: {"plain": 0, "drafted": 0})  # first measurements tried
+
+    def threshold(self, decoding: int) -> float:
+        """The acceptance chance above which one more draft row pays: 1 (none) until both arms are
+        measured, when only the probes guess."""
+        if self.plain.samples < SAMPLES_BEFORE_TRUSTED or self.drafted.samples < SAMPLES_BEFORE_TRUSTED:
+            return 1.0
+        row = max(self.drafted.seconds - self.plain.seconds, 0.0) / max(self.drafted.draft_rows, 1e-9)
+        return min(1.0, decoding * row / max(self.plain.seconds, 1e-9))
+
+    def probe(self) -> str | None:
+        """Which arm this step must measure: each until it has its samples (a bounded number of
+        tries: steps that also prefill do not count, and a busy server may have few others), then
+        each now and then."""
+        self.steps += 1
+        for name, arm in (("plain", self.plain), ("drafted", self.drafted)):
+            first = arm.samples < SAMPLES_BEFORE_TRUSTED and self.probes[name] < 4 * SAMPLES_BEFORE_TRUSTED
+            if first and self.steps % 2 == (name == "plain"):
+                self.probes[name] += 1
+                return name
+        if self.steps % REFRESH_EVERY == 0:
+            return "plain"
+        if self.steps % REFRESH_EVERY == REFRESH_EVERY // 2:
+            return "drafted"
+        return None
+
+
+class Speculator:
+    """Sets `seq.spec.draft` on the sequences that guess this step, learns from how it went."""
+
+    def __init__(self, mode: str = "auto", max_tokens: int = 8, min_n: int = 2, max_n: int = 4):
+        if mode not in SPEC_MODES:
+            raise ValueError(f"speculative must be one of {', '.join(SPEC_MODES)}, got {mode!r}")
+        self.mode = mode
+        self.max_tokens = max_tokens
+        self.min_n, self.max_n = min_n, max_n
+        self.buckets: dict[int, _Bucket] = {}
+        self._step_kind: tuple[int, bool] | None = None  # (bucket, drafted) of the step being timed
+        self.verification_steps = 0  # sequence-steps that verified guesses
+        self.verified_tokens = 0  # tokens those produced (accepted guesses plus the sampled one)
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off" and self.max_tokens > 0
+
+    def attach(self, seq, prediction: list[int] | None) -> None:
+        """Gives a new sequence its lookup index (over its own tokens) and its prediction's."""
+        seq.spec = SequenceSpeculation(NgramIndex(seq.token_ids, self.min_n, self.max_n))
+        if prediction:  # no reply needs more of it than it can write (and a little to find its place again)
+            limit = 2 * (seq.params.max_tokens or len(prediction)) + PREDICTION_SLACK
+            seq.spec.prediction = list(prediction[:limit])
+            seq.spec.prediction_index = NgramIndex(seq.spec.prediction, self.min_n, self.max_n)
+
+    # -- proposing -------------------------------------------------------------------------
+
+    def propose(self, running: list, max_model_len: int) -> None:
+        """Chooses this step's drafts among the running sequences about to decode."""
+        decoding = [seq for seq in running if _decodes_next(seq)]
+        for seq in running:
+            if seq.spec is not None:
+                seq.spec.draft = []
+        self._step_kind = None
+        if not self.enabled or not decoding:
+            return
+        bucket_id = len(decoding).bit_length()
+        bucket = self.buckets.setdefault(bucket_id, _Bucket())
+        probe = bucket.probe() if self.mode == "auto" else None
+        threshold = 0.0 if probe == "drafted" or self.mode == "ngram" else bucket.threshold(len(decoding))
+        drafted = False
+        if probe != "plain" and threshold < 1.0:
+            for seq in decoding:
+                drafted |= self._propose_one(seq, threshold, max_model_len)
+        self._step_kind = (bucket_id, drafted)
+
+    def _propose_one(self, seq, threshold: float, max_model_len: int) -> bool:
+        spec = seq.spec
+        if spec is None or not _may_speculate(seq):
+            return False
+        room = max_model_len - len(seq)
+        if seq.params.max_tokens is not None:
+            room = min(room, seq.params.max_tokens - seq.num_output_tokens)
+        wanted = min(self.max_tokens, room - 1)  # the step samples one token past the guesses
+        if wanted <= 0:
+            return False
+        if self.mode == "auto":
+            worth = 0
+            while worth < wanted and spec.acceptance ** (worth + 1) > threshold:
+                worth += 1
+            if worth == 0:  # its guesses do not pay now: one guess now and then, to notice when they would
+                if len(seq) < spec.idle_until or threshold >= PRIOR_ACCEPTANCE:
+                    return False
+                spec.idle_until = len(seq) + spec.backoff
+                spec.backoff = min(spec.backoff * 2, BACKOFF_MAX)
+                worth = 1
+            wanted = min(wanted, worth)
+        draft, from_prediction = self._lookup(seq, wanted)
+        if draft and seq.active_matcher is not None:
+            draft = draft[: seq.matcher.validate_tokens(draft)]  # a guess the grammar forbids is never proposed
+        if not draft:
+            return False
+        spec.draft, spec.draft_from_prediction = draft, from_prediction
+        return True
+
+    def _lookup(self, seq, k: int) -> tuple[list[int], bool]:
+        """The guesses: the prediction's continuation first, then the sequence's own n-grams."""
+        spec = seq.spec
+        if spec.prediction is not None:
+            output = seq.output_token_ids
+            if spec.prediction[: len(output)] == output:  # the reply follows the prediction so far
+                draft = spec.prediction[len(output) : len(output) + k]
+            else:
+                draft = spec.prediction_index.propose(k, suffix=seq.token_ids)
+            if draft:
+                return draft, True
+        return spec.index.propose(k), False
+
+    # -- learning ---------------------------------------------------------------------------
+
+    def record(self, seq, accepted: int, written: int) -> None:
+        """After a verification of `seq.spec.draft`: `accepted` of its guesses were right, and the
+        sequence wrote `written` tokens (fewer than accepted + 1 where it finished among them: the
+        counts report what was written, the estimate learns from every right guess)."""
+        spec = seq.spec
+        proposed, taken = len(spec.draft), min(accepted, written)
+        spec.proposed += proposed
+        spec.accepted += taken
+        if spec.draft_from_prediction:
+            spec.prediction_proposed += proposed
+            spec.prediction_accepted += taken
+        self.num_draft_tokens += proposed
+        self.num_accepted_tokens += taken
+        self.verification_steps += 1
+        self.verified_tokens += written
+        outcomes = [1.0] * accepted + ([0.0] if accepted < proposed else [])
+        for outcome in outcomes:
+            spec.acceptance += ACCEPTANCE_RATE * (outcome - spec.acceptance)
+        if accepted == proposed:
+            spec.backoff = BACKOFF_MIN  # right again: a later lull is probed soon
+        spec.draft = []
+
+    def observe_step(self, seconds: float, had_prefill: bool, draft_rows: int) -> None:
+        """The last step's time, for its bucket's cost averages (decode-only steps only: a prefill
+        chunk's time says nothing about what a draft row costs)."""
+        kind, self._step_kind = self._step_kind, None
+        if kind is None or had_prefill:
+            return
+        bucket_id, drafted = kind
+        bucket = self.buckets[bucket_id]
+        if drafted and draft_rows:
+            bucket.drafted.add(seconds, draft_rows)
+        elif not drafted:
+            bucket.plain.add(seconds, 0)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    @property
+    def tokens_per_verification(self) -> float:
+        return self.verified_tokens / self.verification_steps if self.verification_steps else 0.0
+
+
+def _decodes_next(seq) -> bool:
+    """Running, its prompt computed, one token to compute: its next step is a decode."""
+    return seq.num_uncomputed_tokens == 1 and seq.num_computed_tokens > 0 and not seq.forks_left
+
+
+def _may_speculate(seq) -> bool:
+    """Whether guessed tokens can be verified exactly as they would be sampled one by one: not an
+    embedding, and not while a reasoning phase could change the row's mask between guesses (a
+    pending opening, a budget that forces the end marker, or a grammar waiting for the end)."""
+    if seq.params.pooling is not None:
+        return False
+    reasoning = seq.reasoning
+    if reasoning is None or not reasoning.active:
+        return True
+    return seq.matcher is None and reasoning.budget is None and not reasoning.pending

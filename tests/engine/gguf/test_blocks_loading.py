@@ -1,0 +1,147 @@
+"""GGUF files of k-quant mixes read in place: each linear keeps its tensor's type (a fused Q/K/V of
+Q4_K and Q6_K too), the model computes what transformers' float32 de-quantized model computes,
+for Llama (tied and untied, Llama 3 rope factors), Qwen2 (biases) and Qwen3 (Q/K norms); a file
+of an architecture we do not run, or a truncated one, gets a clear error."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+import torch
+
+from inference.engine.config import EngineConfig
+from inference.engine.engine import LLMEngine
+from inference.engine.errors import UnsupportedModelError
+from inference.engine.gguf import checkpoint as gguf_checkpoint
+from inference.engine.layers.linear.blocks import BlockLinear, FileEmbedding, PartsLinear
+from inference.engine.loader import ModelLoadError, load_model
+from tests.support.engine_helpers import prefill_logits
+from tests.support.gguf_files import write_block_gguf
+
+pytestmark = pytest.mark.real_model  # the embedded GGUF's tokenizer, parsed by transformers
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(gguf_checkpoint, "CACHE_ROOT", tmp_path / "cache")
+
+
+def hf_logits(path: str, ids: torch.Tensor) -> torch.Tensor:
+    """transformers' float32 model of the file's de-quantized weights. transformers ignores a Llama 3
+    file's `rope_freqs`; the reference divides its frequencies by them, as llama.cpp does."""
+    from transformers import AutoModelForCausalLM
+
+    folder, name = os.path.split(path)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    checkpoint = gguf_checkpoint.GGUFCheckpoint.open(path)
+    if "rope_freqs.weight" in checkpoint.tensors:
+        rotary = model.model.rotary_emb
+        rotary.inv_freq = rotary.inv_freq / checkpoint.float_tensor("rope_freqs.weight")
+    with torch.no_grad():
+        return model(ids[None]).logits[0]
+
+
+def row_errors(ours: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Each position's relative error. The activations go in as int8 per block (llama.cpp's scheme),
+    ~1-5% a position on these random models, more where one outlier sets a block's scale; a tensor
+    read in the wrong layout is off by ~100% everywhere."""
+    return (ours - reference).norm(dim=-1) / reference.norm(dim=-1)
+
+
+CASES = {  # name: (arch, write_block_gguf's keywords)
+    "llama q4_k_m tied": ("llama", {}),
+    "llama untied, llama3 rope factors": ("llama", {"tied": False, "rope_freqs": True}),
+    "qwen2 biases": ("qwen2", {}),
+    "qwen3 norms": ("qwen3", {}),
+    "every block type": (
+        "llama",
+        {
+            "types": {
+                "attn_q": "q5_k",
+                "attn_k": "q3_k",
+                "attn_output": "iq4_xs",
+                "ffn_gate": "q2_k",
+                "ffn_up": "q5_1",
+                "ffn_down": "iq4_nl",
+                "attn_v": "q5_0",
+                "token_embd": "q4_k",
+            }
+        },
+    ),
+    "group and block types in one fused projection": ("llama", {"types": {"attn_v": "q8_0", "ffn_up": "q4_0"}}),
+    "float16 matrices": (
+        "llama",
+        {"types": {k: "f16" for k in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up")}},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_model_computes_what_transformers_dequantized_model_computes(tmp_path, case, caplog):
+    arch, options = CASES[case]
+    path = write_block_gguf(tmp_path / "model.gguf", arch, **options)
+    with caplog.at_level(logging.INFO, logger="minivllm.engine"):
+        bundle = load_model(EngineConfig(model=path, device="cpu"))
+    assert bundle.weights_format == "gguf" and "tensors per type and kernel" in caplog.text
+    assert isinstance(bundle.model.embed_tokens, FileEmbedding)
+    assert not any(isinstance(m, torch.nn.Linear) for m in bundle.model.modules())  # every linear reads the file's blocks
+    engine = LLMEngine(EngineConfig(model=path, device="cpu", num_kv_blocks=16), bundle=bundle)
+    ids = torch.tensor(engine.tokenize("The quick brown fox jumps over the lazy dog, twice"))
+    errors = row_errors(prefill_logits(engine, ids), hf_logits(path, ids))
+    assert errors.median() < 0.1 and errors.mean() < 0.25, errors
+
+
+def test_a_file_we_cannot_read_in_place_falls_back_to_float32_weights(tmp_path):
+    """A bfloat16 model (or a family without a GGUF layout) takes transformers' de-quantized weights,
+    and `auto` keeps them as they come instead of asking for the file's blocks again."""
+    bundle = load_model(EngineConfig(model=write_block_gguf(tmp_path / "m.gguf"), device="cpu", dtype="bfloat16"))
+    assert bundle.weights_format == "none" and bundle.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="MINIVLLM_QUANT=gguf"):
+        load_model(EngineConfig(model=str(tmp_path / "m.gguf"), device="cpu", dtype="bfloat16", quantization="gguf"))
+
+
+def test_each_linear_keeps_its_own_tensor_type(tmp_path):
+    bundle = load_model(EngineConfig(model=write_block_gguf(tmp_path / "m.gguf"), device="cpu"))
+    layer = bundle.model.layers[0]
+    qkv = layer.self_attn.qkv_proj
+    assert isinstance(qkv, PartsLinear) and [p.kind for p in qkv.parts] == ["q4_k", "q6_k"]  # Q and K packed as one
+    assert [p.out_features for p in qkv.parts] == [256 + 128, 128]  # Q and K, then V
+    assert isinstance(layer.mlp.gate_up_proj, BlockLinear) and layer.mlp.gate_up_proj.kind == "q4_k"
+    assert layer.mlp.down_proj.kind == "q6_k" and bundle.model.lm_head.kind == "q6_k"
+    packed = sum(m.packed.nbytes for m in bundle.model.modules() if isinstance(m, BlockLinear))
+    in_file = sum(
+        e.nbytes
+        for n, e in gguf_checkpoint.GGUFCheckpoint.open(str(tmp_path / "m.gguf")).tensors.items()
+        if n != "token_embd.weight"
+    )
+    assert packed <= 1.05 * (in_file + bundle.model.embed_tokens.raw.nbytes)  # the tied output is packed once
+
+
+def test_an_architecture_we_do_not_run_is_named_at_load(tmp_path):
+    path = write_block_gguf(tmp_path / "m.gguf", "falcon")  # transformers reads its config; we run no Falcon
+    with pytest.raises(UnsupportedModelError, match="falcon"):
+        load_model(EngineConfig(model=path, device="cpu"))
+
+
+def test_a_truncated_file_is_a_clear_error(tmp_path):
+    path = write_block_gguf(tmp_path / "m.gguf")
+    data = open(path, "rb").read()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match="cut.gguf"):
+        load_model(EngineConfig(model=str(cut), device="cpu"))
+
+
+@pytest.mark.parametrize("types", [{}, {"attn_q": "f16", "ffn_up": "bf16"}], ids=["q4_k_m", "16-bit"])
+def test_no_float32_copy_of_a_weight_stays_referenced(tmp_path, types):
+    from tests.engine.gguf.test_weights import large_float32_tensors
+
+    path = write_block_gguf(tmp_path / "m.gguf", types=types)
+    smallest_matrix = 128 * 256  # K/V's rows times the hidden size
+    before = large_float32_tensors(smallest_matrix)
+    bundle = load_model(EngineConfig(model=path, device="cpu"))
+    rotary = {bundle.model.rotary.cos.data_ptr(), bundle.model.rotary.sin.data_ptr()}
+    new = {ptr: shape for ptr, shape in large_float32_tensors(smallest_matrix).items() if ptr not in before and ptr not in rotary}
+    assert not new, list(new.values())

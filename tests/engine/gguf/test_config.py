@@ -1,0 +1,60 @@
+"""A GGUF's config rebuilt from the fast metadata reader is exactly the config transformers' legacy
+gguf-py parse gives, for every family we serve, and the fast path is lent to transformers only
+inside the block that asks for it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from inference.engine.gguf.config import SERVED_ARCHITECTURES, config_dict, fast_gguf_config
+from inference.engine.loader import embedded_model_source
+from tests.support.gguf_files import write_block_gguf
+
+pytestmark = pytest.mark.real_model  # the embedded GGUF's tokenizer fields, in every file written here
+
+
+def legacy_config(path: str) -> dict:
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    return load_gguf_checkpoint(path, return_tensors=False)["config"]
+
+
+def fast_config(path: str) -> dict:
+    from transformers.integrations.gguf import read_gguf_metadata
+
+    return config_dict(*read_gguf_metadata(path))
+
+
+@pytest.mark.parametrize(
+    "arch, options",
+    [("llama", {}), ("llama", {"tied": False, "rope_freqs": True}), ("qwen2", {}), ("qwen3", {"tied": False})],
+    ids=["llama-tied", "llama3-untied", "qwen2", "qwen3-untied"],
+)
+def test_the_config_equals_the_legacy_parse(tmp_path, arch, options):
+    path = write_block_gguf(tmp_path / "m.gguf", arch, **options)
+    fast = fast_config(path)
+    assert fast == legacy_config(path)
+    assert fast["model_type"] == arch and fast["tie_word_embeddings"] is options.get("tied", True)
+
+
+def test_the_embedded_models_config_equals_the_legacy_parse():
+    source = embedded_model_source()
+    path = os.path.join(source.path, source.gguf_file)
+    assert fast_config(path) == legacy_config(path)
+
+
+def test_transformers_takes_the_fast_path_only_inside_the_block(tmp_path):
+    from transformers import AutoConfig
+    from transformers.integrations.gguf import GGUF_CONFIG_ARCHS
+
+    write_block_gguf(tmp_path / "m.gguf", "qwen2")
+    with fast_gguf_config("qwen2"):
+        assert "qwen2" in GGUF_CONFIG_ARCHS
+        inside = AutoConfig.from_pretrained(str(tmp_path), gguf_file="m.gguf")
+    assert not set(SERVED_ARCHITECTURES) & set(GGUF_CONFIG_ARCHS)
+    outside = AutoConfig.from_pretrained(str(tmp_path), gguf_file="m.gguf")  # the legacy parse
+    assert inside.to_dict() == outside.to_dict()
+    with fast_gguf_config("falcon"):  # not ours to serve: transformers keeps its own reading
+        assert "falcon" not in GGUF_CONFIG_ARCHS

@@ -1,0 +1,164 @@
+"""The embedded SmolLM2's real weights requantized by llama.cpp's own `llama-quantize` to the mixes
+people download (Q4_K_M, Q5_K_M, Q6_K, Q8_0): teacher-forced greedy tokens agree with transformers'
+float32 model of the same de-quantized weights on >= 95% of positions, and with llama.cpp's
+llama-server on the same file on >= 90%.
+
+llama-quantize and llama-server are built by `make bench` (bench/llama_server.py, ~6 min, once, in
+~/.cache/minivllm/llama.cpp); where they have not been built these tests say so and skip.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from bench.llama_server import CRASHES, LlamaServer, binary_path
+from inference.engine.config import EngineConfig
+from inference.engine.engine import LLMEngine
+from inference.engine.gguf import checkpoint as gguf_checkpoint
+from inference.engine.loader import embedded_model_source
+from tests.engine.layers.linear.test_quality import PROMPTS
+from tests.support.engine_helpers import generated_ids, greedy, prefill_logits, run_to_completion
+
+pytestmark = pytest.mark.real_model
+
+MIXES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0")
+PROMPT_COUNT, POSITIONS = 10, 32  # 320 teacher-forced positions a file
+
+
+@pytest.fixture(scope="module")
+def quantizer():
+    """llama.cpp's llama-quantize, checked before anything else runs: without it every test here skips at once."""
+    binary = binary_path("native").parent / "llama-quantize"
+    if not binary.is_file():
+        pytest.skip("llama.cpp's llama-quantize is not built here (make bench builds it)")
+    return binary
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_cache(tmp_path_factory):
+    """The requantized files' parsed config and tokenizer go to a cache of this module's own, not ~/.cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf_checkpoint, "CACHE_ROOT", tmp_path_factory.mktemp("cache"))
+        yield
+
+
+@pytest.fixture(scope="module")
+def requantized(tmp_path_factory, quantizer):
+    folder, made = tmp_path_factory.mktemp("requantized"), {}
+
+    def get(mix: str) -> str:
+        if mix not in made:
+            source = embedded_model_source()
+            out = folder / f"smollm2-{mix}.gguf"
+            subprocess.run(
+                [str(quantizer), "--allow-requantize", os.path.join(source.path, source.gguf_file), str(out), mix],
+                check=True,
+                capture_output=True,
+            )
+            made[mix] = str(out)
+        return made[mix]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def texts(quantizer):
+    """Each prompt with a greedy continuation to teacher-force (our own, on the embedded model)."""
+    engine = LLMEngine(EngineConfig(device="cpu", kv_cache_mb=64, max_num_seqs=PROMPT_COUNT))
+    for i, prompt in enumerate(PROMPTS[:PROMPT_COUNT]):
+        engine.add_request(str(i), engine.tokenize(prompt), greedy(POSITIONS))
+    results = run_to_completion(engine)
+    return [engine.tokenize(p) + generated_ids(results[str(i)]) for i, p in enumerate(PROMPTS[:PROMPT_COUNT])]
+
+
+def positions(ids: list[int]) -> slice:
+    return slice(len(ids) - POSITIONS - 1, len(ids) - 1)
+
+
+def ours(path: str, texts) -> list[list[int]]:
+    engine = LLMEngine(EngineConfig(model=path, device="cpu", kv_cache_mb=64, max_num_seqs=4))
+    assert engine.bundle.weights_format in ("gguf", "q8_0")
+    return [prefill_logits(engine, ids).argmax(-1)[positions(ids)].tolist() for ids in texts]
+
+
+def agreement(a: list[list[int]], b: list[list[int]]) -> float:
+    pairs = [(x, y) for row_a, row_b in zip(a, b) for x, y in zip(row_a, row_b)]
+    assert len(pairs) == PROMPT_COUNT * POSITIONS
+    return sum(x == y for x, y in pairs) / len(pairs)
+
+
+@pytest.mark.parametrize("mix", MIXES)
+def test_every_tensor_llama_quantize_wrote_dequantizes_as_gguf_py_does(requantized, mix):
+    from gguf import GGUFReader, quants
+
+    from inference.engine.kernels import kernels
+
+    reader = GGUFReader(requantized(mix))
+    kinds = set()
+    for tensor in reader.tensors:
+        kind, columns = tensor.tensor_type.name.lower(), int(tensor.shape[0])
+        if tensor.n_elements == columns:  # vectors: float32 norms
+            continue
+        raw = torch.from_numpy(np.array(tensor.data).reshape(-1).view(np.uint8))  # a copy: gguf maps the file read-only
+        rows = torch.tensor([0, 1, int(tensor.n_elements // columns) - 1])
+        reference = quants.dequantize(np.asarray(tensor.data)[rows.numpy()], tensor.tensor_type)
+        assert torch.equal(kernels().gguf_dequantize_rows(raw, columns, kind, rows), torch.from_numpy(reference)), tensor.name
+        kinds.add(kind)
+    assert kinds - {"f32", "f16"}, kinds  # the mix's own block types were among them
+
+
+@pytest.mark.parametrize("mix", MIXES)
+def test_greedy_tokens_agree_with_transformers_float32_model(requantized, texts, mix):
+    from transformers import AutoModelForCausalLM
+
+    path = requantized(mix)
+    folder, name = os.path.split(path)
+    hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    with torch.no_grad():
+        reference = [hf(torch.tensor([ids])).logits[0].argmax(-1)[positions(ids)].tolist() for ids in texts]
+    share = agreement(ours(path, texts), reference)
+    assert share >= 0.95, f"{mix}: {share:.1%} of positions agree with transformers' float32 model"
+
+
+def llama_server_choices(path: str, texts) -> list[list[int]]:
+    """llama-server's greedy next token after every prefix (its prompt cache keeps each request short)."""
+    try:
+        server = LlamaServer(path, slots=1, context=2048).__enter__()
+    except RuntimeError as error:
+        pytest.skip(f"llama-server does not start here: {error}")
+    try:
+        choices = []
+        with httpx.Client(base_url=server.base_url, timeout=60) as client:
+            for ids in texts:
+                row = []
+                for end in range(positions(ids).start, positions(ids).stop):
+                    body = {
+                        "prompt": ids[: end + 1],
+                        "n_predict": 1,
+                        "temperature": 0,
+                        "cache_prompt": True,
+                        "return_tokens": True,
+                    }
+                    row.append(client.post("/completion", json=body).json()["tokens"][0])
+                choices.append(row)
+        return choices
+    finally:
+        server.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("mix", MIXES)
+def test_greedy_tokens_agree_with_llama_server_on_the_same_file(requantized, texts, mix):
+    if not binary_path("native").is_file():
+        pytest.skip("llama.cpp's llama-server is not built here (make bench builds it)")
+    path = requantized(mix)
+    share = agreement(ours(path, texts), llama_server_choices(path, texts))
+    assert share >= 0.90, f"{mix}: {share:.1%} of positions agree with llama-server"
+
+
+assert CRASHES  # LlamaServer falls back to the build without AMX where the native one crashes starting

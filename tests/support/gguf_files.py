@@ -1,0 +1,170 @@
+"""Tiny llama GGUF files written in the tests: random weights in the block type asked for, and the
+embedded model's own tokenizer and chat template (so transformers reads them as it reads the real one)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from inference.engine.loader import embedded_model_source
+
+HIDDEN, INTERMEDIATE, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 128, 2, 4, 2, 49152
+
+
+@functools.cache
+def embedded_fields() -> list[tuple[str, object, object, object]]:
+    """The embedded GGUF's tokenizer and general fields: (key, value, type, element type)."""
+    from gguf import GGUFReader
+
+    source = embedded_model_source()
+    reader = GGUFReader(f"{source.path}/{source.gguf_file}")
+    fields = []
+    for key, field in reader.fields.items():
+        if key.startswith(("GGUF.", "llama.", "general.architecture", "general.file_type")):
+            continue
+        element = field.types[1] if len(field.types) > 1 else None
+        fields.append((key, field.contents(), field.types[0], element))
+    return fields
+
+
+def write_tiny_gguf(path, kind: str = "q4_1", *, embedding: str = "q8_0", tied: bool = True, seed: int = 0) -> str:
+    """A 2-layer llama GGUF: every matrix in `kind` ("q4_0", "q4_1", "q8_0", "f16", "f32"), the
+    token embedding in `embedding`, and an output.weight of its own unless `tied`."""
+    from gguf import GGMLQuantizationType, GGUFWriter, quants
+
+    types = {name.lower(): getattr(GGMLQuantizationType, name) for name in ("Q4_0", "Q4_1", "Q8_0", "F16", "F32")}
+    rng = np.random.default_rng(seed)
+    writer = GGUFWriter(str(path), "llama")
+    for key, value, vtype, element in embedded_fields():
+        writer.add_key_value(key, value, vtype, element)
+    head_dim = HIDDEN // HEADS
+    for key, value in [
+        ("block_count", LAYERS),
+        ("context_length", 512),
+        ("embedding_length", HIDDEN),
+        ("feed_forward_length", INTERMEDIATE),
+        ("attention.head_count", HEADS),
+        ("attention.head_count_kv", KV_HEADS),
+        ("vocab_size", VOCAB),
+        ("rope.dimension_count", head_dim),
+    ]:
+        writer.add_uint32(f"llama.{key}", value)
+    writer.add_float32("llama.rope.freq_base", 10000.0)
+    writer.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+
+    def matrix(name: str, rows: int, columns: int, qtype: str) -> None:
+        values = rng.normal(0.0, 0.08, size=(rows, columns)).astype(np.float32)
+        if qtype in ("f16", "f32"):
+            writer.add_tensor(name, values.astype(np.float16 if qtype == "f16" else np.float32))
+        else:
+            writer.add_tensor(name, quants.quantize(values, types[qtype]), raw_dtype=types[qtype])
+
+    def norm(name: str) -> None:
+        writer.add_tensor(name, (1.0 + rng.normal(0.0, 0.1, size=HIDDEN)).astype(np.float32))
+
+    matrix("token_embd.weight", VOCAB, HIDDEN, embedding)
+    for i in range(LAYERS):
+        blk = f"blk.{i}."
+        norm(blk + "attn_norm.weight")
+        norm(blk + "ffn_norm.weight")
+        matrix(blk + "attn_q.weight", HIDDEN, HIDDEN, kind)
+        matrix(blk + "attn_k.weight", KV_HEADS * head_dim, HIDDEN, kind)
+        matrix(blk + "attn_v.weight", KV_HEADS * head_dim, HIDDEN, kind)
+        matrix(blk + "attn_output.weight", HIDDEN, HIDDEN, kind)
+        matrix(blk + "ffn_gate.weight", INTERMEDIATE, HIDDEN, kind)
+        matrix(blk + "ffn_up.weight", INTERMEDIATE, HIDDEN, kind)
+        matrix(blk + "ffn_down.weight", HIDDEN, INTERMEDIATE, kind)
+    norm("output_norm.weight")
+    if not tied:
+        matrix("output.weight", VOCAB, HIDDEN, kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(path)
+
+
+def write_block_gguf(
+    path, arch: str = "llama", *, types: dict[str, str] | None = None, tied: bool = True, rope_freqs: bool = False, seed: int = 0
+) -> str:
+    """A 2-layer GGUF of `arch` ("llama", "qwen2": Q/K/V biases, "qwen3": Q/K norms) 256 wide, every
+    matrix random blocks of its role's type (`types`: "attn_q", "attn_k", "attn_v", "attn_output",
+    "ffn_gate", "ffn_up", "ffn_down", "token_embd", "output"; default q4_k, and q6_k for attn_v,
+    ffn_down and the embedding, as a Q4_K_M mix), scaled to weights of about 0.05; `rope_freqs`:
+    Llama 3's per-frequency rope factors."""
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    from tests.support.gguf_blocks import dequantized, random_blocks
+
+    kinds = {"attn_v": "q6_k", "ffn_down": "q6_k", "token_embd": "q6_k", "output": "q6_k", **(types or {})}
+    hidden, intermediate = 256, 512
+    heads, kv_heads = (2, 1) if arch == "qwen3" else (4, 2)  # Qwen3's heads are 128 wide (transformers assumes it)
+    head_dim = hidden // heads
+    rng = np.random.default_rng(seed)
+    writer = GGUFWriter(str(path), arch)
+    for key, value, vtype, element in embedded_fields():
+        writer.add_key_value(key, value, vtype, element)
+    for key, value in [
+        ("block_count", LAYERS),
+        ("context_length", 512),
+        ("embedding_length", hidden),
+        ("feed_forward_length", intermediate),
+        ("attention.head_count", heads),
+        ("attention.head_count_kv", kv_heads),
+        ("vocab_size", VOCAB),
+        ("rope.dimension_count", head_dim),
+        ("attention.key_length", head_dim),
+        ("attention.value_length", head_dim),
+    ]:
+        writer.add_uint32(f"{arch}.{key}", value)
+    writer.add_float32(f"{arch}.rope.freq_base", 10000.0)
+    writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
+
+    def matrix(name: str, rows: int, columns: int) -> None:
+        kind = kinds.get(name.split(".")[-2], "q4_k")
+        if kind in ("f16", "f32", "bf16"):
+            values = rng.normal(0.0, 0.05, size=(rows, columns))
+            if kind == "bf16":  # numpy has no bfloat16: torch rounds, gguf-py writes the bytes
+                import torch
+
+                bits = torch.from_numpy(values).to(torch.bfloat16).view(torch.int16).numpy()
+                writer.add_tensor(name, bits, raw_shape=bits.shape, raw_dtype=GGMLQuantizationType.BF16)
+            else:
+                writer.add_tensor(name, values.astype(np.float16 if kind == "f16" else np.float32))
+            return
+        unit = dequantized(kind, random_blocks(kind, 4, columns, seed=int(rng.integers(1 << 30)), scale=1.0), columns).std()
+        raw = random_blocks(kind, rows, columns, seed=int(rng.integers(1 << 30)), scale=0.05 / unit)
+        writer.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=GGMLQuantizationType[kind.upper()])
+
+    def vector(name: str, size: int, mean: float = 1.0) -> None:
+        writer.add_tensor(name, (mean + rng.normal(0.0, 0.1, size=size)).astype(np.float32))
+
+    matrix("token_embd.weight", VOCAB, hidden)
+    for i in range(LAYERS):
+        blk = f"blk.{i}."
+        vector(blk + "attn_norm.weight", hidden)
+        vector(blk + "ffn_norm.weight", hidden)
+        matrix(blk + "attn_q.weight", hidden, hidden)
+        matrix(blk + "attn_k.weight", kv_heads * head_dim, hidden)
+        matrix(blk + "attn_v.weight", kv_heads * head_dim, hidden)
+        if arch == "qwen2":
+            for part, size in (("q", hidden), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
+                vector(f"{blk}attn_{part}.bias", size, mean=0.0)
+        if arch == "qwen3":
+            vector(blk + "attn_q_norm.weight", head_dim)
+            vector(blk + "attn_k_norm.weight", head_dim)
+        matrix(blk + "attn_output.weight", hidden, hidden)
+        matrix(blk + "ffn_gate.weight", intermediate, hidden)
+        matrix(blk + "ffn_up.weight", intermediate, hidden)
+        matrix(blk + "ffn_down.weight", hidden, intermediate)
+    vector("output_norm.weight", hidden)
+    if not tied:
+        matrix("output.weight", VOCAB, hidden)
+    if rope_freqs:
+        writer.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, head_dim // 2).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(path)
