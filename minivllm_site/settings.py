@@ -1,7 +1,7 @@
 """Django settings for mini-vLLM.
 
-Every knob comes from an environment variable (see README.md). Defaults run the server on one
-machine with no external services: SQLite and the in-memory channel layer.
+Every knob comes from an environment variable (docs/configuration.md). Defaults run the server on
+one machine with no external services: SQLite and the in-memory channel layer.
 """
 
 from __future__ import annotations
@@ -17,27 +17,23 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("MINIVLLM_DEBUG", False)
 # From the environment, else the local file (made on first use): minivllm_site/secret_key.py.
-SECRET_KEY = (
-    env_str("MINIVLLM_SECRET_KEY")
-    or env_str("DJANGO_SECRET_KEY")
-    or secret_key(Path(env_str("MINIVLLM_SECRET_KEY_FILE") or BASE_DIR / ".secret_key"))
-)
+SECRET_KEY = env_str("MINIVLLM_SECRET_KEY") or secret_key(Path(env_str("MINIVLLM_SECRET_KEY_FILE") or BASE_DIR / ".secret_key"))
 ALLOWED_HOSTS = env_list("MINIVLLM_ALLOWED_HOSTS", ["*"])
 CSRF_TRUSTED_ORIGINS = env_list("MINIVLLM_CSRF_TRUSTED_ORIGINS", [])
 LOGIN_URL = "admin:login"  # where the key-or-staff guard sends a browser (the dashboard)
 
-# Behind TLS (MINIVLLM_HTTPS=1): secure cookies, HSTS, redirect to https (not /health: plain-HTTP
-# health checks stay possible); the proxy says https with X-Forwarded-Proto.
+# Behind TLS (MINIVLLM_HTTPS=1): secure cookies, a year of HSTS (subdomains, preload), redirect to
+# https (not /health: plain-HTTP health checks stay possible); the proxy says https with X-Forwarded-Proto.
 MINIVLLM_HTTPS = env_bool("MINIVLLM_HTTPS", False)
 if MINIVLLM_HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_SSL_REDIRECT = env_bool("MINIVLLM_SSL_REDIRECT", True)
+    SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^health$"]
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = env_int("MINIVLLM_HSTS_SECONDS", 31536000)
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("MINIVLLM_HSTS_INCLUDE_SUBDOMAINS", True)
-    SECURE_HSTS_PRELOAD = env_bool("MINIVLLM_HSTS_PRELOAD", True)
+    SECURE_HSTS_SECONDS = 31536000
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
 
 INSTALLED_APPS = [
     "daphne",
@@ -84,7 +80,8 @@ TEMPLATES = [
 
 
 def _database() -> dict:
-    """DATABASE_URL when set (e.g. postgres://...), else SQLite in WAL mode for cheap commits."""
+    """DATABASE_URL when set (e.g. postgres://...), else SQLite in WAL mode for cheap commits
+    (MINIVLLM_SQLITE_PATH, a developer switch: the benchmark's servers keep their own file)."""
     url = env_str("DATABASE_URL")
     if url:
         import dj_database_url
@@ -106,9 +103,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 
 def _channel_layers() -> dict:
-    """The in-memory layer serves one process; REDIS_URL (alias MINIVLLM_REDIS_URL) puts the layer
+    """The in-memory layer serves one process; REDIS_URL puts the layer
     on Redis, which scale-out needs: web processes and `runengine` workers talk through it."""
-    url = env_str("REDIS_URL") or env_str("MINIVLLM_REDIS_URL")
+    url = env_str("REDIS_URL")
     if not url:
         return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     # socket_timeout above channels-redis' 5 s blocking pop (redis-py would cut it at 5 s);
@@ -127,7 +124,7 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = env_str("MINIVLLM_TIME_ZONE", "UTC")
+TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
@@ -140,7 +137,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MINIVLLM_MAX_BODY_BYTES", 1024 * 1024)
 
 REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
-    "PAGE_SIZE": env_int("MINIVLLM_API_PAGE_SIZE", 50),
+    "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": [],
@@ -168,8 +165,8 @@ MINIVLLM_AUTOSTART = env_bool("MINIVLLM_AUTOSTART", "pytest" not in sys.modules)
 MINIVLLM_MAX_QUEUE = env_int("MINIVLLM_MAX_QUEUE", 64)
 # /health reports the loop stalled when it has work but has not stepped for this long.
 MINIVLLM_HEALTH_STALL_SECONDS = env_float("MINIVLLM_HEALTH_STALL_SECONDS", 30.0)
-# Seconds between pushes on /ws/stats.
-MINIVLLM_STATS_INTERVAL = env_float("MINIVLLM_STATS_INTERVAL", 1.0)
+# Seconds between pushes on /ws/stats: fixed, not read from the environment (tests shorten it).
+MINIVLLM_STATS_INTERVAL = 1.0
 # The model id the API reports and accepts (default: the engine's model name).
 MINIVLLM_SERVED_MODEL_NAME = env_str("MINIVLLM_SERVED_MODEL_NAME")
 # The tool-call format replies are read in and forced to (api/common/tool_parsers.py): auto = the chat template's.
@@ -185,7 +182,7 @@ MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS = env_int("MINIVLLM_GENERATE_DEFAULT_MAX_TO
 # Seconds a shutdown waits for in-flight requests to record their final state.
 MINIVLLM_SHUTDOWN_TIMEOUT = env_float("MINIVLLM_SHUTDOWN_TIMEOUT", 10.0)
 
-# --- access and limits (see README "Security") ---
+# --- access and limits (docs/configuration.md, "Security") ---
 # API keys besides the admin's; with any key, the API needs `Authorization: Bearer <key>`.
 MINIVLLM_API_KEYS = env_list("MINIVLLM_API_KEYS", [])
 # Prompt tokens a request may send (0: the model's context length).

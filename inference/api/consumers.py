@@ -1,4 +1,4 @@
-"""WS /ws/stats: pushes the stats JSON to each client every MINIVLLM_STATS_INTERVAL seconds.
+"""WS /ws/stats: pushes the stats JSON to each client every second (settings.MINIVLLM_STATS_INTERVAL, fixed).
 
 Each connection's push loop is a task on the server's event loop (no thread, no
 async_to_sync); clients in the same tick share one snapshot (serving/stats.stats_snapshot).

@@ -1,7 +1,8 @@
 """docker-compose.yml, its CPU override and the Dockerfile, checked against what the code reads.
 
 There is no Docker engine on these machines: the files are parsed, and their commands are the
-ones the README/Makefile document and the scale-out test runs.
+ones the README/Makefile document and the scale-out test runs. The settings they may set are the
+ones docs/configuration.md documents, which are the ones the code reads.
 """
 
 from __future__ import annotations
@@ -27,10 +28,21 @@ def cpu() -> dict:
     return load("docker-compose.cpu.yml")
 
 
+def engine_knobs() -> set[str]:
+    """The variables EngineConfig.from_env reads: each field names its own (`_knob`), or the
+    reader's call names it."""
+    from dataclasses import fields
+
+    from inference.engine.config import EngineConfig
+
+    named = {f.metadata["env"] for f in fields(EngineConfig) if "env" in f.metadata}
+    return named | set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', (REPO / "inference/engine/config.py").read_text()))
+
+
 def variables_the_code_reads() -> set[str]:
     """Every environment variable the site and the engine read through inference/engine/env.py's
     readers (settings.py, EngineConfig.from_env, and any module that reads its own), and the C++ kernels."""
-    names: set[str] = set()
+    names: set[str] = engine_knobs()
     for source in [*(REPO / "minivllm_site").rglob("*.py"), *(REPO / "inference").rglob("*.py")]:
         names |= set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', source.read_text()))
     for path in ("minivllm_site/settings.py", "inference/engine/config.py"):
@@ -40,6 +52,49 @@ def variables_the_code_reads() -> set[str]:
     # defaults the engine sets for the libraries it loads (torch reads THP_MEM_ALLOC_ENABLE)
     names |= set(re.findall(r'os\.environ\.setdefault\(\s*"([A-Z0-9_]+)"', (REPO / "inference/engine/__init__.py").read_text()))
     return names
+
+
+def switches_the_tests_read() -> set[str]:
+    """MINIVLLM_* switches read by the test suite itself (MINIVLLM_SCREENSHOT), not by the code."""
+    names: set[str] = set()
+    for source in (REPO / "tests").rglob("*.py"):
+        names |= set(re.findall(r'environ\.get\(\s*"(MINIVLLM_[A-Z0-9_]+)"', source.read_text()))
+    return names
+
+
+CONFIGURATION = REPO / "docs" / "configuration.md"
+# Read no more (issue 43): fixed values, what MINIVLLM_HTTPS=1 implies, and aliases of other names.
+REMOVED = {
+    "MINIVLLM_STATS_INTERVAL",
+    "MINIVLLM_API_PAGE_SIZE",
+    "MINIVLLM_TIME_ZONE",
+    "MINIVLLM_SSL_REDIRECT",
+    "MINIVLLM_HSTS_SECONDS",
+    "MINIVLLM_HSTS_INCLUDE_SUBDOMAINS",
+    "MINIVLLM_HSTS_PRELOAD",
+    "DJANGO_SECRET_KEY",
+}
+
+
+def section(text: str, heading: str) -> str:
+    """A markdown section: from its `## heading` to the next `## ` (its `###` subsections included)."""
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : None if end == -1 else end]
+
+
+def table_rows(text: str) -> set[str]:
+    return set(re.findall(r"^\| `([A-Z0-9_]+)` \|", text, re.M))
+
+
+def user_settings() -> set[str]:
+    """docs/configuration.md's tables of the settings a deployment sets."""
+    return table_rows(section(CONFIGURATION.read_text(), "Settings"))
+
+
+def developer_switches() -> set[str]:
+    """docs/configuration.md's one list of the switches for tests, benchmarks and kernel work."""
+    return table_rows(section(CONFIGURATION.read_text(), "Developer switches"))
 
 
 def test_services_present(compose):
@@ -87,7 +142,6 @@ def test_every_app_variable_is_one_the_code_reads(compose):
 SCALE_OUT_VARIABLES = {
     "DATABASE_URL",
     "REDIS_URL",
-    "MINIVLLM_REDIS_URL",
     "MINIVLLM_ENGINE",
     "MINIVLLM_ENGINE_TIMEOUT",
     "MINIVLLM_ENGINE_ACCEPT_TIMEOUT",
@@ -96,17 +150,13 @@ SCALE_OUT_VARIABLES = {
 }
 
 
-def engine_knobs() -> set[str]:
-    return set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', (REPO / "inference/engine/config.py").read_text()))
-
-
-def test_env_example_and_readme_document_the_deployment_variables(compose):
+def test_env_example_lists_every_user_setting_and_no_developer_switch(compose):
     documented = set(re.findall(r"^([A-Z0-9_]+)=", (REPO / ".env.example").read_text(), re.M))
-    readme = (REPO / "README.md").read_text()
     compose_set = {name for svc in APP_SERVICES for name in compose["services"][svc]["environment"]}
-    for name in (engine_knobs() | SCALE_OUT_VARIABLES | compose_set) - FOREIGN_ENV:
+    for name in (user_settings() | SCALE_OUT_VARIABLES | compose_set) - FOREIGN_ENV:
         assert name in documented, f".env.example lacks {name}"
-        assert f"`{name}`" in readme, f"README's configuration table lacks {name}"
+        assert name in user_settings(), f"docs/configuration.md's settings lack {name}"
+    assert not documented & developer_switches(), f".env.example sets developer switches: {documented & developer_switches()}"
     compose_only = {"POSTGRES_PASSWORD", "PORT"}
     stale = documented - variables_the_code_reads() - compose_only
     assert not stale, f".env.example documents variables nothing reads: {stale}"
@@ -166,14 +216,35 @@ def test_dockerfile_cuda_by_default_with_a_cpu_build_arg():
     assert 'CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "minivllm_site.asgi:application"]' in text
 
 
-def test_the_readme_configuration_section_names_exactly_the_variables_the_code_reads():
-    """A row for each variable, aliases and tuning knobs named in their row's text; no row for a
-    variable nothing reads."""
+def test_the_configuration_docs_name_exactly_the_variables_the_code_reads():
+    """docs/configuration.md: a row for each variable the code reads, either among the settings or
+    among the developer switches (never both); no row for a variable nothing reads."""
+    users, developers, code = user_settings(), developer_switches(), variables_the_code_reads()
+    assert users and developers, "no settings or developer switches table found"
+    assert not users & developers, f"both a setting and a developer switch: {users & developers}"
+    assert not code - users - developers, f"variables read but not in docs/configuration.md: {code - users - developers}"
+    assert not users - code, f"settings rows for variables nothing reads: {users - code}"
+    stale = developers - code - switches_the_tests_read()
+    assert not stale, f"developer switches nothing reads: {stale}"
+
+
+def test_removed_variables_are_read_and_set_nowhere(compose, cpu):
+    assert not REMOVED & variables_the_code_reads()
+    assert not REMOVED & (user_settings() | developer_switches())
+    example = set(re.findall(r"^([A-Z0-9_]+)=", (REPO / ".env.example").read_text(), re.M))
+    assert not REMOVED & example
+    for name in ("web", "engine", "migrate"):
+        for files in (compose, cpu):
+            assert not REMOVED & set(files["services"].get(name, {}).get("environment") or {}), name
+    for path in (REPO / "deploy").iterdir():
+        assert not [v for v in REMOVED if v in path.read_text()], path
+
+
+def test_the_readme_names_the_settings_you_will_set_and_no_developer_switch():
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Configuration") : readme.index("## Scale-out and Docker")]
-    rows = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", section, re.M))
-    named = set(re.findall(r"`([A-Z][A-Z0-9_]+)(?:=[^`]*)?`", section))
-    code = variables_the_code_reads()
-    assert rows, "no configuration table found"
-    assert not rows - code, f"README rows for variables nothing reads: {rows - code}"
-    assert not code - named, f"variables read but not in README's configuration section: {code - named}"
+    rows = table_rows(section(readme, "Settings you will set"))
+    assert 8 <= len(rows) <= 16, sorted(rows)
+    assert not rows - user_settings(), f"README rows that are not settings in docs/configuration.md: {rows - user_settings()}"
+    named = set(re.findall(r"`([A-Z][A-Z0-9_]+)(?:=[^`]*)?`", readme))
+    assert not named & developer_switches(), f"README names developer switches: {named & developer_switches()}"
+    assert "docs/configuration.md" in readme

@@ -44,6 +44,7 @@ def test_without_a_key_in_the_environment_one_is_made_once_and_kept(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o600
     assert printed()[1] == key  # kept
     assert printed(MINIVLLM_SECRET_KEY="from-the-env-" + "x" * 40)[1] == "from-the-env-" + "x" * 40  # the environment wins
+    assert printed(DJANGO_SECRET_KEY="an-old-alias-" + "y" * 40)[1] == key  # an alias no longer read
 
 
 def test_an_empty_key_file_is_a_clear_error(tmp_path):
@@ -59,3 +60,15 @@ def test_hosts_and_origins_come_from_the_environment():
     assert done.stdout.strip().splitlines()[-1] == "False ['llm.example.com'] ['https://llm.example.com'] True", (
         done.stdout + done.stderr
     )
+
+
+def test_https_alone_turns_on_hsts_and_the_redirect():
+    """MINIVLLM_HTTPS=1 implies them; the variables that once tuned them are read no more."""
+    code = (
+        "from django.conf import settings as s; "
+        "print(s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS, s.SECURE_HSTS_INCLUDE_SUBDOMAINS, s.SECURE_HSTS_PRELOAD)"
+    )
+    old = {"MINIVLLM_SSL_REDIRECT": "0", "MINIVLLM_HSTS_SECONDS": "60", "MINIVLLM_HSTS_PRELOAD": "0"}
+    for env in ({}, old):
+        done = manage("shell", "-c", code, **PRODUCTION, **env)
+        assert done.stdout.strip().splitlines()[-1] == "True 31536000 True True", done.stdout + done.stderr

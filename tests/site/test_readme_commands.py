@@ -23,6 +23,7 @@ from tests.support.network import free_port
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 README = (REPO / "README.md").read_text()
+# DJANGO_SECRET_KEY: no longer read, but tests/conftest.py may still set it
 SESSION_ONLY = ("MINIVLLM_", "DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL")
 
 
@@ -41,7 +42,7 @@ def argv(command: str) -> list[str]:
     words = [w for w in words if w != "&"]
     if words[0] in ("python", ".venv/bin/python"):
         return [sys.executable, *words[1:]]
-    if words[0] == "daphne":
+    if words[0] in ("daphne", ".venv/bin/daphne"):
         return [sys.executable, "-m", "daphne", *words[1:]]
     raise AssertionError(f"not a command this test knows how to run: {command}")
 

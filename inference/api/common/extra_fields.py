@@ -6,7 +6,7 @@ have). vLLM and llama-server ignore every field they do not know; OpenAI refuses
 does not know. This server does better than both: a field named in any of those references is
 accepted (its value still checked for type, so a bad value is a 400), logged once per process per
 name, and dropped before validation; a name none of them documents (a typo such as
-`temprature`) is still a 400 naming it. The README lists these fields.
+`temprature`) is still a 400 naming it. docs/api.md lists these fields ("Fields clients send").
 """
 
 from __future__ import annotations
