@@ -1,8 +1,10 @@
 """Anthropic's Messages API as the official `anthropic` client drives it, against a real Daphne
-serving the real model: create, stream (text and tool use), count_tokens, a tool round trip, and
-errors raised as the client's own exception types."""
+serving the real model: create, stream (text and tool use), count_tokens, a tool round trip,
+output_config.format, and errors raised as the client's own exception types."""
 
 from __future__ import annotations
+
+import json
 
 import anthropic
 import jsonschema
@@ -47,7 +49,7 @@ def test_count_tokens_matches_the_prompt_a_reply_used(client, served_model):
     assert counted.input_tokens == reply.usage.input_tokens + reply.usage.cache_read_input_tokens
 
 
-def test_a_tool_round_trip_with_tool_result(client, served_model):
+def test_a_tool_round_trip_with_tool_result(client, served_model, default_server):
     first = client.messages.create(
         model=served_model, max_tokens=80, messages=ASK, tools=[WEATHER], tool_choice={"type": "any"}, extra_body=GREEDY
     )
@@ -55,10 +57,12 @@ def test_a_tool_round_trip_with_tool_result(client, served_model):
     [call] = [block for block in first.content if block.type == "tool_use"][:1]
     assert call.name == "get_weather" and call.id.startswith("toolu_")
     jsonschema.validate(call.input, WEATHER["input_schema"])
+    # tool_choice none asks for the answer: under "auto" the small embedded model, greedy, calls again
     second = client.messages.create(
         model=served_model,
         max_tokens=40,
         tools=[WEATHER],
+        tool_choice={"type": "none"},
         extra_body=GREEDY,
         messages=[
             *ASK,
@@ -66,7 +70,29 @@ def test_a_tool_round_trip_with_tool_result(client, served_model):
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "Sunny, 21 degrees"}]},
         ],
     )
-    assert second.content and second.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    prompt = default_server.wait_row(second.id)["prompt"]
+    assert prompt.index(json.dumps(call.input)) < prompt.index("Sunny, 21 degrees")  # the result, after its call
+    # greedy, the reply is deterministic: one text block ending the turn, which reads the result back
+    assert second.stop_reason == "end_turn" and [block.type for block in second.content] == ["text"]
+    assert "21 degrees" in second.content[0].text, second.content[0].text
+
+
+def test_output_config_format_makes_the_reply_match_the_schema(client, served_model):
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 40}, "sunny": {"type": "boolean"}},
+        "required": ["city", "sunny"],
+        "additionalProperties": False,
+    }
+    reply = client.messages.create(
+        model=served_model,
+        max_tokens=60,
+        messages=[{"role": "user", "content": "The weather in Rome: sunny. Answer as JSON."}],
+        output_config={"format": {"type": "json_schema", "schema": schema}},
+        extra_body=GREEDY,
+    )
+    assert reply.stop_reason == "end_turn" and [block.type for block in reply.content] == ["text"]
+    jsonschema.validate(json.loads(reply.content[0].text), schema)
 
 
 def test_a_streamed_tool_use_is_assembled_by_the_client(client, served_model):

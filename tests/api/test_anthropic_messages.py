@@ -1,9 +1,11 @@
 """Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens) through the real engine:
-reply and stream shapes, stop reasons, forced tool use, prefill, errors in Anthropic's shape,
-the `x-api-key` header, and the request's history row and metrics."""
+reply and stream shapes, stop reasons, forced tool use, tool results in the prompt,
+output_config.format, prefill, errors in Anthropic's shape, the `x-api-key` header, and the
+request's history row and metrics."""
 
 import json
 
+import jsonschema
 import pytest
 
 from inference.models import GenerationRequest
@@ -121,6 +123,32 @@ async def test_a_tool_result_turn_reaches_the_prompt(async_client, engine_client
     row = await GenerationRequest.objects.aget(id=reply["id"])
     assert '"city": "Oslo"' in row.prompt and "Rain, 4 degrees" in row.prompt
     assert row.prompt.index("Oslo") < row.prompt.index("Rain, 4 degrees")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_output_config_format_makes_the_reply_match_the_schema(async_client, engine_client, stream):
+    """The tiny random model writes nothing sensible: only the schema's grammar makes it JSON that validates."""
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}, "sunny": {"type": "boolean"}},
+        "required": ["city", "sunny"],
+        "additionalProperties": False,
+    }
+    fields = request(engine_client, max_tokens=120, output_config={"format": {"type": "json_schema", "schema": schema}})
+    resp = await post(async_client, "/v1/messages", {**fields, "stream": stream})
+    assert resp.status_code == 200, resp.content
+    if stream:
+        events = await read_named_stream(resp)
+        deltas = [p["delta"] for name, p in events if name == "content_block_delta"]
+        assert all(d["type"] == "text_delta" for d in deltas)
+        text, stop_reason = "".join(d["text"] for d in deltas), events[-2][1]["delta"]["stop_reason"]
+    else:
+        reply = resp.json()
+        [block] = reply["content"]
+        assert block["type"] == "text"
+        text, stop_reason = block["text"], reply["stop_reason"]
+    assert stop_reason == "end_turn", text
+    jsonschema.validate(json.loads(text), schema)
 
 
 async def test_a_last_assistant_message_is_a_prefill_the_reply_continues(async_client, engine_client):

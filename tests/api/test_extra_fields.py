@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from inference.api.common import extra_fields
 from inference.models import GenerationRequest
 from tests.support.asgi import post
 
@@ -41,12 +42,17 @@ async def test_llama_servers_and_vllms_fields_are_accepted_on_completions(async_
     assert resp.status_code == 200, resp.content
 
 
-async def test_an_ignored_field_is_logged_once_per_name(async_client, engine_client, caplog):
+async def test_an_ignored_field_is_logged_once_per_name(async_client, engine_client, caplog, monkeypatch):
+    monkeypatch.setattr(extra_fields, "_logged", set())  # once per process: start as a fresh one would
     caplog.set_level(logging.INFO, logger="inference.api")
     for _ in range(2):
-        await post(async_client, "/v1/completions", {"prompt": "Hi", "max_tokens": 1, "mirostat_tau": 5.0})
-    lines = [r for r in caplog.records if "mirostat_tau" in r.getMessage()]
-    assert len(lines) <= 1  # once per process: an earlier test may have logged it already
+        fields = {"prompt": "Hi", "max_tokens": 1, "mirostat_tau": 5.0, "mirostat_eta": 0.1}
+        resp = await post(async_client, "/v1/completions", fields)
+        assert resp.status_code == 200, resp.content
+    for name in ("mirostat_tau", "mirostat_eta"):
+        lines = [r for r in caplog.records if r.name == "inference.api" and repr(name) in r.getMessage()]
+        assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+        assert "accepted and ignored" in lines[0].getMessage()
 
 
 @pytest.mark.parametrize(

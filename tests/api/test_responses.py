@@ -1,6 +1,7 @@
 """OpenAI's Responses API through the real engine: the response object and its typed stream,
-incomplete replies, forced function calls, text.format, stored responses (retrieve, delete,
-input items, previous_response_id), ownership by API key, input_tokens and errors."""
+incomplete replies, forced function calls, function_call_output in the prompt, text.format,
+stored responses (retrieve, delete, input items, previous_response_id), ownership by API key,
+input_tokens and errors."""
 
 import json
 
@@ -90,6 +91,37 @@ async def test_a_required_tool_choice_gives_a_function_call_item(async_client, e
     done = [p for name, p in events if name == "response.function_call_arguments.done"]
     assert done and json.loads(done[0]["arguments"]) and done[0]["name"] == "get_weather"
     assert events[-1][0] == "response.completed"
+
+
+async def test_a_function_call_output_reaches_the_prompt_after_its_call(async_client, engine_client):
+    turns = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "Rain, 4 degrees"},
+    ]
+    body = await create(async_client, input=turns, tools=[WEATHER])
+    row = await GenerationRequest.objects.aget(id=body["id"])
+    assert row.messages[-1] == {"role": "tool", "content": "Rain, 4 degrees"}
+    assert '"city": "Oslo"' in row.prompt and "Rain, 4 degrees" in row.prompt
+    assert row.prompt.index('"city": "Oslo"') < row.prompt.index("Rain, 4 degrees")
+    items = (await async_client.get(f"/v1/responses/{body['id']}/input_items", {"order": "asc"})).json()["data"]
+    assert [item["type"] for item in items] == ["message", "function_call", "function_call_output"]
+    assert items[-1]["output"] == "Rain, 4 degrees" and items[-1]["call_id"] == "call_1"
+    longer = {**turns[2], "output": "Rain, 4 degrees, and wind from the north at forty knots"}
+    counted = (await post(async_client, "/v1/responses/input_tokens", {"input": [*turns[:2], longer], "tools": [WEATHER]})).json()
+    assert counted["input_tokens"] > body["usage"]["input_tokens"]  # the output is counted as part of the prompt
+
+
+async def test_a_function_call_output_continues_a_stored_call(async_client, engine_client):
+    first = await create(async_client, input="Weather in Oslo?", max_output_tokens=60, tools=[WEATHER], tool_choice="required")
+    [call] = [item for item in first["output"] if item["type"] == "function_call"][:1]
+    output = {"type": "function_call_output", "call_id": call["call_id"], "output": "Rain, 4 degrees"}
+    second = await create(async_client, input=[output], previous_response_id=first["id"], tools=[WEATHER])
+    row = await GenerationRequest.objects.aget(id=second["id"])
+    city = json.loads(call["arguments"])["city"]
+    assert [m["role"] for m in row.messages] == ["user", "assistant", "tool"] and row.messages[2]["content"] == "Rain, 4 degrees"
+    assert "get_weather" in row.messages[1]["content"] and city in row.messages[1]["content"]
+    assert row.prompt.rindex("get_weather") < row.prompt.index("Rain, 4 degrees")
 
 
 async def test_text_format_json_schema_constrains_the_reply(async_client, engine_client):

@@ -51,7 +51,7 @@ def test_a_stored_response_is_retrieved_listed_and_deleted(openai_client, served
         openai_client.responses.retrieve(created.id)
 
 
-def test_a_function_tool_round_trip(openai_client, served_model):
+def test_a_function_tool_round_trip(openai_client, served_model, default_server):
     first = openai_client.responses.create(
         model=served_model,
         input="What is the weather in Paris?",
@@ -62,14 +62,23 @@ def test_a_function_tool_round_trip(openai_client, served_model):
     )
     [call] = [item for item in first.output if item.type == "function_call"][:1]
     assert call.name == "get_weather" and isinstance(json.loads(call.arguments)["city"], str)
+    # tool_choice none asks for the answer: under "auto" the small embedded model, greedy, calls again
     second = openai_client.responses.create(
         model=served_model,
         previous_response_id=first.id,
         input=[{"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 degrees"}],
         tools=[WEATHER],
+        tool_choice="none",
         max_output_tokens=30,
+        temperature=0,
     )
-    assert second.status in ("completed", "incomplete") and second.output
+    prompt = default_server.wait_row(second.id)["prompt"]
+    assert json.loads(call.arguments)["city"] in prompt
+    assert prompt.rindex("get_weather") < prompt.index("Sunny, 21 degrees")  # the output, after its call
+    # greedy, the reply is deterministic: one completed message, which reads the tool's output back
+    assert second.status == "completed" and second.previous_response_id == first.id
+    assert [item.type for item in second.output] == ["message"] and second.output[0].status == "completed"
+    assert "21 degrees" in second.output_text, second.output_text
 
 
 def test_text_format_is_parsed_into_the_clients_model(openai_client, served_model):

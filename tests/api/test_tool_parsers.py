@@ -129,6 +129,8 @@ def test_forced_arguments_keep_the_parameters_order(engine):
         (call,) = parse_tool_calls(text, request)[1]
         arguments = json.loads(call.arguments)
         assert list(arguments) == ["when", "room", "at"] and abs(arguments["room"]) <= 2**53 - 1, text
+        assert arguments["when"] in ("mon", "tue"), text  # the $ref resolved to the moved $defs
+        jsonschema.validate(arguments, book["parameters"])
 
 
 CALL = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
@@ -229,16 +231,35 @@ def test_a_near_miss_is_checked_without_fetching_refs_or_failing_on_odd_schemas(
 
 
 def test_forced_parameters_that_are_a_resource_of_their_own_keep_their_definitions(engine):
-    """Parameters with an $id resolve their refs against themselves: their $defs stay with them."""
-    tool = {
-        "name": "book",
-        "parameters": {
-            "$id": "http://example.com/book",
-            "type": "object",
-            "properties": {"when": {"$ref": "#/$defs/day"}},
-            "required": ["when"],
-            "$defs": {"day": {"enum": ["mon", "tue"]}},
-        },
+    """Parameters with an $id resolve their refs against themselves: their $defs stay with them, so
+    the grammar takes a `when` that is one of the $defs' days and nothing else, and every forced
+    reply is a call whose arguments validate against the parameters."""
+    parameters = {
+        "$id": "http://example.com/book",
+        "type": "object",
+        "properties": {"when": {"$ref": "#/$defs/day"}},
+        "required": ["when"],
+        "additionalProperties": False,
+        "$defs": {"day": {"enum": ["mon", "tue"]}},
     }
-    request = ToolRequest([{"type": "function", "function": tool}], "required", False, HermesToolParser())
-    engine.grammars.compile({"kind": "lark", "value": request.grammar(), "param": "tool_choice"})
+    parser = HermesToolParser()
+    request = ToolRequest(
+        [{"type": "function", "function": {"name": "book", "parameters": parameters}}], "required", False, parser
+    )
+    spec = {"kind": "lark", "value": request.grammar(), "param": "tool_choice"}
+
+    def accepts(when) -> bool:
+        call = json.dumps({"name": "book", "arguments": {"when": when}}, separators=(",", ":"))
+        tokens = engine.tokenize(f"{parser.OPEN}{call}{parser.CLOSE}")
+        matcher = engine.grammars.matcher(spec)
+        return matcher.validate_tokens(tokens) == len(tokens) and matcher.consume_tokens(tokens) and matcher.is_accepting()
+
+    assert accepts("mon") and accepts("tue")
+    assert not accepts("wed") and not accepts(3)
+    for seed in (1, 2, 3):
+        engine.add_request(
+            f"defs-{seed}", engine.tokenize("Call:"), SamplingParams(max_tokens=60, temperature=1.0, seed=seed, structured=spec)
+        )
+        text = "".join(out.text for out in run_to_completion(engine)[f"defs-{seed}"])
+        (call,) = parse_tool_calls(text, request)[1]
+        jsonschema.validate(json.loads(call.arguments), parameters)

@@ -9,6 +9,8 @@ one `response.function_call_arguments.delta`, then `response.completed` (also fo
 reply, whose status says so);
 every event carries its `sequence_number`. A failure is an `error` event and `response.failed`.
 Once the reply is whole, `on_done(response)` runs (the view stores it) before the last event.
+The stream is a ResponsesStream: the item it has open (an OpenMessage or OpenReasoning) builds
+its own events, each call is an OpenFunctionCall, and the stream numbers what they give.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from ...serving.jobs import Choice, GenerationJob
 from ..common import sse
 from ..common.reasoning_parsers import ReplyReasoning, split_delta
-from ..common.tool_calls import ToolRequest
+from ..common.tool_calls import ToolCall, ToolRequest
 from ..openai.stream_format import CallHoldback
 
 
@@ -90,7 +92,7 @@ class ResponsesReply:
     def failed(self) -> GenerationJob | None:
         return self.job if self.job.finish_reason == "error" else None
 
-    def _response(self, status: str, output: list[dict], *, with_usage: bool) -> dict:
+    def response_object(self, status: str, output: list[dict], *, with_usage: bool) -> dict:
         choice = self.job.choices[0]
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         error = {"code": "server_error", "message": self.job.error or "generation failed"} if status == "failed" else None
@@ -107,7 +109,7 @@ class ResponsesReply:
             **self.echoed,
         }
 
-    def _status(self, choice: Choice) -> str:
+    def status_of(self, choice: Choice) -> str:
         if self.job.finish_reason in ("error", "abort"):
             return "failed"
         return "incomplete" if choice.finish_reason == "length" else "completed"
@@ -122,7 +124,7 @@ class ResponsesReply:
     def final(self) -> dict:
         """The whole response, once the job has finished."""
         choice = self.job.choices[0]
-        return self._response(self._status(choice), self._output(choice), with_usage=True)
+        return self.response_object(self.status_of(choice), self._output(choice), with_usage=True)
 
     def body(self) -> dict:
         return self.final()
@@ -134,99 +136,179 @@ class ResponsesReply:
             await self.on_done(response)
         return response
 
-    async def stream(self):
-        job, sequence, opened = self.job, 0, []  # opened: [kind, item id, output index, text so far]
-        holdback = CallHoldback(self.tools.parser) if self.tools is not None else None
-        splitter = self.reasoning.splitter() if self.reasoning is not None else None
+    def stream(self):
+        """The typed event stream (SSE bytes): ResponsesStream below."""
+        return ResponsesStream(self).events()
 
-        def event(kind: str, **fields) -> bytes:
-            nonlocal sequence
-            payload = {"type": kind, "sequence_number": sequence, **fields}
-            sequence += 1
-            return sse.named_event(kind, payload)
 
-        def where(item) -> dict:
-            return {"item_id": item[1], "output_index": item[2], "content_index": 0}
+Event = tuple[str, dict]  # an event's type and fields, before the stream numbers it
 
-        def delta(kind: str, text: str):
-            """A text or reasoning delta, opening its item (and closing the one before) as needed."""
-            if not opened or opened[-1][0] != kind:
-                if opened:
-                    yield from close(opened[-1])
-                item = [kind, self.reasoning_id if kind == "reasoning" else self.message_id, len(opened), ""]
-                opened.append(item)
-                if kind == "reasoning":
-                    yield event(
-                        "response.output_item.added", output_index=item[2], item=reasoning_item(item[1], "", "in_progress")
-                    )
-                else:
-                    yield event("response.output_item.added", output_index=item[2], item=message_item(item[1], "", "in_progress"))
-                    yield event("response.content_part.added", **where(item), part=output_text(""))
-            item = opened[-1]
-            item[3] += text
-            name = "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
-            yield event(name, **where(item), delta=text, **({} if kind == "reasoning" else {"logprobs": []}))
 
-        def close(item):
-            kind, item_id, index, text = item
-            if kind == "reasoning":
-                yield event("response.reasoning_text.done", **where(item), text=text)
-                yield event("response.output_item.done", output_index=index, item=reasoning_item(item_id, text, "completed"))
-            else:
-                yield event("response.output_text.done", **where(item), text=text, logprobs=[])
-                yield event("response.content_part.done", **where(item), part=output_text(text))
-                status = "incomplete" if job.choices[0].finish_reason == "length" else "completed"
-                yield event("response.output_item.done", output_index=index, item=message_item(item_id, text, status))
-            item[0] = "closed"
+@dataclasses.dataclass
+class OpenItem:
+    """An output item a stream has open, its text as the deltas build it."""
 
-        def split(text: str, ended: bool):
-            reasoning, answer = split_delta(splitter, text, ended)
-            if reasoning:
-                yield from delta("reasoning", reasoning)
-            answer = holdback.add(0, answer) if holdback is not None and answer else answer
-            if answer:
-                yield from delta("message", answer)
+    item_id: str
+    output_index: int
+    text: str = ""
 
+    def where(self) -> dict:
+        return {"item_id": self.item_id, "output_index": self.output_index, "content_index": 0}
+
+    def opening(self) -> list[Event]:
+        raise NotImplementedError
+
+    def delta(self, text: str) -> Event:
+        raise NotImplementedError
+
+    def closing(self, status: str) -> list[Event]:
+        """`status` is the message's: incomplete when the reply was cut by max_output_tokens."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass
+class OpenMessage(OpenItem):
+    """An open `message` item, with its one `output_text` part."""
+
+    def opening(self) -> list[Event]:
+        added = {"output_index": self.output_index, "item": message_item(self.item_id, "", "in_progress")}
+        return [("response.output_item.added", added), ("response.content_part.added", {**self.where(), "part": output_text("")})]
+
+    def delta(self, text: str) -> Event:
+        self.text += text
+        return "response.output_text.delta", {**self.where(), "delta": text, "logprobs": []}
+
+    def closing(self, status: str) -> list[Event]:
+        return [
+            ("response.output_text.done", {**self.where(), "text": self.text, "logprobs": []}),
+            ("response.content_part.done", {**self.where(), "part": output_text(self.text)}),
+            (
+                "response.output_item.done",
+                {"output_index": self.output_index, "item": message_item(self.item_id, self.text, status)},
+            ),
+        ]
+
+
+@dataclasses.dataclass
+class OpenReasoning(OpenItem):
+    """An open `reasoning` item."""
+
+    def opening(self) -> list[Event]:
+        return [
+            (
+                "response.output_item.added",
+                {"output_index": self.output_index, "item": reasoning_item(self.item_id, "", "in_progress")},
+            )
+        ]
+
+    def delta(self, text: str) -> Event:
+        self.text += text
+        return "response.reasoning_text.delta", {**self.where(), "delta": text}
+
+    def closing(self, status: str) -> list[Event]:
+        """A reasoning item ends completed whatever the reply's status (as `_output` writes it)."""
+        item = reasoning_item(self.item_id, self.text, "completed")
+        return [
+            ("response.reasoning_text.done", {**self.where(), "text": self.text}),
+            ("response.output_item.done", {"output_index": self.output_index, "item": item}),
+        ]
+
+
+@dataclasses.dataclass
+class OpenFunctionCall:
+    """A `function_call` item, opened and closed at once when the reply is whole: its arguments in one delta."""
+
+    call: ToolCall
+    output_index: int
+
+    def events(self) -> list[Event]:
+        item, where = function_call_item(self.call), {"output_index": self.output_index}
+        return [
+            ("response.output_item.added", {**where, "item": {**item, "arguments": "", "status": "in_progress"}}),
+            ("response.function_call_arguments.delta", {"item_id": item["id"], **where, "delta": self.call.arguments}),
+            (
+                "response.function_call_arguments.done",
+                {"item_id": item["id"], **where, "arguments": self.call.arguments, "name": self.call.name},
+            ),
+            ("response.output_item.done", {**where, "item": item}),
+        ]
+
+
+class ResponsesStream:
+    """One reply's typed events, numbered in order. Reasoning and text deltas go to the open item
+    of their kind (a delta of the other kind closes it and opens the next output index); once the
+    reply is whole, the held-back text, the open item's close, then each call as its own item."""
+
+    def __init__(self, reply: ResponsesReply):
+        self.reply = reply
+        self.sequence = 0  # the next event's sequence_number
+        self.opened = 0  # output items opened so far: the next one's output_index
+        self.open: OpenItem | None = None
+        self.holdback = CallHoldback(reply.tools.parser) if reply.tools is not None else None
+        self.splitter = reply.reasoning.splitter() if reply.reasoning is not None else None
+
+    def event(self, kind: str, **fields) -> bytes:
+        payload = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return sse.named_event(kind, payload)
+
+    def send(self, events: list[Event]) -> Iterator[bytes]:
+        for kind, fields in events:
+            yield self.event(kind, **fields)
+
+    def delta(self, kind: type[OpenItem], item_id: str, text: str) -> Iterator[bytes]:
+        """A text or reasoning delta, opening its item (and closing the one before) as needed."""
+        if not isinstance(self.open, kind):
+            yield from self.close()
+            self.open = kind(item_id, self.opened)
+            self.opened += 1
+            yield from self.send(self.open.opening())
+        yield from self.send([self.open.delta(text)])
+
+    def text(self, text: str) -> Iterator[bytes]:
+        return self.delta(OpenMessage, self.reply.message_id, text)
+
+    def close(self) -> Iterator[bytes]:
+        if self.open is not None:
+            status = "incomplete" if self.reply.job.choices[0].finish_reason == "length" else "completed"
+            yield from self.send(self.open.closing(status))
+            self.open = None
+
+    def split(self, text: str, ended: bool) -> Iterator[bytes]:
+        reasoning, answer = split_delta(self.splitter, text, ended)
+        if reasoning:
+            yield from self.delta(OpenReasoning, self.reply.reasoning_id, reasoning)
+        answer = self.holdback.add(0, answer) if self.holdback is not None and answer else answer
+        if answer:
+            yield from self.text(answer)
+
+    async def events(self):
+        reply, job = self.reply, self.reply.job
         try:
-            skeleton = self._response("in_progress", [], with_usage=False)
-            yield event("response.created", response=skeleton)
-            yield event("response.in_progress", response=skeleton)
+            skeleton = reply.response_object("in_progress", [], with_usage=False)
+            yield self.event("response.created", response=skeleton)
+            yield self.event("response.in_progress", response=skeleton)
             async for out in job:
-                for chunk in split(out.text, out.finish_reason is not None or out.finished):
+                for chunk in self.split(out.text, out.finish_reason is not None or out.finished):
                     yield chunk
             await job.wait_recorded()
             choice = job.choices[0]
-            if self._status(choice) == "failed":
-                message = job.error or "generation failed"
-                yield event("error", code="server_error", message=message, param=None)
-                yield event("response.failed", response=self._response("failed", [], with_usage=True))
+            if reply.status_of(choice) == "failed":
+                yield self.event("error", code="server_error", message=job.error or "generation failed", param=None)
+                yield self.event("response.failed", response=reply.response_object("failed", [], with_usage=True))
                 return
-            if holdback is not None:
-                rest = holdback.unshown(0, choice.content) if choice.tool_calls else holdback.rest(0)
-                for chunk in delta("message", rest) if rest else ():
+            if self.holdback is not None:
+                rest = self.holdback.unshown(0, choice.content) if choice.tool_calls else self.holdback.rest(0)
+                for chunk in self.text(rest) if rest else ():
                     yield chunk
-            response = await self.finish()
-            if opened and opened[-1][0] != "closed":
-                for chunk in close(opened[-1]):
+            response = await reply.finish()
+            for chunk in self.close():
+                yield chunk
+            for number, call in enumerate(choice.tool_calls, start=self.opened):
+                for chunk in self.send(OpenFunctionCall(call, number).events()):
                     yield chunk
-            for number, call in enumerate(choice.tool_calls, start=len(opened)):
-                item = function_call_item(call)
-                yield event(
-                    "response.output_item.added", output_index=number, item={**item, "arguments": "", "status": "in_progress"}
-                )
-                yield event(
-                    "response.function_call_arguments.delta", item_id=item["id"], output_index=number, delta=call.arguments
-                )
-                yield event(
-                    "response.function_call_arguments.done",
-                    item_id=item["id"],
-                    output_index=number,
-                    arguments=call.arguments,
-                    name=call.name,
-                )
-                yield event("response.output_item.done", output_index=number, item=item)
             # an incomplete reply ends with response.completed too (its status says incomplete), as
             # vLLM does: the official client's stream helper finalises on that event only
-            yield event("response.completed", response=response)
+            yield self.event("response.completed", response=response)
         finally:
             await job.close()
