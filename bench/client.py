@@ -42,6 +42,10 @@ def _read_event(record: RequestRecord, data: str, now: float) -> bool:
     for choice in event.get("choices") or ():
         if choice.get("text"):
             record.chunk_times.append(now)
+        elif choice.get("finish_reason") and not record.chunk_times:
+            # A reply whose tokens carried no text (one token that is part of a UTF-8 character, say):
+            # it ended now. Without this, a 1-token prefill probe that drew such a token was a failure.
+            record.chunk_times.append(now)
     usage = event.get("usage")
     if usage:
         record.output_tokens = usage.get("completion_tokens", record.output_tokens)

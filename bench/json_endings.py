@@ -1,6 +1,9 @@
 """How often a structured reply is cut by max_tokens before its JSON ends, on the embedded model.
 
     .venv/bin/python -m bench.json_endings [--requests 50] [--max-tokens 160] [--clients 8]
+    .venv/bin/python -m bench.json_endings --docs-dir docs/bench   # also raw/json_endings.json and the page
+
+`make bench` (bench/report.py) runs it too and renders its table from the raw result it writes.
 
 For each of `json_object` and `json_schema` (issue 29's city schema) and each of the default
 temperature and 0, `--requests` chat requests (distinct prompts, seeds 0..n-1) go to one server
@@ -15,9 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import sys
 
 import httpx
 
+from .raw import measured_line, save_raw
 from .server import EngineServer
 
 SCHEMA = {
@@ -80,20 +86,72 @@ async def run_mode(url: str, mode: str, temperature: float | None, requests: int
     return tally
 
 
+MODES = ("json_object", "json_schema")
+TEMPERATURES = (None, 0.0)  # None: the request leaves it out (the default temperature)
+
+
+def run(*, requests: int = 50, max_tokens: int = 160, clients: int = 8, server_env: dict | None = None) -> dict:
+    """One server of ours on its defaults: {"tallies": [{"mode", "temperature", "requests", "failed", "cut"}], ...}."""
+    from .machine import machine_info
+
+    machine = machine_info()
+    tallies = []
+    with EngineServer(server_env or {}) as server:
+        for mode in MODES:
+            for temperature in TEMPERATURES:
+                tally = asyncio.run(run_mode(server.base_url, mode, temperature, requests, max_tokens, clients))
+                tallies.append({"mode": mode, "temperature": temperature, **tally})
+                print(f"{mode}, temperature {temperature}: {tally['failed']} / {tally['requests']} do not parse", flush=True)
+        command = server.command
+    return {
+        "machine": machine,
+        "server_command": command,
+        "settings": {"requests": requests, "max_tokens": max_tokens, "clients": clients},
+        "schema": SCHEMA,
+        "tallies": tallies,
+    }
+
+
+def render(result: dict) -> list[str]:
+    s = result["settings"]
+    lines = [
+        "## Structured outputs: JSON that ends (issue 29)",
+        "",
+        measured_line(result["machine"], result.get("command")),
+        "",
+        "How often a structured chat reply does not parse because `max_tokens` cut it, on one server with its defaults "
+        f"(`{result['server_command']}`): for `json_object` and for `json_schema` (a city: `name`, `country`, `population` "
+        f"integer, `kind` enum), at the default temperature and at 0, {s['requests']} requests each (distinct prompts, "
+        f"seeds 0-{s['requests'] - 1}), `max_tokens` {s['max_tokens']}.",
+        "",
+        "| mode | temperature | replies that do not parse | of those, cut by `max_tokens` |",
+        "|---|---|---:|---:|",
+    ]
+    for t in result["tallies"]:
+        label = "default" if t["temperature"] is None else f"{t['temperature']:g}"
+        lines.append(f"| `{t['mode']}` | {label} | {t['failed']} / {t['requests']} | {t['cut']} |")
+    return lines + [""]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--results-dir", default="bench/results")
+    parser.add_argument("--docs-dir", default=None, help="also write DOCS_DIR/raw/json_endings.json and rewrite the page there")
     args = parser.parse_args(argv)
-    print("| mode | temperature | replies that do not parse | of those, cut by max_tokens |")
-    print("|---|---|---:|---:|")
-    with EngineServer() as server:
-        for mode in ("json_object", "json_schema"):
-            for temperature in (None, 0.0):
-                tally = asyncio.run(run_mode(server.base_url, mode, temperature, args.requests, args.max_tokens, args.clients))
-                label = "default" if temperature is None else "0"
-                print(f"| {mode} | {label} | {tally['failed']} / {tally['requests']} | {tally['cut']} |", flush=True)
+    result = run(requests=args.requests, max_tokens=args.max_tokens, clients=args.clients)
+    result["command"] = "python -m bench.json_endings " + " ".join(argv if argv is not None else sys.argv[1:])
+    os.makedirs(args.results_dir, exist_ok=True)
+    with open(os.path.join(args.results_dir, "json_endings.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print("\n".join(render(result)))
+    if args.docs_dir:
+        from .report import write_page
+
+        save_raw(args.docs_dir, "json_endings", result)
+        write_page(args.docs_dir)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """Our defaults against llama.cpp's server in the same run, on the same prompts and the same GGUF.
 
-Rounds alternate the two servers, each started fresh: one client, 8 and 32 clients on 64 output
-tokens, 32 clients on 16-256, a 2,530-token prompt's prefill (llama-server gets one slot of 8,192
-for it: its 32 slots of 1,024 refuse that prompt), time from start to `/health` 200, and resident
-memory once loading has settled (the target's measure) and again after the loads. Every figure is reported as a ratio to llama-server's in the same round, and judged
-against issue 19's targets.
+Rounds alternate the two servers, each started fresh: one client on chat questions (natural
+prompts: bench/prompts.py's CHAT_QUESTIONS; ours with speculation on, the default, and off), 8 and
+32 clients on 64 output tokens of random-word prompts, 32 clients on 16-256, a 2,530-token prompt's
+prefill (llama-server gets one slot of 8,192 for it: its 32 slots of 1,024 refuse that prompt), time
+from start to `/health` 200, and resident memory once loading has settled (the target's measure) and
+again after the loads. Every figure is reported as a ratio to llama-server's in the same round, and
+judged against issue 19's targets. A figure with a failed request is measured again (twice at most);
+one that still fails is "not measured", and a verdict needs every round's figure.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ import math
 import os
 
 from .llama_server import LlamaServer, build, build_that_runs
-from .prompts import make_requests
+from .prompts import CHAT, requests_for
 
-LOADS = (  # name, concurrency, prompts, input tokens, output tokens
-    ("1 client", 1, 8, "8-40", "64"),
+LOADS = (  # name, concurrency, prompts, input tokens (CHAT: chat questions), output tokens
+    ("1 client", 1, 8, CHAT, "64"),
     ("8 clients", 8, 16, "8-40", "64"),
     ("32 clients", 32, 64, "8-40", "64"),
     ("32 clients, 16-256 tokens", 32, 64, "8-40", "16-256"),
@@ -33,13 +36,30 @@ TARGETS = {  # (load, figure): (target ratio to llama-server, higher is better)
 }
 READY_TARGET_S = 5.0
 MEMORY_SLACK_MB = 350
+SPEC_OFF = "ours, speculation off"  # a second server of ours, MINIVLLM_SPECULATIVE=off, for the one-client load
+ATTEMPTS = 3  # a load with a failed request is measured again, at most this many times in all
+
+
+def prompts_used(loads) -> dict[str, str]:
+    """What each load sent, for the report: chat questions or random words."""
+    return {load[0]: "chat questions" if load[3] == CHAT else "random words" for load in loads}
 
 
 def _measure(base_url: str, tokenizer, load, seed: int) -> dict:
+    """The load's figures; all None (not measured) where a request still failed after ATTEMPTS tries."""
+    for attempt in range(1, ATTEMPTS + 1):
+        figures = _measure_once(base_url, tokenizer, load, seed)
+        if not figures["failed"]:
+            return {**figures, "attempts": attempt}
+        print(f"{load[0]}: {figures['failed']} request(s) failed ({figures['errors'][:1]}); attempt {attempt}", flush=True)
+    return {**{k: None for k in figures if k not in ("failed", "errors")}, "failed": figures["failed"], "attempts": ATTEMPTS}
+
+
+def _measure_once(base_url: str, tokenizer, load, seed: int) -> dict:
     from .serve import run_benchmark
 
     name, concurrency, prompts, input_len, output_len = load
-    requests = make_requests(tokenizer, num_prompts=prompts, input_len=input_len, output_len=output_len, seed=seed)
+    requests = requests_for(tokenizer, num_prompts=prompts, input_len=input_len, output_len=output_len, seed=seed)
     result = asyncio.run(
         run_benchmark(
             requests,
@@ -57,9 +77,10 @@ def _measure(base_url: str, tokenizer, load, seed: int) -> dict:
         "ITL p50": s["itl_ms"]["p50"],
         "TTFT p50": s["ttft_ms"]["p50"],
         "failed": s["failed"],
+        "errors": s.get("errors") or [],
     }
-    if name == PREFILL[0] and s["ttft_ms"]["p50"]:
-        figures["prefill tok/s"] = int(input_len) / (s["ttft_ms"]["p50"] / 1000)
+    if name == PREFILL[0]:
+        figures["prefill tok/s"] = int(input_len) / (s["ttft_ms"]["p50"] / 1000) if s["ttft_ms"]["p50"] else None
     return figures
 
 
@@ -68,7 +89,7 @@ def run_rounds(tokenizer, gguf: str, *, rounds: int, server_env: dict, results_d
     from .server import EngineServer
 
     build(build_that_runs())
-    out = {"rounds": [], "commands": {}}
+    out = {"rounds": [], "commands": {}, "prompts": prompts_used((*LOADS, PREFILL))}
     for r in range(rounds):
         row = {}
         with EngineServer(server_env, log_path=os.path.join(results_dir, f"peer-ours-{r}.log")) as ours:
@@ -81,6 +102,10 @@ def run_rounds(tokenizer, gguf: str, *, rounds: int, server_env: dict, results_d
                 "weights_and_kv_mb": _weights_and_kv_mb(ours.stats),
             }
             out["commands"]["ours"] = ours.command
+        off_env = {**server_env, "MINIVLLM_SPECULATIVE": "off"}
+        with EngineServer(off_env, log_path=os.path.join(results_dir, f"peer-ours-spec-off-{r}.log")) as ours:
+            row[SPEC_OFF] = {LOADS[0][0]: _measure(ours.base_url, tokenizer, LOADS[0], seed=100 + r)}
+            out["commands"][SPEC_OFF] = ours.command
         with LlamaServer(gguf, log_path=os.path.join(results_dir, f"peer-llama-{r}.log")) as peer:
             loaded_mb = peer.resident_after_load_mb()
             row["llama-server"] = {load[0]: _measure(peer.base_url, tokenizer, load, seed=100 + r) for load in LOADS}
@@ -95,8 +120,8 @@ def run_rounds(tokenizer, gguf: str, *, rounds: int, server_env: dict, results_d
             out["commands"]["llama-server (prefill)"] = peer.command
         out["rounds"].append(row)
         print(
-            f"peer round {r + 1}: 32 clients {row['ours']['32 clients']['tok/s']:.1f} against "
-            f"{row['llama-server']['32 clients']['tok/s']:.1f} tok/s",
+            f"peer round {r + 1}: 32 clients {row['ours']['32 clients']['tok/s']} against "
+            f"{row['llama-server']['32 clients']['tok/s']} tok/s",
             flush=True,
         )
     return out
@@ -113,10 +138,24 @@ def _ratio(a, b) -> float:
 
 
 def _verdict(ratios: list[float], target: float, higher: bool) -> str:
-    met = [r >= target if higher else r <= target for r in ratios if not math.isnan(r)]
-    if not met:
-        return "–"
+    """Judged only on every round's figure: one missing (a failed request) and it is not measured."""
+    if not ratios or any(r is None or math.isnan(r) for r in ratios):
+        return "not measured"
+    met = [r >= target if higher else r <= target for r in ratios]
     return "met" if all(met) else f"met in {sum(met)} of {len(met)} rounds" if any(met) else "not met"
+
+
+def prompts_line(prompts: dict | None) -> str:
+    """What each load sent; a report from before the chat questions sent random words everywhere."""
+    if not prompts:
+        return "Every load sent seeded random words (this run predates the chat-question prompts)."
+    chat = [name for name, kind in prompts.items() if kind == "chat questions"]
+    if not chat:
+        return "Every load sent seeded random words."
+    return (
+        f"{', '.join(chat)}: chat questions behind the chat template (bench/prompts.py's CHAT_QUESTIONS), "
+        "ours with speculation on (the default) and off; the other loads: seeded random words."
+    )
 
 
 def render(peer: dict) -> list[str]:
@@ -128,7 +167,10 @@ def render(peer: dict) -> list[str]:
         "## Against llama.cpp's llama-server (same run, alternating rounds)",
         "",
         "Our server with no settings against `llama-server` on the same GGUF and prompts; a ratio below 1 is "
-        "better for latencies. Commands: " + "; ".join(f"{k}: `{v}`" for k, v in peer["commands"].items()),
+        "better for latencies. "
+        + prompts_line(peer.get("prompts"))
+        + " Commands: "
+        + "; ".join(f"{k}: `{v}`" for k, v in peer["commands"].items()),
         "",
     ]
     if rebuilt:
@@ -156,6 +198,14 @@ def render(peer: dict) -> list[str]:
             lines.append(
                 f"| {name} | {figure} | {joined(theirs)} | {joined(ours)} | {joined(ratios, 2)}x{caveat} | {shown} | {verdict} |"
             )
+        if all(SPEC_OFF in r and name in r[SPEC_OFF] for r in rounds):  # shown beside the default, not judged
+            for figure in ("tok/s", "ITL p50"):
+                theirs = [r["llama-server"][name].get(figure) for r in rounds]
+                off = [r[SPEC_OFF][name].get(figure) for r in rounds]
+                ratios = [_ratio(o, t) for o, t in zip(off, theirs)]
+                lines.append(
+                    f"| {name}, speculation off | {figure} | {joined(theirs)} | {joined(off)} | {joined(ratios, 2)}x{caveat} | | |"
+                )
     ready = [r["ours"]["server"]["ready_s"] for r in rounds]
     lines.append(
         f"| start | to /health 200, s | {joined([r['llama-server']['server']['ready_s'] for r in rounds], 2)} | "

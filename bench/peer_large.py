@@ -7,6 +7,11 @@ K/V (896 MiB for this shape); ours is started with MINIVLLM_KV_CACHE_MB set to t
 that one figure (the speed figures run with no settings at all, the planned pool), and each
 server's resident memory after load is reported less those 896 MiB.
 
+One client sends chat questions (bench/prompts.py's CHAT_QUESTIONS behind the chat template), to
+ours with speculation on (the default) and off; the other loads send seeded random words. A verdict
+needs every round's figure: a load with a failed request is measured again (bench/peer.py's
+_measure), and one that still fails is "not measured".
+
 Where llama-server had to be rebuilt without its native AMX path (it crashes starting on some
 Xeons: bench/llama_server.py), every ratio says so and no target counts as met against that build.
 
@@ -21,12 +26,13 @@ import math
 import os
 
 from .llama_server import LlamaServer, build, build_that_runs
-from .peer import _measure
+from .peer import SPEC_OFF, _measure, prompts_line, prompts_used
+from .prompts import CHAT
 from .server import EngineServer
 from .shaped_model import shaped_model
 
-LOADS = (  # name, concurrency, prompts, input tokens, output tokens
-    ("1 client", 1, 4, "8-40", "32"),
+LOADS = (  # name, concurrency, prompts, input tokens (CHAT: chat questions), output tokens
+    ("1 client", 1, 4, CHAT, "32"),
     ("8 clients", 8, 16, "8-40", "32"),
     ("32 clients", 32, 32, "8-40", "32"),
 )
@@ -52,12 +58,21 @@ def with_prefill_rate(figures: dict) -> dict:
     return {**figures, "prefill tok/s": int(PREFILL[3]) / (ttft / 1000) if ttft else None}
 
 
+def _not_measured(values) -> bool:
+    return not values or any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values)
+
+
 def one_round(tokenizer, gguf: str, r: int, results_dir: str) -> dict:
     row = {}
     with EngineServer({"MINIVLLM_MODEL": gguf}, log_path=os.path.join(results_dir, f"large-ours-{r}.log")) as ours:
         row["ours"] = {load[0]: _measure(ours.base_url, tokenizer, load, seed=200 + r) for load in LOADS}
         row["ours"][PREFILL[0]] = with_prefill_rate(_measure(ours.base_url, tokenizer, PREFILL, seed=200 + r))
         row["ours"]["start"] = {"ready s": ours.ready_s, "command": ours.command}
+    with EngineServer(
+        {"MINIVLLM_MODEL": gguf, "MINIVLLM_SPECULATIVE": "off"},
+        log_path=os.path.join(results_dir, f"large-ours-spec-off-{r}.log"),
+    ) as ours:
+        row[SPEC_OFF] = {LOADS[0][0]: _measure(ours.base_url, tokenizer, LOADS[0], seed=200 + r)}
     env = {"MINIVLLM_MODEL": gguf, "MINIVLLM_KV_CACHE_MB": str(int(POOL_MB))}
     with EngineServer(env, log_path=os.path.join(results_dir, f"large-ours-memory-{r}.log")) as ours:
         row["ours"]["start"]["resident MB less the KV pool"] = ours.resident_after_load_mb() - POOL_MB
@@ -86,7 +101,7 @@ def render(result: dict) -> list[str]:
         f"`{os.path.basename(result['gguf'])}` (Qwen2.5-1.5B's shape, random weights, quantized by llama.cpp's "
         f"`llama-quantize`); CPU flags: {result.get('isa', '?')}. Ours with no settings; llama-server: "
         f"`{rounds[0]['llama-server']['start']['command']}`. Memory: resident after load less the 896 MiB "
-        "KV pool each holds (ours started with MINIVLLM_KV_CACHE_MB=896 for that figure).",
+        "KV pool each holds (ours started with MINIVLLM_KV_CACHE_MB=896 for that figure). " + prompts_line(result.get("prompts")),
         "",
     ]
     if rebuilt:
@@ -100,14 +115,20 @@ def render(result: dict) -> list[str]:
         theirs = [r["llama-server"][load].get(figure) for r in rounds]
         ours = [r["ours"][load].get(figure) for r in rounds]
         ratios = [o / t if o is not None and t else math.nan for o, t in zip(ours, theirs)]
-        met = [x >= target if higher else x <= target for x in ratios if not math.isnan(x)]
-        verdict = "–" if not met else ("met" if all(met) else "not met")
+        met = [x >= target if higher else x <= target for x in ratios]
+        verdict = "not measured" if _not_measured(ratios) else ("met" if all(met) else "not met")
         if rebuilt and verdict == "met":
             verdict = "not judged: peer rebuilt"
         lines.append(
             f"| {load} | {figure} | {_cell(theirs)} | {_cell(ours)} | {_cell(ratios)}x{caveat} | "
             f"{'>=' if higher else '<='} {target}x | {verdict} |"
         )
+    if all(SPEC_OFF in r for r in rounds):  # one client with speculation off: shown, not judged
+        name = LOADS[0][0]
+        theirs = [r["llama-server"][name].get("tok/s") for r in rounds]
+        off = [r[SPEC_OFF][name].get("tok/s") for r in rounds]
+        ratios = [o / t if o is not None and t else math.nan for o, t in zip(off, theirs)]
+        lines.append(f"| {name}, speculation off | tok/s | {_cell(theirs)} | {_cell(off)} | {_cell(ratios)}x{caveat} | | |")
     for load in LOADS:  # the latencies beside the targets
         theirs = [r["llama-server"][load[0]] for r in rounds]
         ours = [r["ours"][load[0]] for r in rounds]
@@ -124,7 +145,12 @@ def run(tokenizer, *, rounds: int, results_dir: str) -> dict:
 
     build(build_that_runs())
     gguf = str(shaped_model())
-    result = {"gguf": gguf, "rounds": [], "isa": " ".join(machine_info()["isa_flags"])}
+    result = {
+        "gguf": gguf,
+        "rounds": [],
+        "isa": " ".join(machine_info()["isa_flags"]),
+        "prompts": prompts_used((*LOADS, PREFILL)),
+    }
     for r in range(rounds):
         result["rounds"].append(one_round(tokenizer, gguf, r, results_dir))
         print(f"large-model round {r + 1} done", flush=True)

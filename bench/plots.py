@@ -1,4 +1,4 @@
-"""docs/throughput.png and docs/latency.png, one panel per workload, concurrency on a log2 axis."""
+"""docs/bench/throughput.png and docs/bench/latency.png, one panel per workload, concurrency on a log2 axis."""
 
 from __future__ import annotations
 

@@ -1,10 +1,17 @@
-"""Runs the sweep and writes docs/benchmarks.md, docs/throughput.png and docs/latency.png.
+"""Runs the sweep and writes the generated page and its raw results under docs/bench/.
 
 Starts our server (Daphne, `MINIVLLM_AUTOSTART=1`) unless `--base-url` points at one already
 running, measures it over concurrency 1..32 for a uniform and a mixed output length, stops it,
 then measures it against llama.cpp's `llama-server` (built once, bench/llama_server.py) in
-alternating rounds (bench/peer.py), then runs the HF baselines over the same prompts. The full
-sweep is sized for ~40 minutes on the 2-core CPU; `--quick` is a few minutes more than the peer's rounds.
+alternating rounds (bench/peer.py, bench/peer_large.py, bench/speculative.py), constrained
+decoding's cost and JSON endings (bench/structured.py, bench/json_endings.py), then runs the HF
+baselines over the same prompts. The full sweep is sized for ~40 minutes on the 2-core CPU;
+`--quick` is a few minutes more than the peer's rounds.
+
+What it writes, all in the same run: docs/bench/report.json (the sweep, the llama-server rounds),
+docs/bench/raw/<name>.json (bench/raw.py: speculative decoding, structured outputs, JSON endings),
+and from those files only, docs/bench/benchmarks.md, throughput.png and latency.png. A part skipped
+(`--skip-...`) leaves its earlier raw result, whose section states its own date and machine.
 
     python -m bench.report            # full sweep
     python -m bench.report --quick    # concurrency 1 and 8, fewer prompts
@@ -19,6 +26,7 @@ import shlex
 import sys
 import time
 
+from .raw import RAW_SECTIONS, load_raw, save_raw
 from .sweep import Plan, Workload, run_engine_phase, run_hf_phase
 
 DEFAULT_SERVER_ENV: dict[str, str] = {}  # the defaults a user gets (32 slots, the planned KV pool, MINIVLLM_QUANT=auto)
@@ -57,12 +65,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="do not measure speculative decoding against speculation off and llama-server's n-gram modes (bench/speculative.py)",
     )
+    p.add_argument(
+        "--skip-structured",
+        action="store_true",
+        help="do not measure a JSON schema's cost and JSON endings (bench/structured.py, bench/json_endings.py)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--docs-dir", default="docs")
+    p.add_argument("--docs-dir", default="docs/bench")
     p.add_argument("--results-dir", default="bench/results")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
-        "--render-only", default=None, metavar="REPORT_JSON", help="rewrite the docs from a saved report.json, measuring nothing"
+        "--render-only",
+        default=None,
+        metavar="REPORT_JSON",
+        help="rewrite the page and plots from a saved report.json and the raw results in --docs-dir, measuring nothing",
     )
     return p.parse_args(argv)
 
@@ -157,7 +173,9 @@ def main(argv=None) -> dict:
     if args.render_only:
         with open(args.render_only) as f:
             report = json.load(f)
-        write_docs(report, args.docs_dir)
+        # a run's bench/results/report.json keeps its raw results inside; split them out as the run did
+        raw = {name: result for name in RAW_SECTIONS if (result := report.pop(name, None))}
+        write_docs(report, args.docs_dir, raw)
         return report
     plan = make_plan(args)
     os.makedirs(args.results_dir, exist_ok=True)
@@ -185,61 +203,67 @@ def main(argv=None) -> dict:
         from . import peer_large
 
         large = peer_large.run(tokenizer, rounds=1 if args.quick else args.peer_rounds, results_dir=args.results_dir)
-    speculative = None
+    raw = {}
     if not args.skip_peer and not args.skip_speculative and not args.base_url:
         from . import speculative as spec_bench
 
         models = ["embedded"] if args.quick or args.skip_large else ["embedded", "large"]
-        speculative = spec_bench.run(tokenizer, models=models, rounds=1, results_dir=args.results_dir)
+        raw["speculative"] = spec_bench.run(tokenizer, models=models, rounds=1, results_dir=args.results_dir)
+    if not args.skip_structured and not args.base_url:
+        from . import json_endings, structured
+
+        env = _server_env(args.server_env)
+        raw["structured"] = structured.run(rounds=1 if args.quick else 3, server_env=env)
+        raw["json_endings"] = json_endings.run(requests=10 if args.quick else 50, server_env=env)
+    command = "python -m bench.report " + shlex.join(sys.argv[1:] if argv is None else argv)
+    for result in raw.values():
+        result["command"] = command
     if not args.skip_baselines:
         entries += run_hf_phase(plan, tokenizer, results_dir=args.results_dir, show_progress=not args.no_progress)
     machine["load_average_at_end"] = os.getloadavg()
     report = {
-        "command": "python -m bench.report " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "command": command,
         "machine": machine,
         "server": server,
         "server_command": server_command,
         "latency_server": latency_server,
         "peer": peer,
         "peer_large": large,
-        "speculative": speculative,
         "plan": plan_json(plan),
         "entries": entries,
         "elapsed_s": time.monotonic() - started,
     }
     with open(os.path.join(args.results_dir, "report.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    write_docs(report, args.docs_dir)
-    print(f"wrote {args.docs_dir}/benchmarks.md and plots in {report['elapsed_s'] / 60:.1f} min", flush=True)
+        json.dump({**report, **raw}, f, indent=1)
+    write_docs(report, args.docs_dir, raw)
+    print(f"wrote {args.docs_dir}/benchmarks.md, its raw results and plots in {report['elapsed_s'] / 60:.1f} min", flush=True)
     return report
 
 
-KEPT_SECTION = "## Structured outputs"  # written by `python -m bench.structured`, not by the sweep
-
-
-def kept_sections(path: str) -> str:
-    """The part of an existing benchmarks.md that other benches wrote (from KEPT_SECTION on)."""
-    try:
-        text = open(path).read()
-    except FileNotFoundError:
-        return ""
-    at = text.find("\n" + KEPT_SECTION)
-    return text[at:] if at != -1 else ""
-
-
-def write_docs(report: dict, docs_dir: str) -> None:
+def write_docs(report: dict, docs_dir: str, raw: dict[str, dict] | None = None) -> None:
+    """The run's raw results (report.json, raw/<name>.json), then the page and plots made from them."""
     from .plots import latency_plot, throughput_plot
-    from .tables import render
 
     os.makedirs(docs_dir, exist_ok=True)
-    path = os.path.join(docs_dir, "benchmarks.md")
-    kept = kept_sections(path)
-    with open(path, "w") as f:
-        f.write(render(report) + kept)
     with open(os.path.join(docs_dir, "report.json"), "w") as f:  # the raw figures, committed beside the tables
         json.dump(report, f, indent=1)
+    for name, result in (raw or {}).items():
+        save_raw(docs_dir, name, result)
+    write_page(docs_dir)
     throughput_plot(report, os.path.join(docs_dir, "throughput.png"))
     latency_plot(report, os.path.join(docs_dir, "latency.png"))
+
+
+def write_page(docs_dir: str) -> str:
+    """docs_dir/benchmarks.md from docs_dir/report.json and docs_dir/raw/*.json, nothing else."""
+    from .tables import render
+
+    with open(os.path.join(docs_dir, "report.json")) as f:
+        report = json.load(f)
+    path = os.path.join(docs_dir, "benchmarks.md")
+    with open(path, "w") as f:
+        f.write(render(report, load_raw(docs_dir)))
+    return path
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import httpx
 import psutil
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+NOT_INHERITED = ("DATABASE_URL", "REDIS_URL")  # settings.py reads these outside MINIVLLM_*
 
 
 def wait_healthy(process: subprocess.Popen, base_url: str, started: float, timeout: float, what: str, log_path) -> float:
@@ -110,9 +111,10 @@ class EngineServer:
         return f"{env} {shlex.join(argv)}"
 
     def environment(self, shell: dict[str, str], database: str) -> dict[str, str]:
-        """The server's environment: "no settings" means none, so the shell's MINIVLLM_* variables do
-        not reach it, only this server's own (self.env), its database and a throwaway secret key."""
-        inherited = {k: v for k, v in shell.items() if not k.startswith("MINIVLLM_")}
+        """The server's environment: "no settings" means none, so the shell's MINIVLLM_* variables and
+        the services it names (DATABASE_URL, REDIS_URL: a developer's Postgres or Redis) do not reach
+        it, only this server's own (self.env), its throwaway SQLite file and secret key."""
+        inherited = {k: v for k, v in shell.items() if not k.startswith("MINIVLLM_") and k not in NOT_INHERITED}
         env = {**inherited, **self.env, "MINIVLLM_SQLITE_PATH": database}
         env.setdefault("MINIVLLM_SECRET_KEY", secrets.token_urlsafe(32))
         return env

@@ -297,10 +297,47 @@ def test_latency_server_needs_a_one_client_uniform_run_and_a_server_of_ours():
         main(["--base-url", "http://127.0.0.1:1", "--latency-server-env", "MINIVLLM_QUANT=int8"])
 
 
-def test_the_sweeps_report_keeps_the_structured_outputs_section(tmp_path):
-    from bench.report import kept_sections
+def test_the_page_renders_the_raw_results_beside_it_and_nothing_else(tmp_path):
+    from bench.raw import save_raw
+    from bench.report import write_docs, write_page
 
-    path = tmp_path / "benchmarks.md"
-    assert kept_sections(str(path)) == ""
-    path.write_text("# Benchmarks\n\nthe sweep's tables\n\n## Structured outputs\n\nratio 0.89\n")
-    assert kept_sections(str(path)) == "\n## Structured outputs\n\nratio 0.89\n"
+    docs = tmp_path / "docs"
+    write_docs(_small_report(), str(docs))
+    page = (docs / "benchmarks.md").read_text()
+    assert "## Structured outputs" not in page and "## Speculative decoding" not in page
+    machine = {"date": "2026-12-05 10:00 UTC", "cpu_model": "Some CPU", "cpus": 2, "isa_flags": ["avx2"], "git_commit": "abc"}
+    save_raw(
+        str(docs),
+        "structured",
+        {
+            "machine": machine,
+            "command": "python -m bench.structured",
+            "server_command": "daphne ...",
+            "settings": {"clients": 8, "requests": 32, "max_tokens": 64, "temperature": 0.8},
+            "rounds": [
+                {"unconstrained": 300.0, "json_schema": 270.0},
+                {"unconstrained": 310.0, "json_schema": 248.0},
+                {"unconstrained": 200.0, "json_schema": 190.0},
+            ],
+            "masks": {"grammar_mask_rows": 100.0, "grammar_mask_seconds": 0.02, "grammar_mask_wait_seconds": 0.0002},
+        },
+    )
+    write_page(str(docs))
+    page = (docs / "benchmarks.md").read_text()
+    assert "Measured 2026-12-05 10:00 UTC on Some CPU, 2 logical CPUs (flags the kernels read: avx2), commit abc" in page
+    assert "| 1 | 300.0 | 270.0 | 0.90 |" in page and "| 2 | 310.0 | 248.0 | 0.80 |" in page
+    assert "Median ratio over 3 round(s): **0.90** (target 0.85: met)." in page
+    with pytest.raises(ValueError, match="no page section"):
+        save_raw(str(docs), "hand-pasted", {})
+
+
+def test_the_committed_page_is_what_its_committed_raw_results_render_to():
+    """docs/bench/benchmarks.md holds no table that its raw results beside it do not give."""
+    from pathlib import Path
+
+    from bench.raw import load_raw
+    from bench.tables import render
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "bench"
+    report = json.loads((docs / "report.json").read_text())
+    assert (docs / "benchmarks.md").read_text() == render(report, load_raw(str(docs)))

@@ -1,0 +1,50 @@
+"""The raw results beside the generated page: docs/bench/report.json (the sweep) and
+docs/bench/raw/<name>.json (speculative decoding, structured outputs, JSON endings), each written by
+the bench that measured it, in the same run as the tables made from it (bench/report.py renders
+the page from these files only). Each raw result carries its own machine block (date, CPU, flags,
+commit) and command, which its section on the page states.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+RAW_SECTIONS = ("speculative", "structured", "json_endings")  # in the page's order
+
+
+def raw_path(docs_dir: str, name: str) -> str:
+    return os.path.join(docs_dir, "raw", f"{name}.json")
+
+
+def save_raw(docs_dir: str, name: str, result: dict) -> str:
+    """Writes one bench's raw result where the page is rendered from; returns the path."""
+    if name not in RAW_SECTIONS:
+        raise ValueError(f"no page section reads raw result {name!r} (known: {', '.join(RAW_SECTIONS)})")
+    path = raw_path(docs_dir, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    return path
+
+
+def load_raw(docs_dir: str) -> dict[str, dict]:
+    """{name: result} for each raw result present in docs_dir/raw/."""
+    found = {}
+    for name in RAW_SECTIONS:
+        try:
+            with open(raw_path(docs_dir, name)) as f:
+                found[name] = json.load(f)
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def measured_line(machine: dict, command: str | None) -> str:
+    """Where and when a raw result was measured, as its section on the page says it."""
+    flags = ", ".join(machine.get("isa_flags") or []) or "not recorded"
+    line = (
+        f"Measured {machine.get('date', '?')} on {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} logical CPUs "
+        f"(flags the kernels read: {flags}), commit {machine.get('git_commit') or 'unknown'}"
+    )
+    return line + (f", by `{command}`." if command else ".")
