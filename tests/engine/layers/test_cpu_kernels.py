@@ -31,6 +31,7 @@ def test_the_kernels_apply_to_float32_on_cpu_in_whole_vectors_only(cpp):
     assert choose_decode_attention(cuda, torch.bfloat16, 64, torch.bfloat16, block_size=24) == (GatheredDecode, None)
 
 
+@pytest.mark.usefixtures("needs_cpu_kernels")  # the layers bind the kernels at load
 def test_a_loaded_model_never_asks_again(tiny_hf, smollm_tokenizer, monkeypatch):
     engine = engine_for(tiny_hf, smollm_tokenizer)
     norms = [m for m in engine.bundle.model.modules() if isinstance(m, RMSNorm)]

@@ -11,6 +11,7 @@ from inference.engine.layers.linear import FormatChoice, prepare_linears
 from inference.engine.layers.linear.int8 import Int8Linear, quantize_int8
 
 
+@pytest.mark.usefixtures("needs_cpu_kernels")  # Int8Linear packs for the int8 kernel
 def test_int8_linear_matches_float_within_quantization_error():
     torch.manual_seed(0)
     linear = nn.Linear(64, 32, bias=True)
@@ -22,6 +23,7 @@ def test_int8_linear_matches_float_within_quantization_error():
     assert quantized(x).dtype == torch.float32  # the model's dtype, whatever the kernel's
 
 
+@pytest.mark.usefixtures("needs_cpu_kernels")
 @pytest.mark.parametrize("two_level", [False, True])
 def test_int8_kernel_rows_do_not_depend_on_the_batch(two_level):
     """What makes an int8 decode batch-invariant: each row's result is exact, alone or in a batch."""
@@ -36,6 +38,7 @@ def dequantized(layer: Int8Linear) -> torch.Tensor:
     return layer(torch.eye(layer.in_features)).T
 
 
+@pytest.mark.usefixtures("needs_cpu_kernels")
 def test_second_int8_level_shrinks_the_weight_error_a_hundredfold():
     torch.manual_seed(0)
     linear = nn.Linear(256, 128, bias=False)
@@ -43,6 +46,7 @@ def test_second_int8_level_shrinks_the_weight_error_a_hundredfold():
     assert errors[1] < errors[0] / 100
 
 
+@pytest.mark.usefixtures("needs_cpu_kernels")
 def test_quantize_replaces_every_linear_and_gives_qkv_two_levels():
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Sequential(nn.Linear(8, 4)))
     model.qkv_proj = nn.Linear(8, 8)

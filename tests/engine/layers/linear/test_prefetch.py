@@ -13,7 +13,7 @@ from inference.engine.layers.linear import FormatChoice, prefetch, prepare_linea
 from inference.engine.layers.linear.int8 import Int8Linear, quantize_int8
 from inference.engine.layers.linear.prefetch import CANDIDATE_BYTES, tune_weight_prefetch
 
-pytestmark = pytest.mark.skipif(kernels() is None, reason="the int8 kernel did not build here")
+pytestmark = pytest.mark.usefixtures("needs_cpu_kernels")  # the int8 kernel's prefetch
 
 
 def int8_layers():

@@ -64,25 +64,33 @@ def teacher_forced_agreement(reference: LLMEngine, candidate: LLMEngine, tokens:
     return agree, total
 
 
+def needs_its_kernels(request, quantization: str) -> None:
+    """Every format here but bf16 (oneDNN) runs on our CPU kernels: without them (MINIVLLM_CPU_KERNELS=0) its test skips."""
+    if quantization != "bf16":
+        request.getfixturevalue("needs_cpu_kernels")
+
+
 def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
     """The argmax at every position of one prefill through the engine's own model and cache."""
     return prefill_logits(engine, token_ids, fused=False).argmax(dim=-1).tolist()
 
 
 @pytest.mark.parametrize("quantization", ["int8", "int4", "q8_0", pytest.param("bf16", marks=NEEDS_AVX512_BF16)])
-def test_quantized_greedy_agrees_with_bf16_on_real_model(real_hf_model, smollm_tokenizer, quantization):
+def test_quantized_greedy_agrees_with_bf16_on_real_model(request, real_hf_model, smollm_tokenizer, quantization):
     """Per position, teacher-forced: given bf16's own greedy text, does the quantized model pick bf16's next token?
 
     Free-running agreement would count every token after a first near-tie flip as a miss
     (bf16 itself agrees with float32 on under 80% of positions that way), so it measures the
     model's sensitivity, not the quantization's error.
     """
+    needs_its_kernels(request, quantization)
     bf16 = engine_with(real_hf_model, smollm_tokenizer, "none")
     agree, total = teacher_forced_agreement(bf16, engine_with(real_hf_model, smollm_tokenizer, quantization), 16)
     assert total == 20 * 16
     assert agree / total >= 0.95, f"{quantization} agrees with bf16 on {agree}/{total} positions"
 
 
+@pytest.mark.usefixtures("needs_cpu_kernels")  # the default format's GroupLinear
 def test_the_default_format_agrees_with_float32_on_99_percent_of_positions(real_hf_model, smollm_tokenizer):
     """`auto` on the embedded Q4_1 GGUF (its own 4-bit groups, int8 activation groups, the Q8_0
     lm_head) against the float32 model of the same weights: 20 prompts x 64 teacher-forced positions."""
@@ -95,8 +103,9 @@ def test_the_default_format_agrees_with_float32_on_99_percent_of_positions(real_
 
 
 @pytest.mark.parametrize("quantization", ["int8", "int4", "q8_0", pytest.param("bf16", marks=NEEDS_AVX512_BF16)])
-def test_quantized_batching_does_not_change_greedy_tokens(real_hf_model, smollm_tokenizer, quantization):
+def test_quantized_batching_does_not_change_greedy_tokens(request, real_hf_model, smollm_tokenizer, quantization):
     """Alone or in a batch of 8 (with other requests' prefill chunks in its steps), the same tokens."""
+    needs_its_kernels(request, quantization)
     cfg = EngineConfig(dtype="float32", device="cpu", quantization=quantization, kv_cache_mb=64, max_num_seqs=8)
     bundle = build_bundle(real_hf_model.config, smollm_tokenizer, real_hf_model.state_dict(), name="smollm2", config=cfg)
     engine = LLMEngine(cfg, bundle=bundle)
