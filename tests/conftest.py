@@ -6,9 +6,6 @@ import os
 
 import pytest
 
-# Servers the tests start in subprocesses (DEBUG off) need a secret key; DJANGO_SECRET_KEY
-# survives the dashboard helper's stripping of MINIVLLM_* variables.
-os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
 import torch
 
 # Without a GPU, Triton's kernels (the CUDA decode attention) can only run in its interpreter,
