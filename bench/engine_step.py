@@ -4,7 +4,7 @@ Separates what the engine costs from what the serving path adds (compare with `b
 at the same concurrency), and is what docs/performance-log.md's step-by-step figures come from.
 
     python -m bench.engine_step --concurrency 1                              # single-stream ITL, the default format
-    python -m bench.engine_step --concurrency 32 --profile docs/profiles/x.txt  # pyinstrument of the decode steps
+    python -m bench.engine_step --concurrency 32 --profile docs/bench/profiles/x.txt  # pyinstrument of the decode steps
 """
 
 from __future__ import annotations
@@ -47,9 +47,10 @@ def run_round(engine: LLMEngine, requests, output_len: int, tag: str) -> dict:
     decode_s, prefill_s, tokens = [], [], 0
     start = time.perf_counter()
     while engine.has_work():
+        prefills = engine.scheduler.waiting or any(s.num_uncomputed_tokens > 1 for s in engine.scheduler.running)
         t0 = time.perf_counter()
         outputs = engine.step()
-        (prefill_s if engine.last_trace.prefills else decode_s).append(time.perf_counter() - t0)
+        (prefill_s if prefills else decode_s).append(time.perf_counter() - t0)
         tokens += sum(len(o.token_ids) for o in outputs)
     duration = time.perf_counter() - start
     return {"tokens": tokens, "duration_s": duration, "decode_s": decode_s, "prefill_s": prefill_s}

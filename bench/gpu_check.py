@@ -97,7 +97,7 @@ def start_decoding(engine, streams: int, prompt_len: int = 64, max_tokens: int =
     ids = engine.tokenize(" ".join(["word"] * prompt_len))[:prompt_len]
     for i in range(streams):
         engine.add_request(f"s{streams}-{i}", ids, SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True))
-    while engine.last_trace.prefills or not engine.last_trace.decodes:
+    while engine.scheduler.waiting or any(s.num_computed_tokens < s.num_prompt_tokens for s in engine.scheduler.running):
         engine.step()
 
 

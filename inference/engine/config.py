@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -20,33 +20,49 @@ DEFAULT_SLOTS_CPU = 32
 DEFAULT_SLOTS_CUDA = 128
 
 
+def _lower(name: str, default: str, environ) -> str:
+    return env_str(name, default, environ).lower()
+
+
+def _knob(default, env: str, read=env_str):
+    """A field's default, written once, and the MINIVLLM_* variable that sets it (`from_env`,
+    through `read`: env_str, env_int, env_float, env_bool or _lower)."""
+    return field(default=default, metadata={"env": env, "read": read})
+
+
 @dataclass
 class EngineConfig:
-    model: str | None = None  # None: the embedded SmolLM2-135M-Instruct GGUF
-    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    device: str = "auto"  # auto | cpu | cuda
-    block_size: int = 16
-    kv_cache_mb: int | None = None  # KV pool size on CPU; None: planned from available memory (kv_pool.py)
-    gpu_memory_utilization: float = (
-        0.9  # CUDA: this engine's share of the GPU's total memory, weights and KV pool together (kv_pool.py)
-    )
-    max_num_seqs: int | None = None  # batch slots; None: 32 on CPU, 128 on CUDA (slots_for)
-    max_num_batched_tokens: int = 512
-    max_model_len: int | None = None  # None: the model's own context length
-    enable_prefix_caching: bool = True
-    quantization: str = "auto"  # auto | none | gguf | int4 | q8_0 | int8 | bf16 (layers/linear/__init__.py)
-    num_kv_blocks: int | None = None  # exact pool size, overriding the memory-based plan (tests, tuning)
-    kv_cache_dtype: str = "auto"  # auto (kv_dtype_for) | float32 | float16 | bfloat16
-    cpu_isa: str = "auto"  # caps the kernels' instruction set: auto | avx2 | avx512bw | avx512_vnni | amx (the loader applies it)
-    packed_cache: bool = (
-        True  # a GGUF's packed weights kept on disk at its first start, mapped by later ones (gguf/packed_cache.py)
-    )
-    pooling: str = "auto"  # embeddings: auto (the checkpoint's) | last | mean (layers/pooling.py)
-    speculative: str = "auto"  # auto (adaptive) | off | ngram (always guess): spec_decode/proposer.py
-    spec_tokens: int = 8  # the most tokens a sequence guesses per step
-    spec_ngram_min: int = 2  # the shortest and longest suffix the n-gram lookup matches
-    spec_ngram_max: int = 4
-    cuda_graphs: str = "auto"  # auto (decode steps replayed from CUDA graphs on a GPU) | off: runner/decode_graphs.py
+    model: str | None = _knob(None, "MINIVLLM_MODEL")  # None: the embedded SmolLM2-135M-Instruct GGUF
+    dtype: str = _knob("auto", "MINIVLLM_DTYPE")  # auto | float32 | bfloat16 | float16
+    device: str = _knob("auto", "MINIVLLM_DEVICE")  # auto | cpu | cuda
+    block_size: int = _knob(16, "MINIVLLM_BLOCK_SIZE", env_int)
+    # KV pool size on CPU; None: planned from available memory (kv_pool.py)
+    kv_cache_mb: int | None = _knob(None, "MINIVLLM_KV_CACHE_MB", env_int)
+    # CUDA: this engine's share of the GPU's total memory, weights and KV pool together (kv_pool.py)
+    gpu_memory_utilization: float = _knob(0.9, "MINIVLLM_GPU_MEMORY_UTILIZATION", env_float)
+    # batch slots; None: DEFAULT_SLOTS_CPU on CPU, DEFAULT_SLOTS_CUDA on CUDA (slots_for)
+    max_num_seqs: int | None = _knob(None, "MINIVLLM_MAX_NUM_SEQS", env_int)
+    max_num_batched_tokens: int = _knob(512, "MINIVLLM_MAX_NUM_BATCHED_TOKENS", env_int)
+    max_model_len: int | None = _knob(None, "MINIVLLM_MAX_MODEL_LEN", env_int)  # None: the model's own context length
+    enable_prefix_caching: bool = _knob(True, "MINIVLLM_PREFIX_CACHING", env_bool)
+    # auto | none | gguf | int4 | q8_0 | int8 | bf16 (layers/linear/__init__.py)
+    quantization: str = _knob("auto", "MINIVLLM_QUANT")
+    # exact pool size, overriding the memory-based plan (tests, tuning)
+    num_kv_blocks: int | None = _knob(None, "MINIVLLM_NUM_KV_BLOCKS", env_int)
+    kv_cache_dtype: str = _knob("auto", "MINIVLLM_KV_CACHE_DTYPE")  # auto (kv_dtype_for) | float32 | float16 | bfloat16
+    # caps the kernels' instruction set: auto | avx2 | avx512bw | avx512_vnni | amx (the loader applies it)
+    cpu_isa: str = _knob("auto", "MINIVLLM_CPU_ISA")
+    # a GGUF's packed weights kept on disk at its first start, mapped by later ones (gguf/packed_cache.py)
+    packed_cache: bool = _knob(True, "MINIVLLM_PACKED_CACHE", env_bool)
+    pooling: str = _knob("auto", "MINIVLLM_POOLING")  # embeddings: auto (the checkpoint's) | last | mean (layers/pooling.py)
+    # auto (adaptive) | off | ngram (always guess): spec_decode/proposer.py
+    speculative: str = _knob("auto", "MINIVLLM_SPECULATIVE", _lower)
+    spec_tokens: int = _knob(8, "MINIVLLM_SPEC_TOKENS", env_int)  # the most tokens a sequence guesses per step
+    # the shortest and longest suffix the n-gram lookup matches
+    spec_ngram_min: int = _knob(2, "MINIVLLM_SPEC_NGRAM_MIN", env_int)
+    spec_ngram_max: int = _knob(4, "MINIVLLM_SPEC_NGRAM_MAX", env_int)
+    # auto (decode steps replayed from CUDA graphs on a GPU) | off: runner/decode_graphs.py
+    cuda_graphs: str = _knob("auto", "MINIVLLM_CUDA_GRAPHS", _lower)
 
     def __post_init__(self):
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
@@ -100,26 +116,4 @@ class EngineConfig:
     def from_env(cls, environ: dict | None = None) -> EngineConfig:
         """Every MINIVLLM_* engine knob, read by the site's one parser (env.py); unset or empty: the default."""
         env = os.environ if environ is None else environ
-        return cls(
-            model=env_str("MINIVLLM_MODEL", None, env),
-            dtype=env_str("MINIVLLM_DTYPE", "auto", env),
-            device=env_str("MINIVLLM_DEVICE", "auto", env),
-            block_size=env_int("MINIVLLM_BLOCK_SIZE", 16, env),
-            kv_cache_mb=env_int("MINIVLLM_KV_CACHE_MB", None, env),
-            gpu_memory_utilization=env_float("MINIVLLM_GPU_MEMORY_UTILIZATION", 0.9, env),
-            max_num_seqs=env_int("MINIVLLM_MAX_NUM_SEQS", None, env),
-            max_num_batched_tokens=env_int("MINIVLLM_MAX_NUM_BATCHED_TOKENS", 512, env),
-            max_model_len=env_int("MINIVLLM_MAX_MODEL_LEN", None, env),
-            quantization=env_str("MINIVLLM_QUANT", "auto", env),
-            num_kv_blocks=env_int("MINIVLLM_NUM_KV_BLOCKS", None, env),
-            kv_cache_dtype=env_str("MINIVLLM_KV_CACHE_DTYPE", "auto", env),
-            cpu_isa=env_str("MINIVLLM_CPU_ISA", "auto", env),
-            enable_prefix_caching=env_bool("MINIVLLM_PREFIX_CACHING", True, env),
-            packed_cache=env_bool("MINIVLLM_PACKED_CACHE", True, env),
-            pooling=env_str("MINIVLLM_POOLING", "auto", env),
-            speculative=env_str("MINIVLLM_SPECULATIVE", "auto", env).lower(),
-            spec_tokens=env_int("MINIVLLM_SPEC_TOKENS", 8, env),
-            spec_ngram_min=env_int("MINIVLLM_SPEC_NGRAM_MIN", 2, env),
-            spec_ngram_max=env_int("MINIVLLM_SPEC_NGRAM_MAX", 4, env),
-            cuda_graphs=env_str("MINIVLLM_CUDA_GRAPHS", "auto", env).lower(),
-        )
+        return cls(**{f.name: f.metadata["read"](f.metadata["env"], f.default, env) for f in fields(cls)})

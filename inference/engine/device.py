@@ -7,6 +7,7 @@ import functools
 import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MB = 1024 * 1024
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -61,3 +62,21 @@ def resolve_dtype(requested: str, device: torch.device) -> torch.dtype:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return {v: k for k, v in DTYPES.items()}[dtype]
+
+
+def gpu_memory(device: str | None) -> dict:
+    """The GPU's memory now, as /stats and a worker's heartbeat report it: used and total MB and the
+    percent used; every figure None off CUDA or where the device cannot be asked."""
+    none = {"gpu_memory_used_mb": None, "gpu_memory_total_mb": None, "gpu_memory_pct": None}
+    if not device or not device.startswith("cuda"):
+        return none
+    try:
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+    except Exception:
+        return none
+    used = total - free
+    return {
+        "gpu_memory_used_mb": round(used / MB, 1),
+        "gpu_memory_total_mb": round(total / MB, 1),
+        "gpu_memory_pct": round(100.0 * used / total, 2) if total else None,
+    }

@@ -1,15 +1,23 @@
 """EngineStats: the engine's snapshot, one declaration for everyone who reads or sums it.
 
-LLMEngine fills it each step; EngineThread hands out the latest copy; a `runengine` worker sends
-it as a plain dict in its heartbeat and the web side's fleet sums the fields marked `summed`
-over its workers; /stats, /health and /metrics read its attributes. A number nobody measured
+`EngineStats.of` fills it from an LLMEngine each step; EngineThread hands out the latest copy; a
+`runengine` worker sends it as a plain dict in its heartbeat and the web side's fleet sums the
+fields marked `summed` over its workers; /stats, /health and /metrics read its attributes. A number nobody measured
 stays None (an engine still loading has no counts), never zero.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections import deque
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .engine import LLMEngine
+
+THROUGHPUT_WINDOW_S = 10.0
 
 
 def _summed(default=None):
@@ -55,6 +63,49 @@ class EngineStats:
     engines: list[dict] | None = None  # a fleet's: one summary per worker it hears from
 
     @classmethod
+    def of(cls, engine: LLMEngine) -> EngineStats:
+        """The engine's snapshot now."""
+        blocks, scheduler, speculator = engine.block_manager, engine.scheduler, engine.speculator
+        slots = [
+            {"request_id": seq.request_id, "choice": seq.index, "tokens": seq.num_output_tokens}
+            if seq
+            else {"request_id": None, "choice": None, "tokens": 0}
+            for seq in scheduler.slots
+        ]
+        generated = engine.output_processor.generated
+        return cls(
+            model=engine.model_name,
+            device=engine.device,
+            dtype=engine.dtype,
+            num_slots=engine.num_slots,
+            running=len(scheduler.running),
+            waiting=len(scheduler.waiting),
+            slots=slots,
+            kv_blocks_used=blocks.num_used_blocks,
+            kv_blocks_total=blocks.num_blocks,
+            kv_pool_mb=engine.model_runner.kv_pool_bytes / 2**20,
+            weights_mb=engine.weights_mb,
+            kv_cache_usage=blocks.num_used_blocks / blocks.num_blocks,
+            prefix_cache_queries=blocks.prefix_queries,
+            prefix_cache_hits=blocks.prefix_hits,
+            prefix_cache_hit_rate=blocks.prefix_hits / blocks.prefix_queries if blocks.prefix_queries else 0.0,
+            num_preemptions=scheduler.num_preemptions,
+            tokens_per_second=generated.per_second(),
+            total_tokens_generated=generated.total,
+            total_prompt_tokens=engine.total_prompt_tokens,
+            uptime_seconds=time.monotonic() - engine.started_at,
+            steps=engine.num_steps,
+            grammar_mask_seconds=engine.grammar_mask_seconds,
+            grammar_mask_rows=engine.grammar_mask_rows,
+            grammar_mask_wait_seconds=engine.grammar_mask_wait_seconds,
+            speculative=speculator.mode if speculator.enabled else "off",
+            spec_draft_tokens=speculator.num_draft_tokens,
+            spec_accepted_tokens=speculator.num_accepted_tokens,
+            spec_verifications=speculator.verification_steps,
+            spec_verified_tokens=speculator.verified_tokens,
+        )
+
+    @classmethod
     def summed_fields(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls) if f.metadata.get("summed"))
 
@@ -69,3 +120,25 @@ class EngineStats:
 
     def replace(self, **changes) -> EngineStats:
         return dataclasses.replace(self, **changes)
+
+
+class TokenRate:
+    """Tokens written: the total since the engine started, and the rate over the last
+    THROUGHPUT_WINDOW_S seconds (EngineStats.tokens_per_second)."""
+
+    def __init__(self):
+        self.total = 0
+        self._recent: deque[tuple[float, int]] = deque()
+
+    def add(self, now: float, count: int) -> None:
+        self._recent.append((now, count))
+        self.total += count
+
+    def per_second(self) -> float:
+        now = time.monotonic()
+        while self._recent and now - self._recent[0][0] > THROUGHPUT_WINDOW_S:
+            self._recent.popleft()
+        if not self._recent:
+            return 0.0
+        span = max(now - self._recent[0][0], 1.0)
+        return sum(n for _, n in self._recent) / span

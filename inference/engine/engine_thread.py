@@ -20,6 +20,7 @@ from .engine import LLMEngine
 from .engine_state import EngineState, ModelInfo
 from .engine_stats import EngineStats
 from .errors import EngineNotReadyError, is_fatal_device_error
+from .fault_hooks import FaultHooks
 from .gguf import packed_cache
 from .outputs import RequestOutput
 from .request_streams import RequestStream, check_can_submit, deliver, final_output
@@ -60,8 +61,7 @@ class EngineThread:
         self._factory = engine_factory or (lambda: LLMEngine(self.config))
         self.max_queue = max_queue
         self.max_restarts = max_restarts
-        self.loop_fault_hook: Callable[[], None] | None = None  # tests: raise here to kill the loop
-        self.restart_fault_hook: Callable[[], None] | None = None  # tests: runs once before a restart builds its engine
+        self.test_faults = FaultHooks()  # test-only: its loop and restart hooks (engine/fault_hooks.py)
         self.engine: LLMEngine | None = None
         self.state = EngineState.NEW  # new -> loading -> ready (<-> restarting) -> stopped | dead
         self._model_info: ModelInfo | None = None
@@ -93,17 +93,12 @@ class EngineThread:
         return self._model_info
 
     def inject_fault(self, kind: str, hook: Callable[[], None]) -> None:
-        """Tests only (serving/fault_injection.py): `hook` runs, and may raise, in the next model
-        steps ("step"), in the engine loop ("loop"), or once before a restart builds its engine
-        ("restart")."""
-        if kind == "step":
-            self.engine.step_fault_hook = hook
-        elif kind == "loop":
-            self.loop_fault_hook = hook
-        elif kind == "restart":
-            self.restart_fault_hook = hook
-        else:
+        """Tests only (engine/fault_hooks.py, serving/fault_injection.py): `hook` runs, and may
+        raise, in the next model steps ("step"), in the engine loop ("loop"), or once before a
+        restart builds its engine ("restart")."""
+        if kind not in ("step", "loop", "restart"):
             raise ValueError(f"unknown fault kind {kind!r}")
+        setattr(self.engine.test_faults if kind == "step" else self.test_faults, kind, hook)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -212,9 +207,7 @@ class EngineThread:
     def _restart(self) -> bool:
         """A fresh engine over the same weights; False (and state dead) where building it fails."""
         try:
-            hook, self.restart_fault_hook = self.restart_fault_hook, None
-            if hook is not None:
-                hook()
+            self.test_faults.fire_once("restart")
             self.engine = self.engine.fresh_copy()
             return True
         except Exception as exc:
@@ -226,8 +219,7 @@ class EngineThread:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.last_loop_at = time.monotonic()
-            if self.loop_fault_hook is not None:
-                self.loop_fault_hook()
+            self.test_faults.fire("loop")
             self._drain_inbox()
             if self.engine.has_work():
                 self._dispatch(self.engine.step())

@@ -29,6 +29,22 @@ KV_CAP_MB = 1024
 KV_CEILING_FRACTION = 0.5  # never more than this share of available memory, whatever is asked
 
 
+def fit_context(num_blocks: int, block_size: int, max_model_len: int) -> int:
+    """The model's context, or what the KV pool holds where that is less (logged: /v1/models and
+    the context-length errors report the lowered figure)."""
+    capacity = num_blocks * block_size
+    if capacity >= max_model_len:
+        return max_model_len
+    log.warning(
+        "the KV pool holds %d tokens, less than the model's %d-token context: max_model_len lowered to %d "
+        "(MINIVLLM_KV_CACHE_MB or MINIVLLM_NUM_KV_BLOCKS sets the pool)",
+        capacity,
+        max_model_len,
+        capacity,
+    )
+    return capacity
+
+
 def plan_num_blocks(
     kv_shape,
     block_size: int,

@@ -140,30 +140,30 @@ def load_model(config: EngineConfig) -> ModelBundle:
             _return_freed_memory()
             per_type = ", ".join(f"{n} {kind}" for kind, n in sorted(kernels_used.items()))
             return _bundle(
-                model,
-                gguf.hf_config,
-                _gguf_tokenizer(gguf, source),
-                source.display_name,
-                device,
-                dtype,
-                max_model_len,
-                choice,
-                f"from the GGUF's own blocks (tensors per type and kernel: {per_type})",
+                model=model,
+                hf_config=gguf.hf_config,
+                tokenizer=_gguf_tokenizer(gguf, source),
+                name=source.display_name,
+                device=device,
+                dtype=dtype,
+                max_model_len=max_model_len,
+                choice=choice,
+                how=f"from the GGUF's own blocks (tensors per type and kernel: {per_type})",
             )
         if (device.type != "cpu" or kernels() is None) and gguf_dense.can_build(model_class, gguf.hf_config, gguf):
             max_model_len = _context_length(gguf.hf_config, config.max_model_len)
             model = gguf_dense.build(model_class, gguf.hf_config, gguf, max_model_len, device, dtype)
             prepare_linears(model, choice, device)  # refuses the CPU-only formats (MINIVLLM_QUANT=int4 on CUDA, ...)
             return _bundle(
-                model,
-                gguf.hf_config,
-                _gguf_tokenizer(gguf, source),
-                source.display_name,
-                device,
-                dtype,
-                max_model_len,
-                choice,
-                f"from the GGUF's own tensors, de-quantized one by one on the {device.type} to {dtype_name(dtype)}",
+                model=model,
+                hf_config=gguf.hf_config,
+                tokenizer=_gguf_tokenizer(gguf, source),
+                name=source.display_name,
+                device=device,
+                dtype=dtype,
+                max_model_len=max_model_len,
+                choice=choice,
+                how=f"from the GGUF's own tensors, de-quantized one by one on the {device.type} to {dtype_name(dtype)}",
             )
         # transformers de-quantizes what we cannot read in place (another family, a bf16 model, an IQ2 tensor):
         # float32 weights then, which `auto` keeps as float32 rather than asking for the file's blocks again
@@ -198,10 +198,32 @@ def build_bundle(
         config.quantization, checkpoint=checkpoint or _dtype_label(next(iter(state.values())).dtype), device=device
     )
     prepare_linears(model, choice, device)
-    return _bundle(model, hf_config, tokenizer, name, device, dtype, max_model_len, choice, "")
+    return _bundle(
+        model=model,
+        hf_config=hf_config,
+        tokenizer=tokenizer,
+        name=name,
+        device=device,
+        dtype=dtype,
+        max_model_len=max_model_len,
+        choice=choice,
+        how="",
+    )
 
 
-def _bundle(model, hf_config, tokenizer, name, device, dtype, max_model_len, choice, how: str) -> ModelBundle:
+def _bundle(
+    *,
+    model: torch.nn.Module,
+    hf_config,
+    tokenizer,
+    name: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    max_model_len: int,
+    choice: FormatChoice,
+    how: str,
+) -> ModelBundle:
+    """The loaded model with what the engine needs of it; `how`: the weights' route, for the log."""
     bind_cpu_kernels(model, device, dtype)  # each layer picks its implementation once, here
     cpu_step = install_cpu_step(model)
     log.info("weights: %s (%s)%s%s", choice.format, choice.reason, f", {how}" if how else "", "; C++ layers" if cpu_step else "")

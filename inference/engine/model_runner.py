@@ -39,6 +39,23 @@ class StepLogits:
         return self.rows if plain is self.sampling else torch.cat([plain, self.verify])
 
 
+@dataclass
+class StepInputs:
+    """One step's rows, flat: decodes (a verification's k+1 rows among them) first, then the
+    prefill chunks; and which rows' hidden states are read, and for what."""
+
+    prefills: list[tuple[Sequence, int]]  # the batch's (sequence, tokens this step)
+    input_ids: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)  # each row's cache slot
+    decode_rows: list[tuple[Sequence, int]] = field(default_factory=list)  # (seq, position) of every row attending as a decode
+    sampling_rows: list[int] = field(default_factory=list)
+    sampling_seqs: list[Sequence] = field(default_factory=list)
+    verify_rows: list[int] = field(default_factory=list)
+    prompt_rows: list[tuple[Sequence, int, int, int]] = field(default_factory=list)  # (seq, first position, first row, rows)
+    pooling_rows: list[tuple[Sequence, int, int]] = field(default_factory=list)  # (embedding request, first row, rows)
+
+
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, dtype, device, kv_dtype=None, cpu_step=None):
         self.model = model
@@ -94,43 +111,49 @@ class ModelRunner:
         the cache up to itself, so each row computes exactly what a plain decode at that position
         would; all k+1 rows' logits come back in `verify`.
         """
+        inputs = self.prepare_inputs(batch)
+        return self._logits(inputs, self.forward_pass(inputs))
+
+    def prepare_inputs(self, batch: ScheduledBatch) -> StepInputs:
+        """The batch as flat rows (decodes and verifications first, then prefill chunks), with the
+        rows whose logits are read, after bringing the device's block tables up to date."""
         self.block_tables.update(batch.decodes + batch.verifies + [seq for seq, _ in batch.prefills])
-        input_ids, positions, slots = [], [], []
-        sampling_rows, sampling_seqs = [], []
-        prompt_rows = []  # (seq, first position, first row, rows)
-        pooling_rows = []  # (embedding request, first row, rows)
-        decode_rows = []  # (seq, position) of every row attending as a decode
-        verify_rows = []
+        inp = StepInputs(prefills=batch.prefills)
         for seq, verifying in [(s, False) for s in batch.decodes] + [(s, True) for s in batch.verifies]:
             start = seq.num_computed_tokens
             tokens = [seq.token_ids[start], *seq.draft] if verifying else [seq.token_ids[start]]
             for offset, token_id in enumerate(tokens):
-                (verify_rows if verifying else sampling_rows).append(len(input_ids))
-                decode_rows.append((seq, start + offset))
-                input_ids.append(token_id)
-                positions.append(start + offset)
-                slots.append(self._slot(seq, start + offset))
+                (inp.verify_rows if verifying else inp.sampling_rows).append(len(inp.input_ids))
+                inp.decode_rows.append((seq, start + offset))
+                inp.input_ids.append(token_id)
+                inp.positions.append(start + offset)
+                inp.slots.append(self._slot(seq, start + offset))
             if verifying:
                 continue
             if seq.params.pooling is not None:  # an embedding whose last chunk is one token: pooled, never sampled
-                sampling_rows.pop()
-                pooling_rows.append((seq, len(input_ids) - 1, 1))
+                inp.sampling_rows.pop()
+                inp.pooling_rows.append((seq, len(inp.input_ids) - 1, 1))
             else:
-                sampling_seqs.append(seq)
+                inp.sampling_seqs.append(seq)
         for seq, n in batch.prefills:
             start = seq.num_computed_tokens
             if seq.params.pooling is not None:
-                pooling_rows.append((seq, len(input_ids), n))
+                inp.pooling_rows.append((seq, len(inp.input_ids), n))
             if seq.prompt_logprobs is not None and start + 1 < seq.num_prompt_tokens:
                 # positions start.. predict prompt tokens start+1..; the prompt's last position predicts the output
-                prompt_rows.append((seq, start, len(input_ids), min(n, seq.num_prompt_tokens - 1 - start)))
-            input_ids.extend(seq.token_ids[start : start + n])
-            positions.extend(range(start, start + n))
-            slots.extend(self._slot(seq, p) for p in range(start, start + n))
+                inp.prompt_rows.append((seq, start, len(inp.input_ids), min(n, seq.num_prompt_tokens - 1 - start)))
+            inp.input_ids.extend(seq.token_ids[start : start + n])
+            inp.positions.extend(range(start, start + n))
+            inp.slots.extend(self._slot(seq, p) for p in range(start, start + n))
             if samples_after(seq, n):
-                sampling_rows.append(len(input_ids) - 1)
-                sampling_seqs.append(seq)
+                inp.sampling_rows.append(len(inp.input_ids) - 1)
+                inp.sampling_seqs.append(seq)
+        return inp
 
+    def forward_pass(self, inp: StepInputs) -> torch.Tensor:
+        """Every row's hidden state: the decodes at a static shape where one fits (a CUDA graph's
+        replay), else eagerly; prefill chunks always eagerly."""
+        input_ids, positions, slots, decode_rows = inp.input_ids, inp.positions, inp.slots, inp.decode_rows
         lengths = [position + 1 for _, position in decode_rows]
         static, decodes = self.static_decode, len(decode_rows)
         if static is not None and decodes and static.fits(decodes, max(lengths)):
@@ -140,18 +163,21 @@ class ModelRunner:
                     input_ids[:decodes], positions[:decodes], slots[:decodes], [s.slot for s, _ in decode_rows], lengths
                 )
             ]
-            if batch.prefills:
-                parts.append(self._eager(input_ids[decodes:], positions[decodes:], slots[decodes:], [], [], batch.prefills))
-            hidden = torch.cat(parts) if len(parts) > 1 else parts[0]
-        else:
-            hidden = self._eager(input_ids, positions, slots, decode_rows, lengths, batch.prefills)
-        rows = sampling_rows + verify_rows  # one pass over the output layer for every row that samples
+            if inp.prefills:
+                parts.append(self._eager(input_ids[decodes:], positions[decodes:], slots[decodes:], [], [], inp.prefills))
+            return torch.cat(parts) if len(parts) > 1 else parts[0]
+        return self._eager(input_ids, positions, slots, decode_rows, lengths, inp.prefills)
+
+    def _logits(self, inp: StepInputs, hidden: torch.Tensor) -> StepLogits:
+        """The rows' logits the step reads: sampling and verifying rows in one pass over the output
+        layer, prompt rows asked for logprobs, and embedding requests' pooled vectors."""
+        rows = inp.sampling_rows + inp.verify_rows  # one pass over the output layer for every row that samples
         logits = self.model.compute_logits(hidden[self._tensor(rows)]) if rows else None
-        plain = logits[: len(sampling_rows)] if sampling_rows else None
-        verify = logits[len(sampling_rows) :] if verify_rows else None
-        prompt = [(seq, first, self.model.compute_logits(hidden[row : row + rows])) for seq, first, row, rows in prompt_rows]
-        pooled = [done for seq, row, rows in pooling_rows if (done := self._pool(seq, hidden, row, rows)) is not None]
-        return StepLogits(plain, sampling_seqs, prompt, pooled, verify, logits)
+        plain = logits[: len(inp.sampling_rows)] if inp.sampling_rows else None
+        verify = logits[len(inp.sampling_rows) :] if inp.verify_rows else None
+        prompt = [(seq, first, self.model.compute_logits(hidden[row : row + n])) for seq, first, row, n in inp.prompt_rows]
+        pooled = [done for seq, row, n in inp.pooling_rows if (done := self._pool(seq, hidden, row, n)) is not None]
+        return StepLogits(plain, inp.sampling_seqs, prompt, pooled, verify, logits)
 
     def _eager(self, input_ids, positions, slots, decode_rows, lengths, prefills) -> torch.Tensor:
         """Hidden states of these rows (decodes first, then prefill chunks) by one eager forward."""

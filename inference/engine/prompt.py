@@ -24,9 +24,12 @@ def token_limit(max_model_len: int | None, kv_capacity_tokens: int | None) -> in
     return min(limits) if limits else None
 
 
-def check_prompt_fits(token_ids: list[int], params: SamplingParams, *, vocab_size: int | None, limit: int | None) -> None:
+def check_request(
+    token_ids: list[int], params: SamplingParams, *, vocab_size: int | None, limit: int | None, num_slots: int | None
+) -> None:
     """Refuses what could never finish: an empty prompt, ids outside the vocabulary (the prompt's,
-    logit_bias's), or a prompt plus max_tokens beyond `limit` (PromptTooLongError names both numbers)."""
+    logit_bias's), a prompt plus max_tokens beyond `limit` (PromptTooLongError names both numbers),
+    or more completions (n) than the engine has batch slots."""
     if not token_ids:
         raise SamplingParamsError("prompt", "prompt must not be empty")
     if vocab_size and (min(token_ids) < 0 or max(token_ids) >= vocab_size):
@@ -38,3 +41,5 @@ def check_prompt_fits(token_ids: list[int], params: SamplingParams, *, vocab_siz
     needed = params.max_tokens if params.max_tokens is not None else max(1, params.min_tokens)  # None: what is left
     if limit is not None and len(token_ids) + needed > limit:
         raise PromptTooLongError(len(token_ids), needed, limit)
+    if num_slots and params.n > num_slots:
+        raise SamplingParamsError("n", f"n must be at most {num_slots}, the engine's batch slots")

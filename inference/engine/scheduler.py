@@ -44,10 +44,6 @@ class ScheduledBatch:
         return not self.decodes and not self.verifies and not self.prefills
 
     @property
-    def num_tokens(self) -> int:
-        return len(self.decodes) + self.num_verify_rows + sum(n for _, n in self.prefills)
-
-    @property
     def num_verify_rows(self) -> int:
         return sum(1 + len(seq.draft) for seq in self.verifies)
 

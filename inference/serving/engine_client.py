@@ -61,9 +61,9 @@ class EngineClient(Protocol):
     def not_ready_reason(self) -> str: ...
 
     def inject_fault(self, kind: str, hook: Callable[[], None]) -> None:
-        """Tests only (serving/fault_injection.py): `hook` runs, and may raise, in the next model
-        steps ("step"), in the engine loop ("loop"), or before a restart builds its engine
-        ("restart"); NotImplementedError where the engine runs in another process."""
+        """Tests only (engine/fault_hooks.py, serving/fault_injection.py): `hook` runs, and may
+        raise, in the next model steps ("step"), in the engine loop ("loop"), or before a restart
+        builds its engine ("restart"); NotImplementedError where the engine runs in another process."""
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Ends every in-flight request with a final `abort` output, then stops."""

@@ -1,7 +1,8 @@
 """Test-only: POST /_test/fault injects an engine fault into this live process.
 
 Routed only when MINIVLLM_FAULT_INJECTION=1 (the reliability tests start Daphne with it); the
-hooks are installed through the engine client's contract (`EngineClient.inject_fault`).
+hooks (engine/fault_hooks.py, every test-only failure point of the engine) are installed through
+the engine client's contract (`EngineClient.inject_fault`).
 Body: {"kind": "step"} fails the next model step (only its requests), {"kind": "loop"} kills the
 engine loop once (it restarts); "times" repeats the fault (default 1); "hold_restart": true keeps
 the loop in "restarting" until {"kind": "release"} arrives, so a client can see /health answer

@@ -13,6 +13,7 @@ import time
 import psutil
 from django.conf import settings
 
+from ..engine.device import gpu_memory
 from ..engine.engine_state import EngineState
 from ..engine.engine_stats import EngineStats
 from . import runtime
@@ -53,7 +54,7 @@ def _build_snapshot(engine_client) -> dict:
         "queue_depth": waiting,
         "tokens_per_second": _round(engine.tokens_per_second, 2),
         "batch_size": running,
-        **(_reported_gpu_memory(engine) if engine.gpu_memory_total_mb is not None else _gpu_memory(engine.device)),
+        **(_reported_gpu_memory(engine) if engine.gpu_memory_total_mb is not None else gpu_memory(engine.device)),
         "total_tokens_generated": engine.total_tokens_generated,
         "uptime_seconds": _round(
             engine.uptime_seconds if engine.uptime_seconds is not None else time.time() - runtime.process_started_at(), 1
@@ -111,24 +112,6 @@ def _reported_gpu_memory(engine: EngineStats) -> dict:
     """Remote engines measure their own GPU memory (the web process may have no GPU)."""
     used, total = engine.gpu_memory_used_mb, engine.gpu_memory_total_mb
     return {"gpu_memory_used_mb": used, "gpu_memory_total_mb": total, "gpu_memory_pct": _pct(used, total)}
-
-
-def _gpu_memory(device: str | None) -> dict:
-    none = {"gpu_memory_used_mb": None, "gpu_memory_total_mb": None, "gpu_memory_pct": None}
-    if not device or not device.startswith("cuda"):
-        return none
-    try:
-        import torch
-
-        free, total = torch.cuda.mem_get_info(torch.device(device))
-    except Exception:
-        return none
-    used = total - free
-    return {
-        "gpu_memory_used_mb": round(used / MB, 1),
-        "gpu_memory_total_mb": round(total / MB, 1),
-        "gpu_memory_pct": round(100.0 * used / total, 2) if total else None,
-    }
 
 
 def _host_memory() -> dict:

@@ -17,8 +17,8 @@ from django.conf import settings
 from .. import services
 from ..engine.engine_state import ModelInfo
 from ..engine.errors import PromptTooLongError, QueueFullError
-from ..engine.prompt import check_prompt_fits, prompt_token_ids
-from ..engine.sample.sampling_params import SamplingParams, SamplingParamsError
+from ..engine.prompt import check_request, prompt_token_ids
+from ..engine.sample.sampling_params import SamplingParams
 from ..models import GenerationRequest
 from .engine_client import EngineClient
 from .generation_input import GenerationInput, ReasoningReader, ToolReader
@@ -87,9 +87,7 @@ def plan(info: ModelInfo, prompt: str | list[int], inp: GenerationInput) -> tupl
         params = dataclasses.replace(params, max_tokens=min(room, output_cap) if output_cap > 0 else room)
     if inp.prediction:  # guesses for the reply: its text's tokens as they would follow the prompt
         params = dataclasses.replace(params, prediction=info.tokenizer.encode(inp.prediction, add_special_tokens=False))
-    check_prompt_fits(token_ids, params, vocab_size=info.vocab_size, limit=limit)
-    if info.num_slots and params.n > info.num_slots:
-        raise SamplingParamsError("n", f"n must be at most {info.num_slots}, the engine's batch slots")
+    check_request(token_ids, params, vocab_size=info.vocab_size, limit=limit, num_slots=info.num_slots)
     return token_ids, params
 
 

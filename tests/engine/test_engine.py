@@ -9,7 +9,7 @@ from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.errors import PromptTooLongError
 from inference.engine.sample.sampling_params import SamplingParams, SamplingParamsError
-from tests.support.engine_helpers import engine_for, generated_ids, greedy, hf_greedy, run_to_completion
+from tests.support.engine_helpers import engine_for, generated_ids, greedy, hf_greedy, run_to_completion, trace_steps
 
 PROMPTS = [
     "The future of AI inference is",
@@ -29,7 +29,6 @@ def test_eight_prompts_batched_match_hf_alone(real_hf_model, real_bundle, smollm
     for i, ids in enumerate(prompts):
         engine.add_request(f"r{i}", ids, greedy(12))
     results = run_to_completion(engine)
-    assert engine.last_trace is not None
     for i, ids in enumerate(prompts):
         assert generated_ids(results[f"r{i}"]) == hf_greedy(real_hf_model, ids, 12), PROMPTS[i]
 
@@ -54,18 +53,19 @@ def test_request_joining_mid_decode_starts_next_step_and_changes_nothing(tiny_hf
     expected["c"] = generated_ids(run_to_completion(alone)["c"])
 
     engine = engine_for(tiny_hf, smollm_tokenizer)
+    steps = trace_steps(engine)
     engine.add_request("a", engine.tokenize("alpha beta gamma"), greedy(20))
     engine.add_request("b", engine.tokenize("one two three four"), greedy(20))
     results: dict[str, list] = {}
     for _ in range(5):  # a and b are decoding now
         for out in engine.step():
             results.setdefault(out.request_id, []).append(out)
-    assert set(engine.last_trace.decodes) == {"a", "b"}
+    assert set(steps.last.decodes) == {"a", "b"}
     engine.add_request("c", engine.tokenize("late arrival here"), greedy(10))
     for out in engine.step():
         results.setdefault(out.request_id, []).append(out)
-    assert [r for r, _ in engine.last_trace.prefills] == ["c"]  # admitted in the very next step...
-    assert set(engine.last_trace.decodes) == {"a", "b"}  # ...without pausing the others
+    assert [r for r, _ in steps.last.prefills] == ["c"]  # admitted in the very next step...
+    assert set(steps.last.decodes) == {"a", "b"}  # ...without pausing the others
     for key, outs in run_to_completion(engine).items():
         results.setdefault(key, []).extend(outs)
     assert {k: generated_ids(v) for k, v in results.items()} == expected
@@ -73,6 +73,7 @@ def test_request_joining_mid_decode_starts_next_step_and_changes_nothing(tiny_hf
 
 def test_slot_freed_by_eos_is_refilled_in_the_next_step(tiny_hf, smollm_tokenizer):
     engine = engine_for(tiny_hf, smollm_tokenizer, max_num_seqs=2)
+    steps = trace_steps(engine)
     probe = engine_for(tiny_hf, smollm_tokenizer)
     probe.add_request("p", probe.tokenize("short lived"), greedy(6))
     eos_token = generated_ids(run_to_completion(probe)["p"])[3]
@@ -84,14 +85,14 @@ def test_slot_freed_by_eos_is_refilled_in_the_next_step(tiny_hf, smollm_tokenize
     trace = []
     while engine.has_work():
         finished = {o.request_id: o.finish_reason for o in engine.step() if o.finished}
-        trace.append((engine.last_trace, finished))
+        trace.append((steps.last, finished))
         if "short" in finished:
             break
     assert trace[-1][1]["short"] == "stop"
     assert "queued" not in trace[-1][0].request_ids  # no slot while "short" ran
     engine.step()
-    assert [r for r, _ in engine.last_trace.prefills] == ["queued"]
-    assert "long" in engine.last_trace.decodes
+    assert [r for r, _ in steps.last.prefills] == ["queued"]
+    assert "long" in steps.last.decodes
 
 
 def test_preemption_with_tiny_pool_keeps_outputs_identical(tiny_hf, smollm_tokenizer):

@@ -26,7 +26,7 @@ def raise_once(message: str):
 def test_failing_step_fails_only_its_requests(tiny_hf, smollm_tokenizer):
     engine = engine_for(tiny_hf, smollm_tokenizer)
     engine.add_request("victim", engine.tokenize("first request"), greedy(5))
-    engine.step_fault_hook = raise_once("injected step failure")
+    engine.test_faults.step = raise_once("injected step failure")
     outputs = engine.step()
     assert [(o.request_id, o.finish_reason) for o in outputs] == [("victim", "error")]
     assert "injected step failure" in outputs[0].error
@@ -42,7 +42,7 @@ async def test_dead_loop_ends_streams_with_error_and_restarts(tiny_hf, smollm_to
     first_engine = engine_thread.engine
     stream = engine_thread.submit("inflight", engine_thread.engine.tokenize("a stream the crash interrupts"), greedy(300))
     await stream.__anext__()
-    engine_thread.loop_fault_hook = raise_once("injected loop failure")
+    engine_thread.test_faults.loop = raise_once("injected loop failure")
     rest = [out async for out in stream]
     assert rest[-1].finish_reason == "error" and "injected loop failure" in rest[-1].error
     assert await asyncio.to_thread(engine_thread.wait_ready, 30)
@@ -58,7 +58,7 @@ async def test_dead_loop_ends_streams_with_error_and_restarts(tiny_hf, smollm_to
     def always_fail():
         raise RuntimeError("broken for good")
 
-    engine_thread.loop_fault_hook = always_fail
+    engine_thread.test_faults.loop = always_fail
     for _ in range(600):  # the one allowed restart is spent: dies, restarts, dies for good
         if engine_thread.state == "dead":
             break
@@ -95,7 +95,7 @@ def raise_once_with(exc: BaseException):
 def test_running_out_of_device_memory_fails_only_that_step(tiny_hf, smollm_tokenizer):
     engine = engine_for(tiny_hf, smollm_tokenizer)
     engine.add_request("victim", engine.tokenize("first request"), greedy(5))
-    engine.step_fault_hook = raise_once_with(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    engine.test_faults.step = raise_once_with(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     [output] = engine.step()
     assert output.finish_reason == "error" and "out of memory" in output.error
     engine.add_request("survivor", engine.tokenize("second request"), greedy(5))
@@ -113,9 +113,9 @@ async def test_a_sticky_device_error_ends_the_engine_without_a_restart(tiny_hf, 
     with pytest.raises(FatalDeviceError):  # the engine itself says so, whoever drives it
         engine = engine_for(tiny_hf, smollm_tokenizer)
         engine.add_request("r", engine.tokenize("hello"), greedy(2))
-        engine.step_fault_hook = raise_always(torch.AcceleratorError("CUDA error: device-side assert triggered"))
+        engine.test_faults.step = raise_always(torch.AcceleratorError("CUDA error: device-side assert triggered"))
         engine.step()
-    first_engine.step_fault_hook = raise_always(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
+    first_engine.test_faults.step = raise_always(torch.AcceleratorError("CUDA error: an illegal memory access was encountered"))
     rest = [out async for out in stream]
     assert rest[-1].finish_reason == "error" and "illegal memory access" in rest[-1].error
     await wait_for_state(engine_thread, "dead")
@@ -126,7 +126,7 @@ async def test_a_sticky_device_error_ends_the_engine_without_a_restart(tiny_hf, 
 async def test_a_restart_that_fails_ends_the_engine_instead_of_leaving_it_restarting(tiny_hf, smollm_tokenizer):
     engine_thread = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer), max_restarts=3).start()
     assert engine_thread.wait_ready(60)
-    engine_thread.restart_fault_hook = raise_always(RuntimeError("no memory for a new pool"))
-    engine_thread.loop_fault_hook = raise_once("injected loop failure")
+    engine_thread.test_faults.restart = raise_always(RuntimeError("no memory for a new pool"))
+    engine_thread.test_faults.loop = raise_once("injected loop failure")
     await wait_for_state(engine_thread, "dead")
     assert "the restart failed" in engine_thread.error and "no memory for a new pool" in engine_thread.error

@@ -5,7 +5,7 @@ back when they finish or are aborted."""
 import pytest
 
 from inference.engine.sample.sampling_params import SamplingParams, SamplingParamsError
-from tests.support.engine_helpers import engine_for, generated_ids, run_to_completion
+from tests.support.engine_helpers import engine_for, generated_ids, run_to_completion, trace_steps
 
 PROMPT = "Tell me about the harbour town and its lighthouse keeper"
 
@@ -42,10 +42,11 @@ def test_each_child_is_the_request_alone_with_seed_plus_its_index(tiny_hf, smoll
 
 def test_the_prompt_is_prefilled_once_and_its_full_blocks_are_shared(tiny_hf, smollm_tokenizer):
     engine = engine_for(tiny_hf, smollm_tokenizer, block_size=4, num_kv_blocks=256)
+    steps = trace_steps(engine)
     ids = engine.tokenize(PROMPT)
     engine.add_request("n", ids, sampled(seed=1, n=4))
     engine.step()  # the whole prompt, once
-    assert engine.last_trace.prefills == [("n", len(ids))]
+    assert steps.last.prefills == [("n", len(ids))]
     group = engine.requests["n"]
     assert len(group) == 4 and [s.index for s in group] == [0, 1, 2, 3]
     full = len(ids) // 4
@@ -57,7 +58,7 @@ def test_the_prompt_is_prefilled_once_and_its_full_blocks_are_shared(tiny_hf, sm
     assert engine.stats().total_prompt_tokens == len(ids)
     assert sorted(slot["request_id"] for slot in engine.stats().slots if slot["request_id"]) == ["n"] * 4
     engine.step()
-    assert sorted(engine.last_trace.decodes) == ["n"] * 4  # all four decode; nothing is prefilled again
+    assert sorted(steps.last.decodes) == ["n"] * 4  # all four decode; nothing is prefilled again
     assert engine.abort("n")  # a disconnect: every child goes, and every block with it
     assert [out.finished for out in engine.step()] == [True]
     assert all(b.ref_count == 0 for b in engine.block_manager.blocks)
@@ -65,10 +66,11 @@ def test_the_prompt_is_prefilled_once_and_its_full_blocks_are_shared(tiny_hf, sm
 
 def test_children_count_against_the_slots(tiny_hf, smollm_tokenizer):
     engine = engine_for(tiny_hf, smollm_tokenizer, max_num_seqs=4)
+    steps = trace_steps(engine)
     engine.add_request("three", engine.tokenize("first request"), sampled(n=3, max_tokens=20))
     engine.add_request("two", engine.tokenize("second request"), sampled(n=2, max_tokens=5))
     engine.step()
-    assert engine.last_trace.prefills == [("three", len(engine.tokenize("first request")))]  # 3 + 2 > 4 slots: "two" waits
+    assert steps.last.prefills == [("three", len(engine.tokenize("first request")))]  # 3 + 2 > 4 slots: "two" waits
     results = run_to_completion(engine)
     assert sorted(by_index(results["two"])) == [0, 1]
     with pytest.raises(SamplingParamsError) as err:

@@ -34,7 +34,7 @@ def test_long_prompt_is_chunked_and_decodes_share_the_step():
     assert batch.decodes == [short] and batch.prefills == [(long, 9)]
     commit(batch)
     batch = scheduler.schedule()
-    assert batch.prefills == [(long, 7)] and batch.num_tokens == 8
+    assert batch.decodes == [short] and batch.prefills == [(long, 7)]  # 8 tokens: the decode and the prompt's rest
     commit(batch)
     assert scheduler.schedule().decodes == [short, long]
 

@@ -36,6 +36,21 @@ def sources(*parts: str) -> list[Path]:
     return found
 
 
+ENGINE_WINGS = ("gguf", "sample", "spec_decode", "runner", "layers", "models", "kernels")
+
+
+def test_the_engine_rule_covers_every_wing():
+    """The engine's rule below reads every module under engine/, its wings' included: each wing is
+    where this test expects it, so that a renamed or moved one is noticed here, not silently skipped."""
+    engine = PACKAGE / "engine"
+    checked = set(sources("engine"))
+    for wing in ENGINE_WINGS:
+        modules = sorted((engine / wing).rglob("*.py"))
+        assert modules and (engine / wing / "__init__.py").is_file(), f"engine/{wing} is gone or moved"
+        assert set(modules) <= checked, wing
+    assert {p.parent.name for p in engine.glob("*/__init__.py")} <= set(ENGINE_WINGS), "a new wing: add it above"
+
+
 @pytest.mark.parametrize(
     "layer, forbidden",
     [
@@ -54,7 +69,7 @@ def test_no_layer_imports_a_layer_above_it(layer, forbidden):
     assert not upward, upward
 
 
-@pytest.mark.parametrize("name", ["block_manager", "scheduler", "sequence", "engine"])
+@pytest.mark.parametrize("name", ["block_manager", "scheduler", "sequence", "engine", "output_processor"])
 def test_the_engine_loop_imports_no_torch(name):
     """The orchestration (what runs, which blocks, when a request ends) is bookkeeping: tensors
     stay in the model runner, the sampler and the grammar masks, so this reads without torch."""

@@ -2,12 +2,66 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
+from inference.engine.layers.linear.groups import GROUP
 from inference.engine.loader import build_bundle
 from inference.engine.sample.sampling_params import SamplingParams
+
+
+def dequantize_groups(levels: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor) -> torch.Tensor:
+    """The float32 weight that groups (layers/linear/groups.py) stand for: scale * level + minimum,
+    rounded once (as gguf's numpy): the reference the group layers and kernels are checked against."""
+    rows, columns = levels.shape
+    groups = levels.float().reshape(rows, columns // GROUP, GROUP)
+    return (groups * scales.float()[..., None] + minimums.float()[..., None]).reshape(rows, columns)
+
+
+@dataclass
+class StepTrace:
+    """What one step ran, by request id: the batch its scheduler made (`trace_steps`)."""
+
+    decodes: list[str] = field(default_factory=list)  # every sequence that decoded, guesses or not
+    prefills: list[tuple[str, int]] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    verifies: list[tuple[str, int]] = field(default_factory=list)  # (request id, guesses verified)
+
+    @classmethod
+    def of(cls, batch) -> StepTrace:
+        return cls(
+            decodes=[s.request_id for s in batch.decodes + batch.verifies],
+            prefills=[(s.request_id, n) for s, n in batch.prefills],
+            preempted=[s.request_id for s in batch.preempted],
+            verifies=[(s.request_id, len(s.draft)) for s in batch.verifies],
+        )
+
+    @property
+    def request_ids(self) -> set[str]:
+        return set(self.decodes) | {r for r, _ in self.prefills}
+
+
+class StepTracer:
+    """The batches an engine's steps schedule, as StepTraces: `last` is the latest step's."""
+
+    def __init__(self, engine: LLMEngine):
+        self.last = StepTrace()
+        schedule = engine.scheduler.schedule
+
+        def traced():
+            batch = schedule()
+            self.last = StepTrace.of(batch)  # now: a verification's guesses are gone once it is written
+            return batch
+
+        engine.scheduler.schedule = traced
+
+
+def trace_steps(engine: LLMEngine) -> StepTracer:
+    """Records what each of the engine's steps runs from now on (its scheduler's batches)."""
+    return StepTracer(engine)
 
 
 def engine_for(hf_model, tokenizer, **config) -> LLMEngine:

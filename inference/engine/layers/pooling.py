@@ -14,8 +14,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-KINDS = ("last", "mean")
-
 
 @dataclass(frozen=True)
 class Pooling:

@@ -4,7 +4,7 @@ largest step, measured before the pool is planned (kv_pool.gpu_budget takes it o
 The largest step is a prefill chunk of `max_num_batched_tokens` tokens: it is run once, for real,
 over a pool just big enough for it, and torch's allocator reports its peak. The sampler's peak
 (every slot's logits row, sorted and softmaxed for top-p) is added from its shape: a few float32
-and int64 copies of `slots x vocabulary`.
+and int64 copies of `slots x vocabulary`. `plan_kv_blocks` sizes the engine's pool with it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..block_manager import BlockManager
+from ..kv_pool import plan_num_blocks
 from ..model_runner import ModelRunner
 from ..sample.sampling_params import SamplingParams
 from ..scheduler import Scheduler
@@ -44,3 +45,24 @@ def engine_peak_bytes(bundle, block_size: int, max_num_batched_tokens: int, kv_d
     peak = torch.cuda.max_memory_reserved(device)
     torch.cuda.empty_cache()
     return peak + num_slots * vocab_size * 4 * SAMPLER_ROW_COPIES
+
+
+def plan_kv_blocks(config, bundle, kv_dtype, num_slots: int) -> int:
+    """The pool's size from memory (kv_pool.plan_num_blocks); on CUDA after profiling what the
+    weights and the largest step take of the engine's share."""
+    engine_bytes = 0
+    if bundle.device.type == "cuda":
+        engine_bytes = engine_peak_bytes(
+            bundle, config.block_size, config.max_num_batched_tokens, kv_dtype, num_slots, bundle.model.vocab_size
+        )
+    return plan_num_blocks(
+        bundle.model.kv_shape,
+        config.block_size,
+        kv_dtype,
+        bundle.device,
+        config.kv_cache_mb,
+        config.gpu_memory_utilization,
+        bundle.max_model_len,
+        num_slots,
+        engine_bytes,
+    )

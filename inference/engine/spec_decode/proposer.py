@@ -5,7 +5,7 @@ At a few streams a decode step costs one pass over the weights whatever its row 
 that also verifies k guessed tokens costs little more than a plain one, and every accepted guess is
 a token for free. Guesses come from the sequence itself (an n-gram lookup in its prompt and output,
 engine/spec_decode/ngram_index.py) or, first, from the request's own prediction (OpenAI's Predicted Outputs:
-the text the reply will mostly repeat). The engine verifies them (engine.py, `_verify`).
+the text the reply will mostly repeat). The engine verifies them (spec_decode/verification.py).
 
 Guessing pays only where it is cheap and right, and `auto` decides both from measurements, not from
 constants tuned on one machine:
@@ -230,14 +230,6 @@ class Speculator:
             bucket.drafted.add(seconds, draft_rows)
         elif not drafted:
             bucket.plain.add(seconds, 0)
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
-
-    @property
-    def tokens_per_verification(self) -> float:
-        return self.verified_tokens / self.verification_steps if self.verification_steps else 0.0
 
 
 def _decodes_next(seq) -> bool:

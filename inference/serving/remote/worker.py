@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from ...engine.device import gpu_memory
 from ...engine.engine_state import EngineState
 from ...engine.engine_thread import EngineThread
 from . import protocol as wire
@@ -249,9 +250,7 @@ class EngineWorker:
 
 def _gpu_memory(device: str) -> dict:
     """Measured here, where the GPU is; only the GPU keys (null on CPU), so fleets can sum them."""
-    from ..stats import _gpu_memory as measure
-
-    measured = measure(device)
+    measured = gpu_memory(device)
     return {key: measured[key] for key in ("gpu_memory_used_mb", "gpu_memory_total_mb")}
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.engine.layers.linear.groups import dequantize_groups, quantize_groups, quantize_groups_8bit
+from inference.engine.layers.linear.groups import quantize_groups, quantize_groups_8bit
+from tests.support.engine_helpers import dequantize_groups
 
 QUANTIZE = {4: quantize_groups, 8: quantize_groups_8bit}
 
@@ -36,17 +37,21 @@ def activation_groups(x):
 def documented_order(x, weight, bits):
     """group_dot.h's definition in float32: per row, channel and group in order,
     acc = fma(float(sum level * q), scale * e, acc); acc = fma(minimum, e * sum(q), acc), q = 128 * q1 + q2."""
-    levels, scales, minimums = QUANTIZE[bits](weight)
+    return documented_order_of_groups(x, *QUANTIZE[bits](weight))
+
+
+def documented_order_of_groups(x, levels, scales, minimums):
+    """documented_order over given levels (uint8 [N, K]), float16 scales and minimums ([N, K / 32])."""
     q, e = activation_groups(x)
     rows, groups = e.shape
-    lv = levels.long().reshape(weight.shape[0], groups, 32)
+    lv = levels.long().reshape(levels.shape[0], groups, 32)
     sums = torch.einsum("rgk,ngk->rng", q, lv)  # exact integers
     scaled_sum = e * q.sum(dim=2).float()  # one float32 rounding
 
     def fma(a, b, c):  # one rounding to float32 (products of these sizes are exact in float64)
         return (a.double() * b.double() + c.double()).float()
 
-    acc = torch.zeros(rows, weight.shape[0])
+    acc = torch.zeros(rows, levels.shape[0])
     for g in range(groups):
         acc = fma(sums[:, :, g].float(), scales.float()[None, :, g] * e[:, None, g], acc)
         acc = fma(minimums.float()[None, :, g], scaled_sum[:, None, g], acc)

@@ -128,13 +128,13 @@ def test_masks_are_computed_while_the_model_runs(engine, monkeypatch):
 
 def test_a_failed_step_with_masks_in_flight_fails_only_its_requests(engine):
     def fail_once():
-        engine.step_fault_hook = None
+        engine.test_faults.step = None
         raise RuntimeError("injected")
 
     engine.add_request(
         "doomed", engine.tokenize("Answer:"), SamplingParams(max_tokens=20, structured={"kind": "json_schema", "value": SCHEMA})
     )
-    engine.step_fault_hook = fail_once
+    engine.test_faults.step = fail_once
     assert run_to_completion(engine)["doomed"][-1].finish_reason == "error"
     text, last = run(engine, "after", {"kind": "json_schema", "value": SCHEMA})  # the next request is served
     jsonschema.validate(json.loads(text), SCHEMA)

@@ -13,7 +13,7 @@ import torch
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.sample.sampling_params import SamplingParams
-from tests.support.engine_helpers import engine_for, generated_ids, greedy, run_to_completion
+from tests.support.engine_helpers import engine_for, generated_ids, greedy, run_to_completion, trace_steps
 
 PASSAGE = (
     "The lighthouse keeper climbed the spiral stairs every evening at dusk, trimmed the wick, "
@@ -86,12 +86,13 @@ def test_greedy_replies_are_token_for_token_those_without_speculation(real_bundl
 
 def test_a_verification_step_mixes_with_decodes_and_prefill_chunks(real_bundle, real_prompts):
     engine = real_engine(real_bundle, speculative="ngram", max_num_batched_tokens=32)
+    steps = trace_steps(engine)
     engine.add_request("grounded", real_prompts[0], greedy(30))
     engine.add_request("open", real_prompts[10], greedy(30))
     seen = set()
     while engine.has_work():
         engine.step()
-        trace = engine.last_trace
+        trace = steps.last
         if trace.verifies and trace.decodes:
             seen.add("with decodes")
         if trace.verifies and trace.prefills:
@@ -174,6 +175,7 @@ def first_token(engine: LLMEngine, prompt: list[int]) -> int:
 
 def test_rejected_guesses_give_back_their_blocks_and_never_reach_the_prefix_cache(tiny_hf, smollm_tokenizer):
     engine = tiny_engine(tiny_hf, smollm_tokenizer, block_size=4, num_kv_blocks=64, spec_tokens=8)
+    steps = trace_steps(engine)
     prompt = engine.tokenize("a prompt of a few words to start from")
     start = first_token(engine, prompt)
     wrong = next(t for t in range(5, 50) if t != start)
@@ -181,7 +183,7 @@ def test_rejected_guesses_give_back_their_blocks_and_never_reach_the_prefix_cach
     engine.step()  # the prompt and its first token
     [seq] = engine.requests["r"]
     engine.step()
-    assert engine.last_trace.verifies == [("r", 8)]
+    assert steps.last.verifies == [("r", 8)]
     assert seq.spec.accepted == 0 and seq.spec.proposed == 8
     # the step took blocks for 1 + 8 positions: all but the verified ones and the next token's slot are back
     assert len(seq.block_table) == -(-(seq.num_computed_tokens + 1) // 4)
@@ -197,6 +199,7 @@ def test_rejected_guesses_give_back_their_blocks_and_never_reach_the_prefix_cach
 
 def test_an_abort_during_a_verification_step_frees_everything(tiny_hf, smollm_tokenizer):
     engine = tiny_engine(tiny_hf, smollm_tokenizer, block_size=4, num_kv_blocks=64)
+    steps = trace_steps(engine)
     prompt = engine.tokenize("stay a while and listen")
     start = first_token(engine, prompt)
     engine.add_request("gone", prompt, greedy(30, prediction=[start] + list(range(100, 130))))
@@ -205,9 +208,9 @@ def test_an_abort_during_a_verification_step_frees_everything(tiny_hf, smollm_to
     # the client leaves while a verification step runs: the engine thread applies the abort as the
     # step returns (its commands are handled between steps), with the step's outputs not yet sent
     during = []
-    engine.step_fault_hook = lambda: during.append(list(engine.last_trace.verifies))
+    engine.test_faults.step = lambda: during.append(list(steps.last.verifies))
     engine.step()
-    engine.step_fault_hook = None
+    engine.test_faults.step = None
     assert during == [[("gone", 8)]]
     [seq] = engine.requests["gone"]
     assert engine.abort("gone")

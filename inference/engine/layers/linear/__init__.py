@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ...config import QUANT_METHODS as FORMATS
+from ...config import QUANT_METHODS
 from ...device import cpu_flags
 from ...kernels import kernels
 from .base import RowKernelLinear, replace_linears
@@ -38,7 +38,6 @@ GROUP_BITS = {"int4": 4, "q8_0": 8}
 GGUF_BLOCK_TYPES = tuple(BLOCK_SHAPES)  # the block kernel's (kernels/blocks/)
 
 __all__ = [
-    "FORMATS",
     "FormatChoice",
     "GroupLinear",
     "Int8Linear",
@@ -52,7 +51,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class FormatChoice:
-    format: str  # one of FORMATS but auto
+    format: str  # one of QUANT_METHODS but auto
     reason: str
 
 
@@ -102,8 +101,8 @@ def prepare_linears(model: nn.Module, choice: FormatChoice, device: torch.device
         raise ValueError(
             "MINIVLLM_QUANT=gguf keeps a GGUF file's own blocks; this checkpoint is no GGUF our loader reads in place"
         )
-    if fmt not in FORMATS:
-        raise ValueError(f"quantization {fmt!r} is not supported (supported: {', '.join(FORMATS)})")
+    if fmt not in QUANT_METHODS:
+        raise ValueError(f"quantization {fmt!r} is not supported (supported: {', '.join(QUANT_METHODS)})")
     if device.type != "cpu":
         raise ValueError(f"MINIVLLM_QUANT={fmt} uses a CPU kernel; on CUDA run bf16 (MINIVLLM_QUANT=none)")
     if kernels() is None:

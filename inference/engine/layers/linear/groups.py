@@ -60,13 +60,6 @@ def offset_minimums(scales: torch.Tensor, offset: int) -> torch.Tensor:
     return (scales.float() * -offset).half()
 
 
-def dequantize_groups(levels: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor) -> torch.Tensor:
-    """The float32 weight that groups stand for: scale * level + minimum, rounded once (as gguf's numpy)."""
-    rows, columns = levels.shape
-    groups = levels.float().reshape(rows, columns // GROUP, GROUP)
-    return (groups * scales.float()[..., None] + minimums.float()[..., None]).reshape(rows, columns)
-
-
 def _check_finite(*tensors: torch.Tensor) -> None:
     if not all(torch.isfinite(t).all() for t in tensors):
         raise ValueError("weights beyond float16's range cannot be stored in groups")

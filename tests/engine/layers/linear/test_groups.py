@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from inference.engine.layers.linear import FormatChoice, GroupLinear, Int8Linear, prepare_linears
-from inference.engine.layers.linear.groups import GroupEmbedding, dequantize_groups, quantize_groups, quantize_groups_8bit
+from inference.engine.layers.linear.groups import GroupEmbedding, quantize_groups, quantize_groups_8bit
+from tests.support.engine_helpers import dequantize_groups
 
 
 def test_groups_span_their_minimum_to_maximum_in_15_steps():
@@ -52,6 +53,7 @@ class TiedModel(nn.Module):
         self.lm_head.weight = self.embed.weight
 
 
+@pytest.mark.usefixtures("needs_cpu_kernels")  # GroupLinear packs for the group kernel
 def test_int4_puts_layers_in_4bit_the_lm_head_in_8bit_and_odd_widths_in_int8():
     model = TiedModel()
     table = model.embed.weight.detach().clone()
@@ -65,12 +67,14 @@ def test_int4_puts_layers_in_4bit_the_lm_head_in_8bit_and_odd_widths_in_int8():
     assert torch.equal(model.embed(ids), expected)
 
 
+@pytest.mark.usefixtures("needs_cpu_kernels")
 def test_q8_0_puts_every_whole_group_linear_in_8bit():
     model = TiedModel()
     prepare_linears(model, FormatChoice("q8_0", "test"), torch.device("cpu"))
     assert [m.bits for m in (*model.layers, model.lm_head)] == [8, 8, 8] and isinstance(model.odd, Int8Linear)
 
 
+@pytest.mark.usefixtures("needs_cpu_kernels")
 @pytest.mark.parametrize("bits", [4, 8])
 def test_group_linear_adds_the_bias_and_keeps_the_shape(bits):
     torch.manual_seed(1)
