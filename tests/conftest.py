@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 import torch
 
 # Without a GPU, Triton's kernels (the CUDA decode attention) can only run in its interpreter,

@@ -49,19 +49,35 @@ def engine_with(
     return LLMEngine(cfg, bundle=bundle)
 
 
-def teacher_forced_agreement(reference: LLMEngine, candidate: LLMEngine, tokens: int) -> tuple[int, int]:
-    """Given the reference's own greedy continuations, how often the candidate picks the reference's next token."""
+def teacher_forced_reference(reference: LLMEngine, tokens: int) -> list[tuple[list[int], slice, list[int]]]:
+    """The reference's own greedy continuations: per prompt, its ids, the positions that predicted
+    the generated tokens, and the reference's choices there."""
     for i, prompt in enumerate(PROMPTS):
         reference.add_request(str(i), reference.tokenize(prompt), greedy(tokens))
     results = run_to_completion(reference)
-    agree = total = 0
+    cases = []
     for i, prompt in enumerate(PROMPTS):
         ids = reference.tokenize(prompt) + generated_ids(results[str(i)])
         positions = slice(len(ids) - tokens - 1, len(ids) - 1)  # the predictions of the generated tokens
-        expected, chosen = greedy_choices(reference, ids)[positions], greedy_choices(candidate, ids)[positions]
+        cases.append((ids, positions, greedy_choices(reference, ids)[positions]))
+    return cases
+
+
+def teacher_forced_agreement(cases, candidate: LLMEngine) -> tuple[int, int]:
+    """Given the reference's own greedy continuations, how often the candidate picks the reference's next token."""
+    agree = total = 0
+    for ids, positions, expected in cases:
+        chosen = greedy_choices(candidate, ids)[positions]
         agree += sum(a == b for a, b in zip(expected, chosen))
         total += len(expected)
     return agree, total
+
+
+@pytest.fixture(scope="module")
+def bf16_reference(real_hf_model, smollm_tokenizer):
+    """bf16's greedy text and choices, made once for every format compared with it (bf16 is
+    emulated, so slow, on CPUs without AVX512-BF16)."""
+    return teacher_forced_reference(engine_with(real_hf_model, smollm_tokenizer, "none"), 16)
 
 
 def needs_its_kernels(request, quantization: str) -> None:
@@ -76,7 +92,7 @@ def greedy_choices(engine: LLMEngine, token_ids: list[int]) -> list[int]:
 
 
 @pytest.mark.parametrize("quantization", ["int8", "int4", "q8_0", pytest.param("bf16", marks=NEEDS_AVX512_BF16)])
-def test_quantized_greedy_agrees_with_bf16_on_real_model(request, real_hf_model, smollm_tokenizer, quantization):
+def test_quantized_greedy_agrees_with_bf16_on_real_model(request, real_hf_model, smollm_tokenizer, bf16_reference, quantization):
     """Per position, teacher-forced: given bf16's own greedy text, does the quantized model pick bf16's next token?
 
     Free-running agreement would count every token after a first near-tie flip as a miss
@@ -84,8 +100,7 @@ def test_quantized_greedy_agrees_with_bf16_on_real_model(request, real_hf_model,
     model's sensitivity, not the quantization's error.
     """
     needs_its_kernels(request, quantization)
-    bf16 = engine_with(real_hf_model, smollm_tokenizer, "none")
-    agree, total = teacher_forced_agreement(bf16, engine_with(real_hf_model, smollm_tokenizer, quantization), 16)
+    agree, total = teacher_forced_agreement(bf16_reference, engine_with(real_hf_model, smollm_tokenizer, quantization))
     assert total == 20 * 16
     assert agree / total >= 0.95, f"{quantization} agrees with bf16 on {agree}/{total} positions"
 
@@ -97,7 +112,7 @@ def test_the_default_format_agrees_with_float32_on_99_percent_of_positions(real_
     default = engine_with(real_hf_model, smollm_tokenizer, "auto", checkpoint="q4_1")
     assert type(default.bundle.model.layers[0].mlp.gate_up_proj).__name__ == "GroupLinear"
     float32 = engine_with(real_hf_model, smollm_tokenizer, "none", dtype="float32")
-    agree, total = teacher_forced_agreement(float32, default, 64)
+    agree, total = teacher_forced_agreement(teacher_forced_reference(float32, 64), default)
     assert total == 20 * 64
     assert agree / total >= 0.99, f"the default format agrees with float32 on {agree}/{total} positions"
 
