@@ -67,9 +67,11 @@ def real_prompts(real_bundle):
 
 @pytest.fixture(scope="module")
 def reference(real_bundle, real_prompts):
-    """Each prompt's greedy reply with speculation off, alone."""
+    """Each prompt's greedy reply with speculation off, all in one batch (batching changes no
+    token: tests/engine/test_engine.py; the tests below also compare replies made alone)."""
     engine = real_engine(real_bundle, speculative="off")
-    return [complete(engine, {"r": (ids, greedy(40))})["r"] for ids in real_prompts]
+    replies = complete(engine, {f"r{i}": (ids, greedy(40)) for i, ids in enumerate(real_prompts)})
+    return [replies[f"r{i}"] for i in range(len(real_prompts))]
 
 
 @pytest.mark.parametrize("mode", ["ngram", "auto"])
