@@ -1,0 +1,1 @@
+"""What every API shares: auth and key limits, the one error shape, request bodies and field modules, SSE, chat templates and messages, tool calls and their parsers, reasoning parsers, and the endpoint flow."""

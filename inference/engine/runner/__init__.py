@@ -1,0 +1,1 @@
+"""The device side of the model runner: block tables kept on the device, host-device transfers without stalls, static decode steps and CUDA graphs, and the memory profile that sizes the KV pool on a GPU."""
