@@ -175,7 +175,7 @@ def test_cuda_keeps_the_torch_paths():
 
 CAPPED_RUN = """
 import dataclasses, json, logging, pathlib, sys, torch
-from inference.engine import gguf_checkpoint
+from inference.engine.gguf import checkpoint as gguf_checkpoint
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.kernels import kernels
