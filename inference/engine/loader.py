@@ -130,6 +130,21 @@ def load_model(config: EngineConfig) -> ModelBundle:
         gguf = _open_gguf(source)
         model_class = model_class_for(gguf.hf_config)
         choice = _gguf_format(config, gguf, device)
+
+        def from_gguf(model, max_model_len: int, how: str) -> ModelBundle:
+            """The bundle of a model built from the GGUF's own tensors (both in-place paths below)."""
+            return _bundle(
+                model=model,
+                hf_config=gguf.hf_config,
+                tokenizer=_gguf_tokenizer(gguf, source),
+                name=source.display_name,
+                device=device,
+                dtype=dtype,
+                max_model_len=max_model_len,
+                choice=choice,
+                how=how,
+            )
+
         if (
             device.type == "cpu"
             and dtype == torch.float32
@@ -139,31 +154,19 @@ def load_model(config: EngineConfig) -> ModelBundle:
             model, kernels_used = gguf_weights.build(model_class, gguf.hf_config, gguf, max_model_len, config.packed_cache)
             _return_freed_memory()
             per_type = ", ".join(f"{n} {kind}" for kind, n in sorted(kernels_used.items()))
-            return _bundle(
-                model=model,
-                hf_config=gguf.hf_config,
-                tokenizer=_gguf_tokenizer(gguf, source),
-                name=source.display_name,
-                device=device,
-                dtype=dtype,
-                max_model_len=max_model_len,
-                choice=choice,
-                how=f"from the GGUF's own blocks (tensors per type and kernel: {per_type})",
+            return from_gguf(
+                model,
+                max_model_len,
+                f"from the GGUF's own blocks (tensors per type and kernel: {per_type})",
             )
         if (device.type != "cpu" or kernels() is None) and gguf_dense.can_build(model_class, gguf.hf_config, gguf):
             max_model_len = _context_length(gguf.hf_config, config.max_model_len)
             model = gguf_dense.build(model_class, gguf.hf_config, gguf, max_model_len, device, dtype)
             prepare_linears(model, choice, device)  # refuses the CPU-only formats (MINIVLLM_QUANT=int4 on CUDA, ...)
-            return _bundle(
-                model=model,
-                hf_config=gguf.hf_config,
-                tokenizer=_gguf_tokenizer(gguf, source),
-                name=source.display_name,
-                device=device,
-                dtype=dtype,
-                max_model_len=max_model_len,
-                choice=choice,
-                how=f"from the GGUF's own tensors, de-quantized one by one on the {device.type} to {dtype_name(dtype)}",
+            return from_gguf(
+                model,
+                max_model_len,
+                f"from the GGUF's own tensors, de-quantized one by one on the {device.type} to {dtype_name(dtype)}",
             )
         # transformers de-quantizes what we cannot read in place (another family, a bf16 model, an IQ2 tensor):
         # float32 weights then, which `auto` keeps as float32 rather than asking for the file's blocks again
