@@ -4,7 +4,9 @@ A one-layer probe model turns each token id into fixed random q/k/v, so the expe
 every row is plain softmax attention over that sequence's tokens so far, whatever blocks hold
 them and whatever else shares the step. Decodes are checked on both paths: our kernels
 reading blocks in place (CPU float32) and the gathered torch path (every other device/dtype),
-each over a float32 cache and a float16 one (the CPU default), against K/V rounded as stored.
+each over a float32 cache and a float16 one (the CPU default), against K/V rounded as stored;
+and again as a sliding-window layer (Gemma 3's local layers), whose window is shorter than the
+contexts, against dense attention under the window's mask.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 8, 4
 class AttentionProbe(nn.Module):
     kv_shape = (1, KV_HEADS, DIM)
 
-    def __init__(self, vocab: int = 64):
+    def __init__(self, vocab: int = 64, window: int | None = None):
         super().__init__()
+        self.window = window
         torch.manual_seed(0)
         self.qkv = nn.Embedding(vocab, (HEADS + 2 * KV_HEADS) * DIM)
         self.last_out = None
@@ -36,7 +39,7 @@ class AttentionProbe(nn.Module):
     def forward(self, input_ids, positions, kv_caches, meta):
         qkv = self.qkv(input_ids).view(len(input_ids), HEADS + 2 * KV_HEADS, DIM)
         q, k, v = qkv.split([HEADS, KV_HEADS, KV_HEADS], dim=1)
-        self.last_out = paged_attention(q, k, v, *kv_caches[0], meta, DIM**-0.5)
+        self.last_out = paged_attention(q, k, v, *kv_caches[0], meta, DIM**-0.5, self.window)
         return self.last_out.reshape(len(input_ids), -1)
 
     def compute_logits(self, hidden):
@@ -51,6 +54,8 @@ class AttentionProbe(nn.Module):
         k, v = (t.to(kv_dtype).float() for t in (k, v))
         k, v = (t.repeat_interleave(HEADS // KV_HEADS, dim=0) for t in (k, v))
         mask = torch.ones(n, n, dtype=torch.bool).tril()
+        if self.window is not None:  # each query sees its own key and the window - 1 before it
+            mask &= torch.ones(n, n, dtype=torch.bool).triu(1 - self.window)
         return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=DIM**-0.5).transpose(0, 1)
 
 
@@ -91,8 +96,9 @@ def run_step(model_runner: ModelRunner, probe: AttentionProbe, decodes, prefills
             row += n
 
 
-def test_decodes_and_chunked_prefills_in_one_step_match_dense_attention(kv_dtype):
-    probe = AttentionProbe()
+@pytest.mark.parametrize("window", [None, 3], ids=["full", "window-3"])
+def test_decodes_and_chunked_prefills_in_one_step_match_dense_attention(kv_dtype, window):
+    probe = AttentionProbe(window=window)
     model_runner = ModelRunner(
         probe, num_blocks=16, block_size=BLOCK, dtype=torch.float32, device=torch.device("cpu"), kv_dtype=kv_dtype
     )

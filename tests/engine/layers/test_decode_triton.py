@@ -37,10 +37,10 @@ def case(dtype, lengths):
     return q, k_cache, v_cache, tables, torch.tensor(lengths)
 
 
-def reference(q, k_cache, v_cache, tables, lengths, scale):
+def reference(q, k_cache, v_cache, tables, lengths, scale, window=None):
     offsets = (torch.arange(KV_HEADS) * NUM_BLOCKS)[:, None, None]
     gathered = GatheredDecode.build(None, tables, lengths, block_size=BLOCK, head_block_offsets=offsets)
-    return gathered.attend(q.float(), k_cache.float(), v_cache.float(), scale)
+    return gathered.attend(q.float(), k_cache.float(), v_cache.float(), scale, window)
 
 
 @pytest.mark.parametrize(
@@ -66,3 +66,20 @@ def test_entries_past_a_context_are_never_read(interpreted):
     v_cache[:, tables[0, 1], 4:] = float("inf")
     after = interpreted.paged_decode(q, k_cache, v_cache, tables, lengths, 0.125)
     assert torch.equal(before, after)
+
+
+def test_a_sliding_window_reads_only_its_last_keys(interpreted):
+    """Windows that start mid-block, on a block's edge, and that cover a whole short context; the
+    keys and values before a window are poisoned, so reading one would show."""
+    lengths, window = [100, 40, 5, 33], 24
+    q, k_cache, v_cache, _, lengths_t = case(torch.float32, lengths)
+    blocks = torch.randperm(NUM_BLOCKS, generator=torch.Generator().manual_seed(5))
+    tables = torch.stack([blocks[7 * i : 7 * i + 7] for i in range(3)] + [blocks[21:24].repeat(3)[:7]])  # no block shared
+    expected = reference(q, k_cache, v_cache, tables, lengths_t, 0.125, window)
+    for row, length in enumerate(lengths):
+        for position in range(max(0, length - window)):
+            block, offset = tables[row, position // BLOCK], position % BLOCK
+            k_cache[:, block, offset] = float("nan")
+            v_cache[:, block, offset] = float("nan")
+    ours = interpreted.paged_decode(q, k_cache, v_cache, tables, lengths_t, 0.125, window)
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)

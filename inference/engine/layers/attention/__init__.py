@@ -13,7 +13,9 @@ A step's tokens are laid out decodes first (one token per sequence), then prefil
 `choose_decode_attention`: our C++ kernels reading blocks in place on CPU (decode_kernels.py), a
 Triton kernel reading them in place on CUDA (decode_triton.py), or gathered blocks and two batched
 matmuls (decode_gathered.py: the reference, and the CPU's torch path). Each builds its own
-metadata and attends through it, so the layers never ask which one runs.
+metadata and attends through it, so the layers never ask which one runs. Every back end takes a
+sliding window (Gemma 3's local layers): keys more than `window - 1` positions before a query are
+masked, so such a layer's output depends on its window only.
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ def paged_attention(
     v_cache: torch.Tensor,
     meta: AttentionMetadata,
     scale: float,
+    window: int | None = None,
 ) -> torch.Tensor:
-    """Writes the step's K/V into the cache, then attends; returns [T, heads, head_dim]."""
+    """Writes the step's K/V into the cache, then attends; returns [T, heads, head_dim]. `window`:
+    a sliding-window layer's span (each query sees its own key and the window - 1 before it)."""
     write_to_cache(k, v, k_cache, v_cache, meta)
-    return attend(q, k, v, k_cache, v_cache, meta, scale)
+    return attend(q, k, v, k_cache, v_cache, meta, scale, window)
 
 
 def write_to_cache(k, v, k_cache, v_cache, meta: AttentionMetadata) -> None:
@@ -62,16 +66,16 @@ def write_to_cache(k, v, k_cache, v_cache, meta: AttentionMetadata) -> None:
     v_cache.view(-1, dim).index_copy_(0, meta.write_rows, v.transpose(0, 1).reshape(-1, dim).to(v_cache.dtype))
 
 
-def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float, window: int | None = None) -> torch.Tensor:
     """Attention over a cache that already holds this step's K/V; returns [T, heads, head_dim]."""
     nd = meta.num_decodes
     if not meta.prefills:
         if not nd:
             return torch.empty_like(q)
-        return meta.decode.attend(q, k_cache, v_cache, scale)
+        return meta.decode.attend(q, k_cache, v_cache, scale, window)
     out = torch.empty_like(q)
     if nd:
-        out[:nd] = meta.decode.attend(q[:nd], k_cache, v_cache, scale)
+        out[:nd] = meta.decode.attend(q[:nd], k_cache, v_cache, scale, window)
     for chunk in meta.prefills:
-        out[chunk.start : chunk.end] = prefill_attention(q, k, v, k_cache, v_cache, chunk, scale)
+        out[chunk.start : chunk.end] = prefill_attention(q, k, v, k_cache, v_cache, chunk, scale, window)
     return out

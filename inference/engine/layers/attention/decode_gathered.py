@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .decode_kernels import before_window
 from .prefill import gather
 
 
@@ -14,15 +15,16 @@ from .prefill import gather
 class GatheredDecode:
     block_rows: torch.Tensor  # [kv_heads * B * blocks] block rows of each decode's context (padded)
     padding: torch.Tensor  # [1, B, 1, blocks * block_size] bool, True where a key is padding
+    lengths: torch.Tensor  # [B] context length of each decode, its new token included
 
     @classmethod
     def build(cls, cpp, tables: torch.Tensor, lengths: torch.Tensor, *, block_size: int, head_block_offsets) -> GatheredDecode:
         block_rows = (head_block_offsets + tables[None]).reshape(-1)
         padded = tables.shape[1] * block_size
         padding = torch.arange(padded, device=tables.device)[None, :] >= lengths[:, None]
-        return cls(block_rows, padding[None, :, None, :])
+        return cls(block_rows, padding[None, :, None, :], lengths)
 
-    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
+    def attend(self, q, k_cache, v_cache, scale: float, window: int | None = None) -> torch.Tensor:
         """Batched over (kv head, sequence) with the query heads of a group as rows (GQA), so K/V
         are never repeated and the gathered blocks feed the matmuls without a copy."""
         batch, heads, dim = q.shape
@@ -32,7 +34,10 @@ class GatheredDecode:
         values = gather(v_cache, self.block_rows, kv_heads * batch).to(q.dtype)
         grouped = q.view(batch, kv_heads, group, dim).transpose(0, 1).reshape(kv_heads * batch, group, dim)
         scores = torch.bmm(grouped, keys.transpose(1, 2)).float().mul_(scale)
-        scores.view(kv_heads, batch, group, -1).masked_fill_(self.padding, float("-inf"))
+        masked = self.padding
+        if window is not None:
+            masked = masked | before_window(self.lengths, masked.shape[-1], window)[None, :, None, :]
+        scores.view(kv_heads, batch, group, -1).masked_fill_(masked, float("-inf"))
         weights = torch.softmax(scores, dim=-1).to(q.dtype)
         out = torch.bmm(weights, values)  # [kv_heads * B, group, D]
         return out.view(kv_heads, batch, group, dim).transpose(0, 1).reshape(batch, heads, dim)

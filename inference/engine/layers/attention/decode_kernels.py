@@ -19,7 +19,15 @@ class KernelDecode:
     def build(cls, cpp, tables: torch.Tensor, lengths: torch.Tensor, *, block_size: int, head_block_offsets) -> KernelDecode:
         return cls(cpp, tables, lengths)
 
-    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
+    def attend(self, q, k_cache, v_cache, scale: float, window: int | None = None) -> torch.Tensor:
         scores = self.cpp.paged_attention_scores(q.contiguous(), k_cache, self.tables, self.lengths, scale)
+        if window is not None:  # the kernel scores the whole context; keys before the window drop out here
+            scores.masked_fill_(before_window(self.lengths, scores.shape[-1], window)[:, None, :], float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         return self.cpp.paged_attention_values(probs, v_cache, self.tables, self.lengths)
+
+
+def before_window(lengths: torch.Tensor, width: int, window: int) -> torch.Tensor:
+    """[B, width] bool: True at the key positions a decode's sliding window leaves out (the window
+    holds the decode's own token and the `window - 1` before it)."""
+    return torch.arange(width, device=lengths.device)[None, :] < (lengths[:, None] - window)

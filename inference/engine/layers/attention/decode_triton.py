@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+WHOLE_CONTEXT = 1 << 30  # the window passed for a layer without one: longer than any context
+
 
 def triton_available() -> bool:
     """CUDA builds of torch ship Triton; CPU builds come without it (the gathered path serves)."""
@@ -31,8 +33,9 @@ def _kernel():
     return triton_paged_decode.paged_decode_kernel, triton_paged_decode.next_power_of_2
 
 
-def paged_decode(q, k_cache, v_cache, tables, lengths, scale: float) -> torch.Tensor:
-    """[B, heads, head_dim] attention of each decode row over its context, read in place."""
+def paged_decode(q, k_cache, v_cache, tables, lengths, scale: float, window: int | None = None) -> torch.Tensor:
+    """[B, heads, head_dim] attention of each decode row over its context (its last `window` keys
+    where a window is given), read in place."""
     batch, heads, dim = q.shape
     kv_heads, num_blocks, block_size, _ = k_cache.shape
     group = heads // kv_heads
@@ -48,6 +51,7 @@ def paged_decode(q, k_cache, v_cache, tables, lengths, scale: float) -> torch.Te
             lengths,
             out,
             scale,
+            window or WHOLE_CONTEXT,
             tables.stride(0),
             num_blocks,
             GROUP=group,
@@ -68,5 +72,5 @@ class TritonDecode:
     def build(cls, cpp, tables: torch.Tensor, lengths: torch.Tensor, *, block_size: int, head_block_offsets) -> TritonDecode:
         return cls(tables, lengths)
 
-    def attend(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
-        return paged_decode(q, k_cache, v_cache, self.tables, self.lengths, scale)
+    def attend(self, q, k_cache, v_cache, scale: float, window: int | None = None) -> torch.Tensor:
+        return paged_decode(q, k_cache, v_cache, self.tables, self.lengths, scale, window)

@@ -28,7 +28,7 @@ def as_stored(x: torch.Tensor, cache_dtype: torch.dtype) -> torch.Tensor:
     return x if x.dtype == cache_dtype else x.to(cache_dtype).to(x.dtype)
 
 
-def prefill_attention(q, k, v, k_cache, v_cache, chunk: PrefillChunk, scale: float) -> torch.Tensor:
+def prefill_attention(q, k, v, k_cache, v_cache, chunk: PrefillChunk, scale: float, window: int | None = None) -> torch.Tensor:
     query = q[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)  # [1, heads, n, D]
     if chunk.block_rows is None:  # the whole context is this chunk: attend to it directly, as the cache holds it
         keys = as_stored(k[chunk.start : chunk.end].transpose(0, 1), k_cache.dtype)  # [kv_heads, L, D]
@@ -37,8 +37,29 @@ def prefill_attention(q, k, v, k_cache, v_cache, chunk: PrefillChunk, scale: flo
         kv_heads = k_cache.shape[0]
         keys = gather(k_cache, chunk.block_rows, kv_heads)[:, : chunk.context_len].to(q.dtype)
         values = gather(v_cache, chunk.block_rows, kv_heads)[:, : chunk.context_len].to(q.dtype)
+    if window is not None and window < chunk.context_len:
+        return windowed_sdpa(query, keys, values, chunk, scale, window).squeeze(0).transpose(0, 1)
     attended = chunk_sdpa(query, keys, values, chunk, scale, fused=query.is_cuda)
     return attended.squeeze(0).transpose(0, 1)
+
+
+def windowed_sdpa(query, keys, values, chunk: PrefillChunk, scale: float, window: int) -> torch.Tensor:
+    """A sliding-window layer's chunk: only the keys some query of the chunk reaches (from the first
+    query's window on), under a mask that is causal and `window` keys wide."""
+    n = chunk.end - chunk.start
+    first_query = chunk.context_len - n  # the chunk's first position
+    lo = max(0, first_query - window + 1)
+    positions = torch.arange(lo, chunk.context_len, device=query.device)
+    queries = torch.arange(first_query, chunk.context_len, device=query.device)[:, None]
+    mask = (positions[None, :] <= queries) & (positions[None, :] > queries - window)  # [n, L - lo]
+    keys, values = keys[:, lo:], values[:, lo:]
+    group = query.shape[1] // keys.shape[0]
+    if group > 1 and query.is_cuda:  # as chunk_sdpa: no enable_gqa on CUDA
+        keys, values = keys.repeat_interleave(group, 0), values.repeat_interleave(group, 0)
+        group = 1
+    return F.scaled_dot_product_attention(
+        query, keys.unsqueeze(0), values.unsqueeze(0), attn_mask=mask, scale=scale, enable_gqa=group > 1
+    )
 
 
 def chunk_sdpa(query, keys, values, chunk: PrefillChunk, scale: float, fused: bool) -> torch.Tensor:
