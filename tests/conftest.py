@@ -102,6 +102,33 @@ def tiny_qwen3_hf():
     return model
 
 
+def tiny_gemma3_hf(sliding_window: int = 8):
+    """Gemma 3's layout on two sliding-window layers and a global one: a window (8) shorter than the
+    prompts, a query scale apart from head_dim, different RoPE bases, and norms far from the
+    `1 + 0` they start at, so each of the four norms per layer and both Q/K norms change every logit."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    shape = {**TINY_LLAMA_SHAPE, "num_hidden_layers": 3}
+    cfg = Gemma3TextConfig(
+        **shape,
+        head_dim=32,
+        query_pre_attn_scalar=24,
+        sliding_window=sliding_window,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        },
+        **{**TINY_COMMON, "pad_token_id": 0},
+    )
+    model = _peaked(Gemma3ForCausalLM(cfg))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(-0.5, 1.0)
+    return model
+
+
 def tiny_gpt2_hf():
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -98,9 +98,10 @@ def hf_greedy(hf_model, prompt_ids: list[int], max_tokens: int) -> list[int]:
     return ids[len(prompt_ids) :]
 
 
-def prefill_logits(engine: LLMEngine, token_ids: list[int] | torch.Tensor, fused: bool = True) -> torch.Tensor:
-    """Logits at every position of one prefill through the engine's own model (its fused C++ step
-    where it has one, unless `fused` is False) and cache: what teacher-forced comparisons read."""
+def prefill_logits(engine: LLMEngine, token_ids: list[int] | torch.Tensor, fused: bool = True, last: int = 0) -> torch.Tensor:
+    """Logits at every position of one prefill (its `last` positions only, where given) through the
+    engine's own model (its fused C++ step where it has one, unless `fused` is False) and cache:
+    what teacher-forced comparisons read."""
     from inference.engine.layers.attention import AttentionMetadata, PrefillChunk
 
     ids = torch.as_tensor(token_ids)
@@ -114,4 +115,4 @@ def prefill_logits(engine: LLMEngine, token_ids: list[int] | torch.Tensor, fused
     model = engine.bundle.model
     with torch.inference_mode():
         step = (engine.bundle.cpu_step if fused else None) or model
-        return model.compute_logits(step(ids, torch.arange(n), engine.model_runner.kv_caches, meta))
+        return model.compute_logits(step(ids, torch.arange(n), engine.model_runner.kv_caches, meta)[-last:])

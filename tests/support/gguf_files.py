@@ -88,7 +88,8 @@ def write_tiny_gguf(path, kind: str = "q4_1", *, embedding: str = "q8_0", tied: 
 def write_block_gguf(
     path, arch: str = "llama", *, types: dict[str, str] | None = None, tied: bool = True, rope_freqs: bool = False, seed: int = 0
 ) -> str:
-    """A 2-layer GGUF of `arch` ("llama", "qwen2": Q/K/V biases, "qwen3": Q/K norms) 256 wide, every
+    """A 2-layer GGUF of `arch` ("llama", "qwen2": Q/K/V biases, "qwen3": Q/K norms; "gemma3": Q/K
+    norms, four norms a layer, heads 256 wide, 6 layers: 5 with a sliding window of 8, then a global one) 256 wide, every
     matrix random blocks of its role's type (`types`: "attn_q", "attn_k", "attn_v", "attn_output",
     "ffn_gate", "ffn_up", "ffn_down", "token_embd", "output"; default q4_k, and q6_k for attn_v,
     ffn_down and the embedding, as a Q4_K_M mix), scaled to weights of about 0.05; `rope_freqs`:
@@ -99,14 +100,15 @@ def write_block_gguf(
 
     kinds = {"attn_v": "q6_k", "ffn_down": "q6_k", "token_embd": "q6_k", "output": "q6_k", **(types or {})}
     hidden, intermediate = 256, 512
-    heads, kv_heads = (2, 1) if arch == "qwen3" else (4, 2)  # Qwen3's heads are 128 wide (transformers assumes it)
-    head_dim = hidden // heads
+    heads, kv_heads = (2, 1) if arch in ("qwen3", "gemma3") else (4, 2)  # Qwen3's heads are 128 wide (transformers assumes it)
+    head_dim = 256 if arch == "gemma3" else hidden // heads  # Gemma's query scale is 1/√256 whatever the file says
+    layers = 6 if arch == "gemma3" else LAYERS
     rng = np.random.default_rng(seed)
     writer = GGUFWriter(str(path), arch)
     for key, value, vtype, element in embedded_fields():
         writer.add_key_value(key, value, vtype, element)
     for key, value in [
-        ("block_count", LAYERS),
+        ("block_count", layers),
         ("context_length", 512),
         ("embedding_length", hidden),
         ("feed_forward_length", intermediate),
@@ -118,6 +120,8 @@ def write_block_gguf(
         ("attention.value_length", head_dim),
     ]:
         writer.add_uint32(f"{arch}.{key}", value)
+    if arch == "gemma3":
+        writer.add_uint32("gemma3.attention.sliding_window", 8)
     writer.add_float32(f"{arch}.rope.freq_base", 10000.0)
     writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
 
@@ -141,20 +145,23 @@ def write_block_gguf(
         writer.add_tensor(name, (mean + rng.normal(0.0, 0.1, size=size)).astype(np.float32))
 
     matrix("token_embd.weight", VOCAB, hidden)
-    for i in range(LAYERS):
+    for i in range(layers):
         blk = f"blk.{i}."
         vector(blk + "attn_norm.weight", hidden)
         vector(blk + "ffn_norm.weight", hidden)
-        matrix(blk + "attn_q.weight", hidden, hidden)
+        matrix(blk + "attn_q.weight", heads * head_dim, hidden)
         matrix(blk + "attn_k.weight", kv_heads * head_dim, hidden)
         matrix(blk + "attn_v.weight", kv_heads * head_dim, hidden)
         if arch == "qwen2":
             for part, size in (("q", hidden), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
                 vector(f"{blk}attn_{part}.bias", size, mean=0.0)
-        if arch == "qwen3":
+        if arch in ("qwen3", "gemma3"):
             vector(blk + "attn_q_norm.weight", head_dim)
             vector(blk + "attn_k_norm.weight", head_dim)
-        matrix(blk + "attn_output.weight", hidden, hidden)
+        if arch == "gemma3":  # as llama.cpp's converter writes them: 1 + the checkpoint's weight
+            vector(blk + "post_attention_norm.weight", hidden)
+            vector(blk + "post_ffw_norm.weight", hidden)
+        matrix(blk + "attn_output.weight", hidden, heads * head_dim)
         matrix(blk + "ffn_gate.weight", intermediate, hidden)
         matrix(blk + "ffn_up.weight", intermediate, hidden)
         matrix(blk + "ffn_down.weight", hidden, intermediate)

@@ -66,8 +66,8 @@ class RealTensors:
         return self.data[entry.offset : entry.offset + entry.nbytes].reshape(entry.shape[0], -1)
 
 
-def tensors_or_skip() -> RealTensors:
-    """The cached file's tensors; without the file the calling test skips naming the make target (fails under make)."""
+def file_or_skip() -> Path:
+    """The cached file; without it the calling test skips naming the make target (fails under make)."""
     import pytest
 
     file = present()
@@ -76,7 +76,12 @@ def tensors_or_skip() -> RealTensors:
         if os.environ.get(REQUIRED) == "1":
             pytest.fail(message)
         pytest.skip(message)
-    return RealTensors(file)
+    return file
+
+
+def tensors_or_skip() -> RealTensors:
+    """The cached file's tensors (file_or_skip's file)."""
+    return RealTensors(file_or_skip())
 
 
 def sha256(file: Path) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-SERVED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")  # what our model classes run from a GGUF
+SERVED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma3")  # what our model classes run from a GGUF
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -46,7 +46,22 @@ def config_dict(metadata: dict, tensor_names: tuple[str, ...]) -> dict:
             config[renamed] = value
     if "vocab_size" not in config and isinstance(metadata.get("tokenizer.ggml.tokens"), int):
         config["vocab_size"] = metadata["tokenizer.ggml.tokens"]  # the fast reader counts the strings
+    if architecture == "gemma3":
+        _gemma3_fields(config, metadata)
     return config
+
+
+def _gemma3_fields(config: dict, metadata: dict) -> None:
+    """What the legacy reader renames (the file holds the text model only: `gemma3_text`) and what
+    llama.cpp reads beside its keys: the query scale, 1/√head_dim except on the 27B (62 layers),
+    which scales by 1/√(hidden / heads); and the global layers' linear RoPE scaling (4B and up)."""
+    config["model_type"] = "gemma3_text"
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    config["query_pre_attn_scalar"] = (
+        config["hidden_size"] // config["num_attention_heads"] if config["num_hidden_layers"] == 62 else head_dim
+    )
+    if metadata.get("gemma3.rope.scaling.type") == "linear":
+        config["rope_scaling"] = {"rope_type": "linear", "factor": float(metadata["gemma3.rope.scaling.factor"])}
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """Our own model implementations, keyed by the HF config's `model_type`."""
 
 from ..errors import UnsupportedModelError
+from .gemma3 import Gemma3ForCausalLM
 from .gpt2 import GPT2LMHeadModel
 from .llama import LlamaForCausalLM
 from .qwen3 import Qwen3ForCausalLM
@@ -10,6 +11,7 @@ MODEL_CLASSES = {
     "mistral": LlamaForCausalLM,
     "qwen2": LlamaForCausalLM,
     "qwen3": Qwen3ForCausalLM,
+    "gemma3_text": Gemma3ForCausalLM,
     "gpt2": GPT2LMHeadModel,
 }
 

@@ -86,6 +86,9 @@ class LlamaArgs:
         self.mlp_bias = bool(getattr(hf_config, "mlp_bias", False))
         self.rope = rope_parameters(hf_config)
         self.max_positions = max_positions
+        self.check_activation(hf_config)
+
+    def check_activation(self, hf_config) -> None:
         act = getattr(hf_config, "hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"hidden_act {act!r} is not supported by our Llama code (only silu)")

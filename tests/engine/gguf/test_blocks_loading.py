@@ -1,6 +1,7 @@
 """GGUF files of k-quant mixes read in place: each linear keeps its tensor's type (a fused Q/K/V of
 Q4_K and Q6_K too), the model computes what transformers' float32 de-quantized model computes,
-for Llama (tied and untied, Llama 3 rope factors), Qwen2 (biases) and Qwen3 (Q/K norms); a file
+for Llama (tied and untied, Llama 3 rope factors), Qwen2 (biases), Qwen3 (Q/K norms) and Gemma 3
+(a sliding window shorter than the prompt, four norms a layer, shifted as llama.cpp writes them); a file
 of an architecture we do not run, or a truncated one, gets a clear error."""
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ CASES = {  # name: (arch, write_block_gguf's keywords)
     "llama untied, llama3 rope factors": ("llama", {"tied": False, "rope_freqs": True}),
     "qwen2 biases": ("qwen2", {}),
     "qwen3 norms": ("qwen3", {}),
+    "gemma3 window, four norms": ("gemma3", {}),
     "every block type": (
         "llama",
         {

@@ -1,0 +1,157 @@
+"""Gemma 3 (text): the Llama layout with Gemma's differences, over the shared layers.
+
+What differs from Llama: five of every six layers attend through a sliding window (the
+`sliding_attention` layers of the config's `layer_types`) and rotate with their own RoPE base;
+Q and K are RMS-normalised per head before RoPE (as Qwen3); each layer has four norms (before and
+after attention, before and after the feed-forward); the feed-forward is GELU-tanh gated; the
+embeddings are scaled by √hidden; queries by `query_pre_attn_scalar`^-0.5; the output is the
+embedding (tied).
+
+Gemma's norms multiply by `1 + weight`. We keep `1 + weight` as the norm's weight, so our RMSNorm
+(and its C++ kernel) runs them unchanged: HF checkpoints are shifted as they load, and llama.cpp's
+converter already wrote GGUF norms shifted (transformers' GGUF reader subtracts the 1 again).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..layers.attention import AttentionMetadata, paged_attention
+from ..layers.norm import RMSNorm
+from ..layers.rotary import RopeTables, RotaryEmbedding
+from .llama import LlamaArgs, LlamaForCausalLM
+
+GLOBAL_ROPE_DEFAULT = {"rope_type": "default", "rope_theta": 1_000_000.0}
+LOCAL_ROPE_DEFAULT = {"rope_type": "default", "rope_theta": 10_000.0}
+
+
+class Gemma3Args(LlamaArgs):
+    """Llama's fields plus the window, the layer types, each type's RoPE and the query scale."""
+
+    def __init__(self, hf_config, max_positions: int):
+        super().__init__(hf_config, max_positions)
+        self.qkv_bias = self.o_bias = bool(getattr(hf_config, "attention_bias", False))
+        self.interleaved_rope_in_gguf = False  # llama.cpp writes Gemma's Q/K rows in HF's order
+        self.sliding_window = hf_config.sliding_window
+        self.layer_types = list(hf_config.layer_types)
+        params = getattr(hf_config, "rope_parameters", None) or {}
+        self.global_rope = {**GLOBAL_ROPE_DEFAULT, **(params.get("full_attention") or {})}
+        self.local_rope = {**LOCAL_ROPE_DEFAULT, **(params.get("sliding_attention") or {})}
+        self.query_scale = float(getattr(hf_config, "query_pre_attn_scalar", None) or self.head_dim) ** -0.5
+        self.embed_scale = math.sqrt(self.hidden_size)
+        if getattr(hf_config, "final_logit_softcapping", None) or getattr(hf_config, "attn_logit_softcapping", None):
+            raise ValueError("logit soft-capping (Gemma 2) is not supported by our Gemma 3 code")
+
+    def check_activation(self, hf_config) -> None:
+        act = getattr(hf_config, "hidden_activation", None) or "gelu_pytorch_tanh"
+        if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
+            raise ValueError(f"hidden_activation {act!r} is not supported by our Gemma 3 code (only gelu_pytorch_tanh)")
+
+
+class Gemma3Attention(nn.Module):
+    def __init__(self, cfg: Gemma3Args, sliding: bool):
+        super().__init__()
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=cfg.o_bias)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.scale = cfg.query_scale
+        self.window = cfg.sliding_window if sliding else None
+
+    def forward(self, x, rope: RopeTables, kv_cache, meta: AttentionMetadata):
+        tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(x).view(tokens, heads + 2 * kv_heads, self.head_dim)
+        q = self.q_norm(qkv[:, :heads])  # each head normalised over its own head_dim
+        k = self.k_norm(qkv[:, heads : heads + kv_heads])
+        qk = rope.rotate_(torch.cat([q, k], dim=1))
+        v = qkv[:, heads + kv_heads :]
+        out = paged_attention(qk[:, :heads], qk[:, heads:], v, kv_cache[0], kv_cache[1], meta, self.scale, self.window)
+        return self.o_proj(out.reshape(tokens, self.q_size))
+
+
+class Gemma3MLP(nn.Module):
+    def __init__(self, cfg: Gemma3Args):
+        super().__init__()
+        self.intermediate = cfg.intermediate_size
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(F.gelu(gate, approximate="tanh") * up)
+
+
+class Gemma3DecoderLayer(nn.Module):
+    def __init__(self, cfg: Gemma3Args, layer_type: str):
+        super().__init__()
+        self.sliding = layer_type == "sliding_attention"
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Gemma3Attention(cfg, self.sliding)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.pre_feedforward_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = Gemma3MLP(cfg)
+        self.post_feedforward_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, rope: RopeTables, kv_cache, meta):
+        x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), rope, kv_cache, meta))
+        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+
+
+class Gemma3ForCausalLM(LlamaForCausalLM):
+    FUSED_CPU_STEP = False  # the C++ layer is Llama's: no Q/K norms, two norms, SiLU
+    GGUF_ARCHITECTURES = ("gemma3_text",)
+
+    def __init__(self, hf_config, max_positions: int):
+        nn.Module.__init__(self)
+        cfg = Gemma3Args(hf_config, max_positions)
+        self.cfg = cfg
+        self.vocab_size = cfg.vocab_size
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.global_rope)
+        self.local_rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.local_rope)
+        self.layers = nn.ModuleList(Gemma3DecoderLayer(cfg, kind) for kind in cfg.layer_types)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.embed_tokens.weight  # Gemma 3 always ties its output to the embedding
+        self.cfg.tie_word_embeddings = True
+
+    @property
+    def attention_layout(self) -> str:
+        """What the dashboard and /v1/models say of the attention: "sliding window 512 ×5/6"."""
+        local = sum(kind == "sliding_attention" for kind in self.cfg.layer_types)
+        return f"sliding window {self.cfg.sliding_window} ×{local}/{len(self.cfg.layer_types)}"
+
+    def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata) -> torch.Tensor:
+        x = self.embed_tokens(input_ids) * torch.tensor(self.cfg.embed_scale, dtype=self.norm.weight.dtype)
+        global_rope = self.rotary.tables(positions, x.dtype)
+        local_rope = self.local_rotary.tables(positions, x.dtype)
+        for layer, kv_cache in zip(self.layers, kv_caches):
+            x = layer(x, local_rope if layer.sliding else global_rope, kv_cache, meta)
+        return self.norm(x)
+
+    def gguf_layout(self):
+        """llama.cpp's Gemma 3 names: Llama's, plus the per-head Q/K norms and the two post-norms
+        (its `ffn_norm` is the pre-feed-forward norm); the output is always the embedding."""
+        linears, floats = super().gguf_layout()
+        for i in range(self.cfg.num_hidden_layers):
+            blk, ours = f"blk.{i}.", f"layers.{i}."
+            floats[ours + "self_attn.q_norm.weight"] = blk + "attn_q_norm.weight"
+            floats[ours + "self_attn.k_norm.weight"] = blk + "attn_k_norm.weight"
+            floats[ours + "post_attention_layernorm.weight"] = blk + "post_attention_norm.weight"
+            floats[ours + "pre_feedforward_layernorm.weight"] = blk + "ffn_norm.weight"
+            floats[ours + "post_feedforward_layernorm.weight"] = blk + "post_ffw_norm.weight"
+        return linears, floats
+
+    def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Llama's mapping, each norm's weight shifted to the `1 + weight` it multiplies by."""
+        shifted = {name: t + 1 if name.endswith("norm.weight") else t for name, t in state.items()}
+        super().load_hf_state_dict(shifted)

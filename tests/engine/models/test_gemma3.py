@@ -1,0 +1,69 @@
+"""Gemma 3 against transformers' Gemma3ForCausalLM where its sliding window matters: prompts longer
+than the window, alone, batched, chunked and preempted, all giving HF's greedy tokens.
+(test_numerics.py holds its logits against HF's with the other families.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import tiny_gemma3_hf
+from tests.support.engine_helpers import engine_for, generated_ids, greedy, hf_greedy, run_to_completion
+
+PROMPTS = {
+    "a": "The quick brown fox jumps over the lazy dog while the farmer sleeps in the barn",
+    "b": "one two",
+    "c": "Once upon a time, in a land far away, there lived a king who had three daughters",
+}
+
+
+@pytest.fixture(scope="module")
+def hf():
+    return tiny_gemma3_hf()
+
+
+@pytest.fixture(scope="module")
+def expected(hf, smollm_tokenizer):
+    return {key: hf_greedy(hf, smollm_tokenizer(text).input_ids, 20) for key, text in PROMPTS.items()}
+
+
+def test_the_window_changes_what_the_model_says(hf, smollm_tokenizer):
+    """The reference itself differs with a window wider than the prompt: the tests below exercise it."""
+    wide = tiny_gemma3_hf(sliding_window=512)
+    ids = torch.tensor([smollm_tokenizer(PROMPTS["a"]).input_ids])
+    with torch.no_grad():
+        assert not torch.allclose(hf(ids).logits[0, -1], wide(ids).logits[0, -1], atol=1e-3)
+
+
+def test_prompts_alone_batched_and_chunked_give_hfs_greedy_tokens(hf, smollm_tokenizer, expected):
+    from inference.engine.models.gemma3 import Gemma3ForCausalLM
+
+    for key, text in PROMPTS.items():
+        alone = engine_for(hf, smollm_tokenizer, block_size=4)
+        alone.add_request(key, smollm_tokenizer(text).input_ids, greedy(20))
+        assert generated_ids(run_to_completion(alone)[key]) == expected[key], key
+    batched = engine_for(hf, smollm_tokenizer, block_size=4, max_num_batched_tokens=7)  # chunked prefill beside decodes
+    assert isinstance(batched.bundle.model, Gemma3ForCausalLM)
+    for key, text in PROMPTS.items():
+        batched.add_request(key, smollm_tokenizer(text).input_ids, greedy(20))
+    assert {key: generated_ids(outs) for key, outs in run_to_completion(batched).items()} == expected
+
+
+def test_preempted_sequences_recompute_to_the_same_tokens(hf, smollm_tokenizer, expected):
+    tight = engine_for(hf, smollm_tokenizer, block_size=4, num_kv_blocks=16)
+    for key, text in PROMPTS.items():
+        tight.add_request(key, smollm_tokenizer(text).input_ids, greedy(20))
+    results = run_to_completion(tight)
+    assert tight.scheduler.num_preemptions > 0
+    assert {key: generated_ids(outs) for key, outs in results.items()} == expected
+    assert tight.block_manager.num_free_blocks == tight.block_manager.num_blocks
+
+
+def test_a_prefix_cached_prompt_gives_the_same_tokens(hf, smollm_tokenizer, expected):
+    """The second run reads the first's blocks for its shared prefix, windowed layers included."""
+    engine = engine_for(hf, smollm_tokenizer, block_size=4)
+    ids = smollm_tokenizer(PROMPTS["c"]).input_ids
+    for key in ("first", "second"):
+        engine.add_request(key, ids, greedy(20))
+        assert generated_ids(run_to_completion(engine)[key]) == expected["c"]
+    assert engine.block_manager.prefix_hits > 0
