@@ -176,6 +176,11 @@ REASONING_PARSERS = ("qwen3", "deepseek_r1")  # api/reasoning_parsers.PARSERS' n
 # A request's own chat_template runs in transformers' sandboxed Jinja, which bounds what it may
 # reach but not the time or memory it may take: refused unless trusted (vLLM's --trust-request-chat-template)
 MINIVLLM_TRUST_REQUEST_CHAT_TEMPLATE = env_bool("MINIVLLM_TRUST_REQUEST_CHAT_TEMPLATE", False)
+# The chat template for a model whose files carry none (a base GGUF), or in place of theirs: a Jinja
+# file's path or the template itself (llama-server's and vLLM's --chat-template)
+MINIVLLM_CHAT_TEMPLATE = env_str("MINIVLLM_CHAT_TEMPLATE")
+if MINIVLLM_CHAT_TEMPLATE and Path(MINIVLLM_CHAT_TEMPLATE).is_file():
+    MINIVLLM_CHAT_TEMPLATE = Path(MINIVLLM_CHAT_TEMPLATE).read_text()
 MINIVLLM_REASONING_PARSER = env_choice("MINIVLLM_REASONING_PARSER", "auto", ("auto", "none", *REASONING_PARSERS))
 # max_new_tokens when a /generate body leaves it out.
 MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS = env_int("MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS", 128)

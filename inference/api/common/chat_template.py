@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
+
 from .errors import bad_request
 from .tool_calls import ToolRequest, active_tools, render_tools_prompt
 from .tool_parsers import ToolParser, tool_parser_for
@@ -34,10 +36,16 @@ def render(
     options = options or {}
     add_generation_prompt = options.get("add_generation_prompt", add_generation_prompt)
     continue_final = options.get("continue_final", continue_final)
-    template = options.get("template") or (getattr(tokenizer, "chat_template", None) if tokenizer is not None else None)
+    template = options.get("template") or settings.MINIVLLM_CHAT_TEMPLATE or getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise bad_request(
+            "the model has no chat template (a base model's file carries none): send a prompt to /v1/completions, "
+            "or start the server with MINIVLLM_CHAT_TEMPLATE set to one",
+            param="messages",
+        )
     extra = dict(options.get("kwargs", {}))
-    if "template" in options:
-        extra["chat_template"] = options["template"]
+    if "template" in options or settings.MINIVLLM_CHAT_TEMPLATE:
+        extra["chat_template"] = template
     if tools and template and "tools" in template:
         extra["tools"] = tools
     elif tools:
@@ -45,8 +53,6 @@ def render(
     if continue_final:
         add_generation_prompt = False
         extra["continue_final_message"] = True
-    if not template:
-        return _plain(messages, add_generation_prompt)
     try:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt, **extra)
     except Exception as exc:  # templates raise for e.g. role orders they do not allow
@@ -76,9 +82,3 @@ def with_tools_prompt(messages: list[dict], tools: list[dict], tool_parser: Tool
     if messages and messages[0]["role"] == "system":
         return [{"role": "system", "content": messages[0]["content"] + "\n\n" + prompt}, *messages[1:]]
     return [{"role": "system", "content": prompt}, *messages]
-
-
-def _plain(messages: list[dict], add_generation_prompt: bool = True) -> str:
-    """For models without a template: a readable transcript ending with the assistant's turn."""
-    lines = [f"{m['role']}: {m['content']}" for m in messages]
-    return "\n".join(lines) + ("\nassistant:" if add_generation_prompt else "")
