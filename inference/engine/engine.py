@@ -84,6 +84,8 @@ class LLMEngine:
             pooling=self.pooling.kind,
             hidden_size=getattr(getattr(model, "cfg", None), "hidden_size", None),
             matryoshka_dimensions=list(dims) if dims is not None else None,
+            architecture=self.architecture,
+            weights=self.weights,
         )
         self.sampler = Sampler()
         self.speculator = Speculator(config.speculative, config.spec_tokens, config.spec_ngram_min, config.spec_ngram_max)
@@ -125,6 +127,16 @@ class LLMEngine:
     @property
     def dtype(self) -> str:
         return self.bundle.dtype_name
+
+    @property
+    def architecture(self) -> str:
+        """The family and its attention: "gemma3_text, sliding window 512 ×15/18", "llama, full attention"."""
+        return f"{self.bundle.architecture or 'unknown'}, {self.bundle.attention_layout}"
+
+    @property
+    def weights(self) -> str:
+        """What runs, not what was asked: "GGUF blocks: Q4_K ×27, Q6_K ×9; KV float16"."""
+        return f"{self.bundle.weights_label or self.dtype}; KV {str(self.kv_dtype).removeprefix('torch.')}"
 
     # -- requests -------------------------------------------------------------------------
 

@@ -39,6 +39,8 @@ class ModelInfo:
     pooling: str = "last"  # how embeddings are pooled (layers/pooling.py)
     hidden_size: int | None = None  # an embedding's length
     matryoshka_dimensions: list[int] | None = None  # lengths an embedding may be cut to ([]: any); None: none
+    architecture: str | None = None  # the family and its attention (LLMEngine.architecture)
+    weights: str | None = None  # the weights' and KV cache's formats as they run (LLMEngine.weights)
 
     @property
     def token_limit(self) -> int | None:
@@ -47,7 +49,7 @@ class ModelInfo:
 
     # A worker sends its ModelInfo whole, but the tokenizer: the web side loads its own copy.
     WIRE_FIELDS = ("model_name", "max_model_len", "kv_capacity_tokens", "vocab_size", "sampling_defaults", "num_slots")
-    WIRE_FIELDS += ("pooling", "hidden_size", "matryoshka_dimensions")
+    WIRE_FIELDS += ("pooling", "hidden_size", "matryoshka_dimensions", "architecture", "weights")
 
     def to_wire(self) -> dict:
         return {name: getattr(self, name) for name in self.WIRE_FIELDS}
@@ -73,4 +75,6 @@ class ModelInfo:
             pooling=first.get("pooling") or "last",
             hidden_size=first.get("hidden_size"),
             matryoshka_dimensions=first.get("matryoshka_dimensions"),
+            architecture=first.get("architecture"),
+            weights=first.get("weights"),
         )

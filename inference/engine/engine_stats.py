@@ -30,6 +30,8 @@ class EngineStats:
     model: str | None = None
     device: str | None = None
     dtype: str | None = None
+    architecture: str | None = None  # "gemma3_text, sliding window 512 ×15/18"
+    weights: str | None = None  # "GGUF blocks: Q4_K ×27, Q6_K ×9; KV float16"
     num_slots: int | None = _summed()
     running: int | None = _summed()
     waiting: int | None = _summed()
@@ -77,6 +79,8 @@ class EngineStats:
             model=engine.model_name,
             device=engine.device,
             dtype=engine.dtype,
+            architecture=engine.architecture,
+            weights=engine.weights,
             num_slots=engine.num_slots,
             running=len(scheduler.running),
             waiting=len(scheduler.waiting),

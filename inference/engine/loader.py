@@ -67,6 +67,13 @@ class ModelBundle:
     weights_format: str = "none"  # what layers/linear chose: none (the dtype's own weights), int4, q8_0, int8, bf16
     cpu_step: object = None  # models/cpu_step.FusedCpuStep where the C++ layers compute this model
     sampling_defaults: dict = field(default_factory=dict)  # the checkpoint's generation_config (sample/generation_config.py)
+    architecture: str = ""  # the family, as transformers names it ("llama", "gemma3_text", ...)
+    weights_label: str = ""  # how the weights run, for people: "GGUF blocks: Q4_K ×27, Q6_K ×9", "int4 groups"
+
+    @property
+    def attention_layout(self) -> str:
+        """ "full attention", or a family's own (Gemma 3: "sliding window 512 ×15/18")."""
+        return getattr(self.model, "attention_layout", "full attention")
 
     @property
     def dtype_name(self) -> str:
@@ -154,11 +161,13 @@ def load_model(config: EngineConfig) -> ModelBundle:
             model, kernels_used = gguf_weights.build(model_class, gguf.hf_config, gguf, max_model_len, config.packed_cache)
             _return_freed_memory()
             per_type = ", ".join(f"{n} {kind}" for kind, n in sorted(kernels_used.items()))
-            return from_gguf(
+            bundle = from_gguf(
                 model,
                 max_model_len,
                 f"from the GGUF's own blocks (tensors per type and kernel: {per_type})",
             )
+            bundle.weights_label = gguf_blocks_label(kernels_used)
+            return bundle
         if (device.type != "cpu" or kernels() is None) and gguf_dense.can_build(model_class, gguf.hf_config, gguf):
             max_model_len = _context_length(gguf.hf_config, config.max_model_len)
             model = gguf_dense.build(model_class, gguf.hf_config, gguf, max_model_len, device, dtype)
@@ -231,6 +240,8 @@ def _bundle(
     cpu_step = install_cpu_step(model)
     log.info("weights: %s (%s)%s%s", choice.format, choice.reason, f", {how}" if how else "", "; C++ layers" if cpu_step else "")
     return ModelBundle(
+        architecture=getattr(hf_config, "model_type", "") or "",
+        weights_label=FORMAT_LABELS.get(choice.format, choice.format) if choice.format != "none" else dtype_name(dtype),
         model=model,
         tokenizer=tokenizer,
         name=name,
@@ -241,6 +252,25 @@ def _bundle(
         weights_format=choice.format,
         cpu_step=cpu_step,
     )
+
+
+FORMAT_LABELS = {  # layers/linear's formats, for people
+    "gguf": "GGUF tensors as stored",
+    "int4": "int4 groups",
+    "q8_0": "Q8_0 groups",
+    "int8": "int8 rows",
+    "bf16": "bfloat16",
+}
+
+
+def gguf_blocks_label(kernels_used) -> str:
+    """ "GGUF blocks: Q4_K ×27, Q5_0 ×81, Q6_K ×9, Q8_0 ×10": the matrices per tensor type that run
+    as the file stores them (the counts gguf/weights.build gives per type and kernel)."""
+    per_type: dict[str, int] = {}
+    for key, n in kernels_used.items():
+        kind = key.split()[0].upper()
+        per_type[kind] = per_type.get(kind, 0) + n
+    return "GGUF blocks: " + ", ".join(f"{kind} ×{n}" for kind, n in sorted(per_type.items()))
 
 
 def _gguf_format(config: EngineConfig, gguf: GGUFCheckpoint, device: torch.device) -> FormatChoice:

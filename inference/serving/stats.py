@@ -49,6 +49,8 @@ def _build_snapshot(engine_client) -> dict:
         "model": runtime.served_model_name(engine_client.model_info) if engine_client is not None else None,
         "device": engine.device,
         "dtype": engine.dtype,
+        "architecture": engine.architecture,
+        "weights": engine.weights,
         # the seed's fields
         "active_requests": _sum(running, waiting),
         "queue_depth": waiting,

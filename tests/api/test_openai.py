@@ -17,6 +17,8 @@ async def test_models_lists_the_served_model(async_client, engine_client):
     [model] = body["data"]
     assert model["object"] == "model" and model["id"] == engine_client.engine.model_name
     assert model["max_model_len"] == engine_client.engine.max_model_len
+    assert model["architecture"] == "llama, full attention"  # the tiny Llama, its float32 weights and cache
+    assert model["weights"] == "float32; KV float32"
 
 
 async def test_completion_whole(async_client, engine_client):
@@ -145,3 +147,27 @@ async def test_chat_logprobs_shape(async_client, engine_client):
     content = resp.json()["choices"][0]["logprobs"]["content"]
     assert len(content) == 2
     assert all({"token", "logprob", "bytes", "top_logprobs"} <= set(item) and len(item["top_logprobs"]) == 3 for item in content)
+
+
+async def test_a_model_without_a_chat_template_answers_completions_and_says_why_chat_cannot(
+    async_client, engine_client, settings, monkeypatch
+):
+    """A base GGUF carries no template (Gemma 3 270M's): chat is a 400 naming what is missing, on
+    every chat API, until the server is given one; completions answer all along."""
+    monkeypatch.setattr(engine_client.engine.tokenizer, "chat_template", None)
+    messages = [{"role": "user", "content": "Hi"}]
+    for path, body in [
+        ("/v1/chat/completions", {"messages": messages, "max_tokens": 2}),
+        ("/v1/messages", {"model": engine_client.engine.model_name, "messages": messages, "max_tokens": 2}),
+        ("/v1/responses", {"input": "Hi", "max_output_tokens": 2}),
+    ]:
+        resp = await post(async_client, path, body)
+        assert resp.status_code == 400, (path, resp.content)
+        assert "no chat template" in resp.content.decode() and "MINIVLLM_CHAT_TEMPLATE" in resp.content.decode()
+    resp = await post(async_client, "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+    assert resp.status_code == 200, resp.content
+    settings.MINIVLLM_CHAT_TEMPLATE = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+    resp = await post(async_client, "/v1/chat/completions", {"messages": messages, "max_tokens": 2})
+    assert resp.status_code == 200, resp.content
+    row = await GenerationRequest.objects.aget(id=resp.json()["id"])
+    assert row.prompt == "<user>Hi<assistant>"

@@ -91,6 +91,8 @@ def test_page_loads_and_websocket_connects(page, server):
     page.wait_for_function("document.getElementById('model-name').textContent.startsWith('SmolLM2')")
     assert page.locator("#slots .slot").count() == 32  # MINIVLLM_MAX_NUM_SEQS default on CPU
     assert page.text_content("#model-device") == "cpu"
+    assert page.text_content("#model-architecture") == "llama, full attention"
+    assert page.text_content("#model-weights") == "GGUF blocks: Q4_1 ×210, Q8_0 ×1; KV float16"  # what runs, not the dtype
     page.wait_for_selector("body[data-health=ok]")
     assert page.is_hidden("#offline-banner")
     assert "CPU" in page.text_content("#memory-label")  # labelled as process vs system memory

@@ -77,6 +77,9 @@ def _model_entry(served: Served) -> dict:
         "created": int(runtime.process_started_at()),
         "owned_by": "mini-vllm",
         "max_model_len": served.info.max_model_len,
+        # what runs (vLLM and llama-server add their own facts here too): family, attention, formats
+        "architecture": served.info.architecture,
+        "weights": served.info.weights,
     }
 
 

@@ -116,6 +116,8 @@ class EngineFleet:
             model=_joined(v.stats.model for v in ready),
             device=_joined(v.stats.device for v in ready),
             dtype=_joined(v.stats.dtype for v in ready),
+            architecture=_joined(v.stats.architecture for v in ready),
+            weights=_joined(v.stats.weights for v in ready),
             speculative=_joined(v.stats.speculative for v in ready),
             slots=slots,
             kv_cache_usage=_ratio(totals["kv_blocks_used"], totals["kv_blocks_total"]),

@@ -7,6 +7,8 @@ export function renderEngineInfo(stats) {
   byId("model-name").textContent = stats.model ?? DASH;
   byId("model-device").textContent = stats.device ?? DASH;
   byId("model-dtype").textContent = stats.dtype ?? DASH;
+  byId("model-architecture").textContent = stats.architecture ?? DASH;
+  byId("model-weights").textContent = stats.weights ?? DASH;
   byId("queue-depth").textContent = num(stats.queue_depth);
   byId("running").textContent = stats.batch_size === null ? DASH : `${num(stats.batch_size)} / ${num(stats.num_slots)}`;
   byId("total-tokens").textContent = num(stats.total_tokens_generated);
