@@ -129,6 +129,37 @@ def tiny_gemma3_hf(sliding_window: int = 8):
     return model
 
 
+def tiny_smollm3_hf():
+    """SmolLM3's layout: four layers, the fourth without RoPE (its no_rope_layer_interval)."""
+    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+
+    cfg = SmolLM3Config(**{**TINY_LLAMA_SHAPE, "num_hidden_layers": 4}, tie_word_embeddings=True, **TINY_COMMON, pad_token_id=0)
+    return _peaked(SmolLM3ForCausalLM(cfg))
+
+
+def tiny_phi3_hf(**rope):
+    """Phi-4-mini's layout: fused Q/K/V and gate/up, RoPE on 3/4 of each head; `rope`: LongRoPE's
+    fields (factors far from 1, so the wrong set changes every logit), else plain RoPE."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    half = int(TINY_LLAMA_SHAPE["hidden_size"] // TINY_LLAMA_SHAPE["num_attention_heads"] * 0.75) // 2
+    scaling = {}
+    if rope:
+        generator = torch.Generator().manual_seed(4)
+        scaling = {
+            "rope_scaling": {
+                "rope_type": "longrope",
+                "short_factor": (1 + torch.rand(half, generator=generator)).tolist(),
+                "long_factor": (4 + 8 * torch.rand(half, generator=generator)).tolist(),
+            },
+            "original_max_position_embeddings": rope.get("original", 128),
+        }
+    cfg = Phi3Config(
+        **TINY_LLAMA_SHAPE, partial_rotary_factor=0.75, tie_word_embeddings=True, **{**TINY_COMMON, "pad_token_id": 0}, **scaling
+    )
+    return _peaked(Phi3ForCausalLM(cfg))
+
+
 def tiny_gpt2_hf():
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -89,7 +89,9 @@ def write_block_gguf(
     path, arch: str = "llama", *, types: dict[str, str] | None = None, tied: bool = True, rope_freqs: bool = False, seed: int = 0
 ) -> str:
     """A 2-layer GGUF of `arch` ("llama", "qwen2": Q/K/V biases, "qwen3": Q/K norms; "gemma3": Q/K
-    norms, four norms a layer, heads 256 wide, 6 layers: 5 with a sliding window of 8, then a global one) 256 wide, every
+    norms, four norms a layer, heads 256 wide, 6 layers: 5 with a sliding window of 8, then a global one;
+    "phi3": fused attn_qkv and gate/up in ffn_up, RoPE on 48 of 64 dimensions, LongRoPE factors with an
+    original context of 128; "smollm3": Llama's tensors, 4 layers, the fourth without RoPE) 256 wide, every
     matrix random blocks of its role's type (`types`: "attn_q", "attn_k", "attn_v", "attn_output",
     "ffn_gate", "ffn_up", "ffn_down", "token_embd", "output"; default q4_k, and q6_k for attn_v,
     ffn_down and the embedding, as a Q4_K_M mix), scaled to weights of about 0.05; `rope_freqs`:
@@ -102,7 +104,8 @@ def write_block_gguf(
     hidden, intermediate = 256, 512
     heads, kv_heads = (2, 1) if arch in ("qwen3", "gemma3") else (4, 2)  # Qwen3's heads are 128 wide (transformers assumes it)
     head_dim = 256 if arch == "gemma3" else hidden // heads  # Gemma's query scale is 1/√256 whatever the file says
-    layers = 6 if arch == "gemma3" else LAYERS
+    layers = {"gemma3": 6, "smollm3": 4}.get(arch, LAYERS)
+    rotary = head_dim * 3 // 4 if arch == "phi3" else head_dim
     rng = np.random.default_rng(seed)
     writer = GGUFWriter(str(path), arch)
     for key, value, vtype, element in embedded_fields():
@@ -115,13 +118,16 @@ def write_block_gguf(
         ("attention.head_count", heads),
         ("attention.head_count_kv", kv_heads),
         ("vocab_size", VOCAB),
-        ("rope.dimension_count", head_dim),
+        ("rope.dimension_count", rotary),
         ("attention.key_length", head_dim),
         ("attention.value_length", head_dim),
     ]:
         writer.add_uint32(f"{arch}.{key}", value)
     if arch == "gemma3":
         writer.add_uint32("gemma3.attention.sliding_window", 8)
+    if arch == "phi3":
+        writer.add_uint32("phi3.rope.scaling.original_context_length", 128)
+        writer.add_float32("phi3.rope.scaling.attn_factor", 1.19)
     writer.add_float32(f"{arch}.rope.freq_base", 10000.0)
     writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
 
@@ -149,9 +155,12 @@ def write_block_gguf(
         blk = f"blk.{i}."
         vector(blk + "attn_norm.weight", hidden)
         vector(blk + "ffn_norm.weight", hidden)
-        matrix(blk + "attn_q.weight", heads * head_dim, hidden)
-        matrix(blk + "attn_k.weight", kv_heads * head_dim, hidden)
-        matrix(blk + "attn_v.weight", kv_heads * head_dim, hidden)
+        if arch == "phi3":
+            matrix(blk + "attn_qkv.weight", (heads + 2 * kv_heads) * head_dim, hidden)
+        else:
+            matrix(blk + "attn_q.weight", heads * head_dim, hidden)
+            matrix(blk + "attn_k.weight", kv_heads * head_dim, hidden)
+            matrix(blk + "attn_v.weight", kv_heads * head_dim, hidden)
         if arch == "qwen2":
             for part, size in (("q", hidden), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
                 vector(f"{blk}attn_{part}.bias", size, mean=0.0)
@@ -162,14 +171,20 @@ def write_block_gguf(
             vector(blk + "post_attention_norm.weight", hidden)
             vector(blk + "post_ffw_norm.weight", hidden)
         matrix(blk + "attn_output.weight", hidden, heads * head_dim)
-        matrix(blk + "ffn_gate.weight", intermediate, hidden)
-        matrix(blk + "ffn_up.weight", intermediate, hidden)
+        if arch == "phi3":  # gate then up, in one tensor
+            matrix(blk + "ffn_up.weight", 2 * intermediate, hidden)
+        else:
+            matrix(blk + "ffn_gate.weight", intermediate, hidden)
+            matrix(blk + "ffn_up.weight", intermediate, hidden)
         matrix(blk + "ffn_down.weight", hidden, intermediate)
     vector("output_norm.weight", hidden)
     if not tied:
         matrix("output.weight", VOCAB, hidden)
     if rope_freqs:
         writer.add_tensor("rope_freqs.weight", np.linspace(1.0, 8.0, head_dim // 2).astype(np.float32))
+    if arch == "phi3":
+        writer.add_tensor("rope_factors_long.weight", np.linspace(4.0, 12.0, rotary // 2).astype(np.float32))
+        writer.add_tensor("rope_factors_short.weight", np.linspace(1.0, 2.0, rotary // 2).astype(np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -17,7 +17,16 @@ from __future__ import annotations
 import contextlib
 import threading
 
-SERVED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma3")  # what our model classes run from a GGUF
+SERVED_ARCHITECTURES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "phi3",
+    "smollm3",
+)  # what our model classes run from a GGUF
+KEYS_AS = {"smollm3": "llama"}  # an architecture transformers has no GGUF table for, read by the one its keys follow
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -30,7 +39,7 @@ def config_dict(metadata: dict, tensor_names: tuple[str, ...]) -> dict:
     architecture = metadata["general.architecture"]
     name = metadata.get("general.name")
     # as the legacy reader: a "llama" file whose name is exactly "mistral" is Mistral
-    updated = "mistral" if "llama" in architecture and name == "mistral" else architecture
+    updated = "mistral" if "llama" in architecture and name == "mistral" else KEYS_AS.get(architecture, architecture)
     config: dict = {"tie_word_embeddings": "output.weight" not in tensor_names}
     for key, value in GGUF_CONFIG_DEFAULTS_MAPPING.get(updated, GGUF_CONFIG_DEFAULTS_MAPPING.get(architecture) or {}).items():
         config.setdefault(key, value)
@@ -48,7 +57,33 @@ def config_dict(metadata: dict, tensor_names: tuple[str, ...]) -> dict:
         config["vocab_size"] = metadata["tokenizer.ggml.tokens"]  # the fast reader counts the strings
     if architecture == "gemma3":
         _gemma3_fields(config, metadata)
+    elif architecture == "phi3":
+        _phi3_fields(config, metadata, tensor_names)
+    elif architecture == "smollm3":
+        config["model_type"] = "smollm3"
+        config["no_rope_layer_interval"] = 4  # llama.cpp's fixed step: no RoPE on every fourth layer
     return config
+
+
+def _phi3_fields(config: dict, metadata: dict, tensor_names: tuple[str, ...]) -> None:
+    """What llama.cpp's converter writes of Phi-3's config beside transformers' keys: the rotary
+    width (Phi-4-mini turns 3/4 of each head), the sliding window, and LongRoPE's original context
+    and attention factor, whose per-frequency factors are the file's `rope_factors_*` tensors
+    (the model reads them at load; `gguf_longrope` says they are there)."""
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    rotary = metadata.get("phi3.rope.dimension_count")
+    if rotary:
+        config["partial_rotary_factor"] = rotary / head_dim
+    if metadata.get("phi3.attention.sliding_window"):
+        config["sliding_window"] = metadata["phi3.attention.sliding_window"]
+    original = metadata.get("phi3.rope.scaling.original_context_length")
+    if original:
+        config["original_max_position_embeddings"] = original
+    if "rope_factors_long.weight" in tensor_names:
+        config["gguf_longrope"] = {
+            "original_max_position_embeddings": original or config["max_position_embeddings"],
+            "attention_factor": metadata.get("phi3.rope.scaling.attn_factor"),
+        }
 
 
 def _gemma3_fields(config: dict, metadata: dict) -> None:

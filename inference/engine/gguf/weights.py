@@ -172,9 +172,14 @@ def _float_rows(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]])
 
 def _set_rope_factors(model: nn.Module, checkpoint: GGUFCheckpoint) -> None:
     """Llama 3.x files keep their rope scaling as per-frequency factors (`rope_freqs.weight`, as
-    llama.cpp's converter writes it): each frequency is divided by its factor."""
+    llama.cpp's converter writes it): each frequency is divided by its factor. Phi-3's LongRoPE
+    files keep two sets (`rope_factors_long` / `_short`), of which the model takes its context's."""
     if "rope_freqs.weight" in checkpoint.tensors and hasattr(model, "rotary"):
         model.rotary.scale_frequencies(checkpoint.float_tensor("rope_freqs.weight"))
+    if "rope_factors_long.weight" in checkpoint.tensors and hasattr(model, "set_rope_factors"):
+        model.set_rope_factors(
+            checkpoint.float_tensor("rope_factors_long.weight"), checkpoint.float_tensor("rope_factors_short.weight")
+        )
 
 
 def _uninterleave_rows(rows: int, heads: int) -> torch.Tensor:

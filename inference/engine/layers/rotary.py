@@ -30,7 +30,10 @@ def inverse_frequencies(head_dim: int, params: dict) -> torch.Tensor:
         return inv_freq / float(params["factor"])
     if kind == "llama3":
         return _llama3_frequencies(inv_freq, params)
-    raise ValueError(f"rope type {kind!r} is not supported (supported: default, linear, llama3)")
+    if kind == "longrope":  # Phi-3's: each frequency divided by its factor (a GGUF's come as a tensor, at load)
+        factors = params.get("ext_factors")
+        return inv_freq / torch.tensor(factors, dtype=torch.float64) if factors is not None else inv_freq
+    raise ValueError(f"rope type {kind!r} is not supported (supported: default, linear, llama3, longrope)")
 
 
 def _llama3_frequencies(inv_freq: torch.Tensor, params: dict) -> torch.Tensor:
@@ -53,13 +56,14 @@ class RotaryEmbedding(torch.nn.Module):
         super().__init__()
         self.max_positions = max_positions
         self.inv_freq = inverse_frequencies(head_dim, params)
+        self.attention_factor = float(params.get("attention_factor") or 1.0)  # LongRoPE scales cos and sin
         self._fill_tables()
         self._cpp = None  # the kernels, once bind_kernels found they apply
 
     def _fill_tables(self) -> None:
         angles = torch.outer(torch.arange(self.max_positions, dtype=torch.float64), self.inv_freq)
-        self.register_buffer("cos", angles.cos().float(), persistent=False)
-        self.register_buffer("sin", angles.sin().float(), persistent=False)
+        self.register_buffer("cos", (angles.cos() * self.attention_factor).float(), persistent=False)
+        self.register_buffer("sin", (angles.sin() * self.attention_factor).float(), persistent=False)
 
     def scale_frequencies(self, factors: torch.Tensor) -> None:
         """Divides each frequency by its factor: a GGUF's `rope_freqs` (Llama 3.x's scaling, as llama.cpp applies it)."""

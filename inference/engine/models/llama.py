@@ -85,6 +85,7 @@ class LlamaArgs:
         self.o_bias = bool(getattr(hf_config, "attention_bias", False))
         self.mlp_bias = bool(getattr(hf_config, "mlp_bias", False))
         self.rope = rope_parameters(hf_config)
+        self.rotary_dim = self.head_dim  # what RoPE turns of each head (Phi's partial rotary: less)
         self.max_positions = max_positions
         self.check_activation(hf_config)
 
@@ -96,17 +97,18 @@ class LlamaArgs:
 
 class LlamaForCausalLM(nn.Module):
     decoder_layer_class = LlamaDecoderLayer
+    args_class = LlamaArgs  # a family whose config says more (Phi-3's rotary) reads it in its own
     # Whether kernels/layers/llama_layer.cpp computes exactly these layers (models/cpu_step.py):
     # a subclass whose layers do more (Qwen3's Q/K norms) sets False and keeps the modules.
     FUSED_CPU_STEP = True
 
     def __init__(self, hf_config, max_positions: int):
         super().__init__()
-        cfg = LlamaArgs(hf_config, max_positions)
+        cfg = self.args_class(hf_config, max_positions)
         self.cfg = cfg
         self.vocab_size = cfg.vocab_size
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.rope)
+        self.rotary = RotaryEmbedding(cfg.rotary_dim, max_positions, cfg.rope)
         self.layers = nn.ModuleList(self.decoder_layer_class(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)

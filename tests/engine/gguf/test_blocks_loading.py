@@ -1,7 +1,9 @@
 """GGUF files of k-quant mixes read in place: each linear keeps its tensor's type (a fused Q/K/V of
 Q4_K and Q6_K too), the model computes what transformers' float32 de-quantized model computes,
-for Llama (tied and untied, Llama 3 rope factors), Qwen2 (biases), Qwen3 (Q/K norms) and Gemma 3
-(a sliding window shorter than the prompt, four norms a layer, shifted as llama.cpp writes them); a file
+for Llama (tied and untied, Llama 3 rope factors), Qwen2 (biases), Qwen3 (Q/K norms), Gemma 3
+(a sliding window shorter than the prompt, four norms a layer, shifted as llama.cpp writes them),
+Phi-3 (fused Q/K/V and gate/up tensors, partial rotary, LongRoPE factor tensors) and SmolLM3 (no
+RoPE on every fourth layer); a file
 of an architecture we do not run, or a truncated one, gets a clear error."""
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from inference.engine.layers.linear.blocks import BlockLinear, FileEmbedding, Pa
 from inference.engine.loader import ModelLoadError, load_model
 from tests.support.engine_helpers import prefill_logits
 from tests.support.gguf_files import write_block_gguf
+from tests.support.gguf_reference import reference_model
 
 pytestmark = pytest.mark.real_model  # the embedded GGUF's tokenizer, parsed by transformers
 
@@ -30,13 +33,18 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def hf_logits(path: str, ids: torch.Tensor) -> torch.Tensor:
-    """transformers' float32 model of the file's de-quantized weights. transformers ignores a Llama 3
-    file's `rope_freqs`; the reference divides its frequencies by them, as llama.cpp does."""
+    """transformers' float32 model of the file's de-quantized weights: read by transformers where it
+    reads the family whole, else its class over our de-quantized tensors (tests/support/gguf_reference.py).
+    transformers ignores a Llama 3 file's `rope_freqs`; the reference divides its frequencies by them,
+    as llama.cpp does."""
     from transformers import AutoModelForCausalLM
 
+    checkpoint = gguf_checkpoint.GGUFCheckpoint.open(path)
+    if checkpoint.hf_config.model_type in ("gemma3_text", "phi3", "smollm3"):
+        with torch.no_grad():
+            return reference_model(path)(ids[None]).logits[0]
     folder, name = os.path.split(path)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
-    checkpoint = gguf_checkpoint.GGUFCheckpoint.open(path)
     if "rope_freqs.weight" in checkpoint.tensors:
         rotary = model.model.rotary_emb
         rotary.inv_freq = rotary.inv_freq / checkpoint.float_tensor("rope_freqs.weight")
@@ -57,6 +65,8 @@ CASES = {  # name: (arch, write_block_gguf's keywords)
     "qwen2 biases": ("qwen2", {}),
     "qwen3 norms": ("qwen3", {}),
     "gemma3 window, four norms": ("gemma3", {}),
+    "phi3 fused tensors, partial rotary, longrope factors": ("phi3", {}),
+    "smollm3 no rope every fourth layer": ("smollm3", {}),
     "every block type": (
         "llama",
         {
@@ -147,3 +157,18 @@ def test_no_float32_copy_of_a_weight_stays_referenced(tmp_path, types):
     rotary = {bundle.model.rotary.cos.data_ptr(), bundle.model.rotary.sin.data_ptr()}
     new = {ptr: shape for ptr, shape in large_float32_tensors(smallest_matrix).items() if ptr not in before and ptr not in rotary}
     assert not new, list(new.values())
+
+
+@pytest.mark.parametrize(
+    "arch, layout",
+    [
+        ("gemma3", "gemma3_text, sliding window 8 ×5/6"),
+        ("phi3", "phi3, full attention, RoPE on 48 of 64 dimensions, LongRoPE (long factors)"),
+        ("smollm3", "smollm3, full attention, no RoPE on 1 of 4 layers"),
+    ],
+)
+def test_each_familys_attention_layout_is_read_from_its_file(tmp_path, arch, layout):
+    """What the file's metadata says of the attention reaches the model (and the dashboard's label)."""
+    path = write_block_gguf(tmp_path / "m.gguf", arch)
+    engine = LLMEngine(EngineConfig(model=path, device="cpu", num_kv_blocks=16))
+    assert engine.architecture == layout

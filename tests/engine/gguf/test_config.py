@@ -29,18 +29,35 @@ def fast_config(path: str) -> dict:
 
 @pytest.mark.parametrize(
     "arch, options",
-    [("llama", {}), ("llama", {"tied": False, "rope_freqs": True}), ("qwen2", {}), ("qwen3", {"tied": False}), ("gemma3", {})],
-    ids=["llama-tied", "llama3-untied", "qwen2", "qwen3-untied", "gemma3"],
+    [
+        ("llama", {}),
+        ("llama", {"tied": False, "rope_freqs": True}),
+        ("qwen2", {}),
+        ("qwen3", {"tied": False}),
+        ("gemma3", {}),
+        ("phi3", {}),
+    ],
+    ids=["llama-tied", "llama3-untied", "qwen2", "qwen3-untied", "gemma3", "phi3"],
 )
 def test_the_config_equals_the_legacy_parse(tmp_path, arch, options):
     path = write_block_gguf(tmp_path / "m.gguf", arch, **options)
     fast = fast_config(path)
     assert fast["tie_word_embeddings"] is options.get("tied", True)
-    if arch == "gemma3":  # the query scale llama.cpp reads beside the file's keys, which the legacy parse leaves out
+    # what llama.cpp reads beside the keys transformers maps, which the legacy parse leaves out
+    if arch == "gemma3":  # the query scale
         assert fast.pop("query_pre_attn_scalar") == 256 and fast["model_type"] == "gemma3_text"
+    elif arch == "phi3":  # the rotary width and LongRoPE's fields (its factors are tensors)
+        assert (fast.pop("partial_rotary_factor"), fast.pop("original_max_position_embeddings")) == (0.75, 128)
+        assert fast.pop("gguf_longrope") == {"original_max_position_embeddings": 128, "attention_factor": pytest.approx(1.19)}
     else:
         assert fast["model_type"] == arch
     assert fast == legacy_config(path)
+
+
+def test_a_smollm3_file_transformers_cannot_read_gets_llamas_keys_and_its_rope_step(tmp_path):
+    fast = fast_config(write_block_gguf(tmp_path / "m.gguf", "smollm3"))
+    assert fast["model_type"] == "smollm3" and fast["no_rope_layer_interval"] == 4
+    assert (fast["num_hidden_layers"], fast["hidden_size"], fast["num_key_value_heads"]) == (4, 256, 2)
 
 
 def test_the_embedded_models_config_equals_the_legacy_parse():

@@ -2,9 +2,8 @@
 place through our kernels: teacher-forced greedy tokens agree with transformers' Gemma3ForCausalLM
 in float32 over the same de-quantized weights, on prompts longer than the 512-token window too.
 
-The reference's weights come from our de-quantizer (held to gguf-py's bit for bit in
-tests/engine/gguf/test_dequantize.py and on this file's blocks in tests/engine/kernels/), because
-transformers' own GGUF loading parses the 262k-token vocabulary with gguf-py for ~20 s. Agreement
+The reference is transformers' class over our de-quantized tensors (tests/support/gguf_reference.py),
+because transformers' own GGUF loading parses the 262k-token vocabulary with gguf-py for ~20 s. Agreement
 with llama-server on the same file is in tests/api/test_gemma3_live.py, where llama.cpp is built.
 """
 
@@ -15,28 +14,12 @@ import torch
 
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
-from inference.engine.gguf.checkpoint import GGUFCheckpoint
-from inference.engine.gguf.dequantize import dequantize
 from tests.support import real_gguf
 from tests.support.engine_helpers import prefill_logits
+from tests.support.gguf_reference import reference_model
 
 pytestmark = pytest.mark.real_model
 
-HF_NAMES = {  # llama.cpp's tensor names -> transformers' (per layer: blk.N. -> model.layers.N.)
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
-    "attn_norm": "input_layernorm",
-    "post_attention_norm": "post_attention_layernorm",
-    "ffn_norm": "pre_feedforward_layernorm",
-    "post_ffw_norm": "post_feedforward_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
 TEXTS = [
     "The lighthouse keeper climbed the stairs every evening to light the lamp. One night, a storm",
     "def merge_sort(values):\n    if len(values) <= 1:\n        return values\n",
@@ -52,26 +35,7 @@ def engine():
 
 @pytest.fixture(scope="module")
 def reference(engine):
-    """transformers' Gemma 3 over the file's weights de-quantized to float32 (norms unshifted: the file
-    holds 1 + w, as llama.cpp's converter writes it)."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    checkpoint = GGUFCheckpoint.open(str(real_gguf.path()))
-    state = {}
-    for name, entry in checkpoint.tensors.items():
-        values = dequantize(checkpoint.raw_tensor(name), entry.type, entry.shape, torch.float32)
-        parts = name.split(".")
-        if name == "token_embd.weight":
-            hf = "model.embed_tokens.weight"
-        elif name == "output_norm.weight":
-            hf = "model.norm.weight"
-        else:
-            hf = f"model.layers.{parts[1]}.{HF_NAMES[parts[2]]}.weight"
-        state[hf] = values - 1 if hf.endswith("norm.weight") else values
-    model = Gemma3ForCausalLM(Gemma3TextConfig(**vars(checkpoint.hf_config))).eval()
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert set(missing) <= {"lm_head.weight"} and not unexpected, (missing, unexpected)
-    return model
+    return reference_model(str(real_gguf.path()))
 
 
 def test_the_file_runs_as_gemma3_in_its_own_blocks(engine):

@@ -10,10 +10,26 @@ import pytest
 import torch
 
 from inference.engine.sample.sampling_params import SamplingParams
-from tests.conftest import tiny_gemma3_hf, tiny_gpt2_hf, tiny_llama_hf, tiny_qwen2_hf, tiny_qwen3_hf
+from tests.conftest import (
+    tiny_gemma3_hf,
+    tiny_gpt2_hf,
+    tiny_llama_hf,
+    tiny_phi3_hf,
+    tiny_qwen2_hf,
+    tiny_qwen3_hf,
+    tiny_smollm3_hf,
+)
 from tests.support.engine_helpers import engine_for, generated_ids, greedy, hf_greedy, run_to_completion
 
-TINY = {"gemma3": tiny_gemma3_hf, "llama": tiny_llama_hf, "gpt2": tiny_gpt2_hf, "qwen2": tiny_qwen2_hf, "qwen3": tiny_qwen3_hf}
+TINY = {
+    "gemma3": tiny_gemma3_hf,
+    "llama": tiny_llama_hf,
+    "phi3": tiny_phi3_hf,
+    "gpt2": tiny_gpt2_hf,
+    "qwen2": tiny_qwen2_hf,
+    "qwen3": tiny_qwen3_hf,
+    "smollm3": tiny_smollm3_hf,
+}
 
 
 def prompt_logits(engine, prompt_ids):

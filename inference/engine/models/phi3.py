@@ -1,0 +1,107 @@
+"""Phi-3 / Phi-3.5 / Phi-4-mini: Llama's layers with what Phi's configs add.
+
+- Q/K/V and gate/up come fused in the checkpoint (`qkv_proj`, `gate_up_proj`, the fusion our
+  Llama layers make anyway) and in its GGUF (`attn_qkv`, `ffn_up` holding gate then up).
+- Partial rotary (Phi-4-mini: `partial_rotary_factor` 0.75): only the first `rotary_dim` of each
+  head rotates.
+- LongRoPE scaling: per-frequency factors, short or long, and cos/sin scaled by an attention
+  factor. transformers switches factors by the sequence's length, so a cached key's rotation
+  changes when a sequence crosses the original context; we pick once, as llama.cpp does: the long
+  factors where the served context is longer than `original_max_position_embeddings`, else the
+  short. A GGUF carries the factors as tensors (`rope_factors_long` / `_short`), set at load.
+- An optional sliding window over every layer (Phi-3-mini-4k's config names one).
+
+Where rotation covers whole heads and there is no window, the layers are exactly Llama's and the
+fused C++ CPU step runs them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..layers.attention import AttentionMetadata, paged_attention
+from ..layers.rotary import RopeTables
+from .llama import LlamaArgs, LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
+
+
+class Phi3Args(LlamaArgs):
+    def __init__(self, hf_config, max_positions: int):
+        super().__init__(hf_config, max_positions)
+        self.interleaved_rope_in_gguf = False  # llama.cpp writes Phi's Q/K rows in HF's order
+        params = self.rope
+        fraction = float(params.get("partial_rotary_factor") or getattr(hf_config, "partial_rotary_factor", None) or 1.0)
+        self.rotary_dim = int(self.head_dim * fraction)
+        self.sliding_window = getattr(hf_config, "sliding_window", None)
+        if self.sliding_window is not None and self.sliding_window >= max_positions:
+            self.sliding_window = None  # wider than any context served: no window at all
+        longrope_in_file = getattr(hf_config, "gguf_longrope", None)  # gguf/config.py: the factors are tensors
+        if params["rope_type"] in ("longrope", "su") or longrope_in_file:
+            params = {**params, **(longrope_in_file or {})}
+            original = int(params.get("original_max_position_embeddings") or hf_config.original_max_position_embeddings)
+            self.use_long_factors = max_positions > original
+            factors = params.get("long_factor" if self.use_long_factors else "short_factor")
+            factor = params.get("factor") or hf_config.max_position_embeddings / original
+            attention = params.get("attention_factor")
+            if attention is None:
+                attention = math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1 else 1.0
+            self.rope = {**params, "rope_type": "longrope", "ext_factors": factors, "attention_factor": attention}
+
+
+class Phi3Attention(LlamaAttention):
+    def __init__(self, cfg: Phi3Args):
+        super().__init__(cfg)
+        self.rotary_dim = cfg.rotary_dim
+        self.window = cfg.sliding_window
+
+    def forward(self, x, rope: RopeTables, kv_cache, meta: AttentionMetadata):
+        tokens = x.shape[0]
+        qkv = self.qkv_proj(x).view(tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
+        qk = qkv[:, : self.num_heads + self.num_kv_heads]
+        rope.rotate_(qk[..., : self.rotary_dim])  # a partial rotary turns the heads' first dimensions only
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        v = qkv[:, self.num_heads + self.num_kv_heads :]
+        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale, self.window)
+        return self.o_proj(out.reshape(tokens, self.q_size))
+
+
+class Phi3DecoderLayer(LlamaDecoderLayer):
+    attention_class = Phi3Attention
+
+
+class Phi3ForCausalLM(LlamaForCausalLM):
+    decoder_layer_class = Phi3DecoderLayer
+    args_class = Phi3Args
+    GGUF_ARCHITECTURES = ("phi3",)
+
+    def __init__(self, hf_config, max_positions: int):
+        super().__init__(hf_config, max_positions)
+        cfg = self.cfg
+        self.FUSED_CPU_STEP = cfg.rotary_dim == cfg.head_dim and cfg.sliding_window is None
+
+    @property
+    def attention_layout(self) -> str:
+        parts = [f"sliding window {self.cfg.sliding_window}" if self.cfg.sliding_window else "full attention"]
+        if self.cfg.rotary_dim != self.cfg.head_dim:
+            parts.append(f"RoPE on {self.cfg.rotary_dim} of {self.cfg.head_dim} dimensions")
+        if self.cfg.rope["rope_type"] == "longrope":
+            parts.append(f"LongRoPE ({'long' if self.cfg.use_long_factors else 'short'} factors)")
+        return ", ".join(parts)
+
+    def gguf_layout(self):
+        """llama.cpp's Phi-3 names: one `attn_qkv` and one `ffn_up` holding gate then up."""
+        linears, floats = super().gguf_layout()
+        for i in range(self.cfg.num_hidden_layers):
+            blk, ours = f"blk.{i}.", f"layers.{i}."
+            for kind in ("weight", "bias"):
+                linears[f"{ours}self_attn.qkv_proj.{kind}"] = [(f"{blk}attn_qkv.{kind}", None)]
+                linears[f"{ours}mlp.gate_up_proj.{kind}"] = [(f"{blk}ffn_up.{kind}", None)]
+        return linears, floats
+
+    def set_rope_factors(self, long: torch.Tensor | None, short: torch.Tensor | None) -> None:
+        """A GGUF's LongRoPE factors (its `rope_factors_long` / `_short` tensors): the ones this
+        context uses divide the frequencies."""
+        factors = long if getattr(self.cfg, "use_long_factors", False) else short
+        if factors is not None:
+            self.rotary.scale_frequencies(factors)
