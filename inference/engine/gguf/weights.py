@@ -156,7 +156,8 @@ def _group_linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]
             levels, scales, minimums = levels[order], scales[order], minimums[order]
         pieces.append((levels, scales, minimums))
         bits.add(piece_bits)
-    levels, scales, minimums = (torch.cat(column) for column in zip(*pieces))
+    # one tensor (a tied output, a Q8_0 embedding) is taken as it comes: a copy of 262k rows costs seconds
+    levels, scales, minimums = pieces[0] if len(pieces) == 1 else (torch.cat(column) for column in zip(*pieces))
     # a fused Q/K/V of 4- and 8-bit tensors goes 8-bit: a 4-bit level is an 8-bit level of the same value
     return GroupLinear(levels, scales, minimums, max(bits), bias)
 
