@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 
 SPACE_MARK = "\u0120"  # "Ġ", the byte-level BPE mark for a leading space
+SPACE_MARKS = (SPACE_MARK, "\u2581")  # and "▁", sentencepiece's (Gemma's vocabulary)
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ def word_list(tokenizer) -> list[str]:
     words = []
     for token in tokenizer.get_vocab():
         body = token[1:]
-        if token.startswith(SPACE_MARK) and len(body) >= 3 and body.isascii() and body.isalpha():
+        if token.startswith(SPACE_MARKS) and len(body) >= 3 and body.isascii() and body.isalpha():
             words.append(" " + body)
     if len(words) < 100:
         raise ValueError("this tokenizer has too few whole-word tokens for random prompts")

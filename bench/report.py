@@ -61,6 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--skip-large", action="store_true", help="do not measure the 1.5B Q4_K_M against llama-server (bench/peer_large.py)"
     )
     p.add_argument(
+        "--skip-gemma3", action="store_true", help="do not measure Gemma 3 270M against llama-server (bench/peer_gemma3.py)"
+    )
+    p.add_argument(
         "--skip-speculative",
         action="store_true",
         help="do not measure speculative decoding against speculation off and llama-server's n-gram modes (bench/speculative.py)",
@@ -204,6 +207,10 @@ def main(argv=None) -> dict:
 
         large = peer_large.run(tokenizer, rounds=1 if args.quick else args.peer_rounds, results_dir=args.results_dir)
     raw = {}
+    if not args.skip_peer and not args.skip_gemma3 and not args.base_url:
+        from . import peer_gemma3
+
+        raw["gemma3"] = peer_gemma3.run(rounds=1, results_dir=args.results_dir)
     if not args.skip_peer and not args.skip_speculative and not args.base_url:
         from . import speculative as spec_bench
 

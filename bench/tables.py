@@ -8,6 +8,7 @@ import math
 from .entries import baseline, metric, pick, ratio, throughput
 from .json_endings import render as json_endings_section
 from .peer import render as peer_section
+from .peer_gemma3 import render as gemma3_section
 from .peer_large import render as large_section
 from .speculative import render as speculative_section
 from .structured import render as structured_section
@@ -226,6 +227,8 @@ def render(report: dict, raw: dict[str, dict] | None = None) -> str:
         out += peer_section(report["peer"])
     if report.get("peer_large"):
         out += large_section(report["peer_large"])
+    if raw.get("gemma3"):
+        out += gemma3_section(raw["gemma3"])
     speculative = raw.get("speculative") or report.get("speculative")  # an older report kept it inside
     if speculative:
         out += speculative_section(speculative)
