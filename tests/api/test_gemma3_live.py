@@ -32,7 +32,10 @@ MAX_TOKENS = 24
 
 @pytest.fixture(scope="module")
 def server(daphne_server):
-    return daphne_server(MINIVLLM_MODEL=str(real_gguf.file_or_skip()))
+    """A server of this module's own: a shared one would stop the session's default server (at most two run)."""
+    server = daphne_server.fresh(MINIVLLM_MODEL=str(real_gguf.file_or_skip()))
+    yield server
+    server.stop()
 
 
 def greedy_texts(base_url: str) -> list[str]:
