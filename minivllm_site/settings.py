@@ -178,9 +178,28 @@ REASONING_PARSERS = ("qwen3", "deepseek_r1")  # api/reasoning_parsers.PARSERS' n
 MINIVLLM_TRUST_REQUEST_CHAT_TEMPLATE = env_bool("MINIVLLM_TRUST_REQUEST_CHAT_TEMPLATE", False)
 # The chat template for a model whose files carry none (a base GGUF), or in place of theirs: a Jinja
 # file's path or the template itself (llama-server's and vLLM's --chat-template)
-MINIVLLM_CHAT_TEMPLATE = env_str("MINIVLLM_CHAT_TEMPLATE")
-if MINIVLLM_CHAT_TEMPLATE and Path(MINIVLLM_CHAT_TEMPLATE).is_file():
-    MINIVLLM_CHAT_TEMPLATE = Path(MINIVLLM_CHAT_TEMPLATE).read_text()
+
+
+def _chat_template(value: str) -> str:
+    """The template itself where the value holds Jinja tags, else the file it names; checked to
+    parse now, so a mistake stops the start instead of failing every chat request."""
+    if not value:
+        return value
+    if "{{" not in value and "{%" not in value:
+        try:
+            value = Path(value).expanduser().read_text()
+        except OSError as error:
+            raise ValueError(f"MINIVLLM_CHAT_TEMPLATE is neither a Jinja template nor a readable file: {error}") from None
+    import jinja2
+
+    try:
+        jinja2.Environment().parse(value)
+    except jinja2.TemplateSyntaxError as error:
+        raise ValueError(f"MINIVLLM_CHAT_TEMPLATE does not parse as Jinja: {error}") from None
+    return value
+
+
+MINIVLLM_CHAT_TEMPLATE = _chat_template(env_str("MINIVLLM_CHAT_TEMPLATE"))
 MINIVLLM_REASONING_PARSER = env_choice("MINIVLLM_REASONING_PARSER", "auto", ("auto", "none", *REASONING_PARSERS))
 # max_new_tokens when a /generate body leaves it out.
 MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS = env_int("MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS", 128)

@@ -137,12 +137,12 @@ def tiny_smollm3_hf():
     return _peaked(SmolLM3ForCausalLM(cfg))
 
 
-def tiny_phi3_hf(**rope):
+def tiny_phi3_hf(partial_rotary_factor: float = 0.75, **rope):
     """Phi-4-mini's layout: fused Q/K/V and gate/up, RoPE on 3/4 of each head; `rope`: LongRoPE's
     fields (factors far from 1, so the wrong set changes every logit), else plain RoPE."""
     from transformers import Phi3Config, Phi3ForCausalLM
 
-    half = int(TINY_LLAMA_SHAPE["hidden_size"] // TINY_LLAMA_SHAPE["num_attention_heads"] * 0.75) // 2
+    half = int(TINY_LLAMA_SHAPE["hidden_size"] // TINY_LLAMA_SHAPE["num_attention_heads"] * partial_rotary_factor) // 2
     scaling = {}
     if rope:
         generator = torch.Generator().manual_seed(4)
@@ -155,7 +155,11 @@ def tiny_phi3_hf(**rope):
             "original_max_position_embeddings": rope.get("original", 128),
         }
     cfg = Phi3Config(
-        **TINY_LLAMA_SHAPE, partial_rotary_factor=0.75, tie_word_embeddings=True, **{**TINY_COMMON, "pad_token_id": 0}, **scaling
+        **TINY_LLAMA_SHAPE,
+        partial_rotary_factor=partial_rotary_factor,
+        tie_word_embeddings=True,
+        **{**TINY_COMMON, "pad_token_id": 0},
+        **scaling,
     )
     return _peaked(Phi3ForCausalLM(cfg))
 

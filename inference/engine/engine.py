@@ -71,6 +71,9 @@ class LLMEngine:
             self.model_runner.enable_static_decode(self.num_slots, max_blocks, graphs=True)
         self.pooling = pooling_for(config.pooling, config.model)
         self.weights_mb = bundle.weight_bytes / 2**20  # counted once: the weights never change after load
+        # what runs, for people (the dashboard, /v1/models): the family and its attention, the formats
+        self.architecture = f"{bundle.architecture or 'unknown'}, {bundle.attention_layout}"
+        self.weights = f"{bundle.weights_label or bundle.dtype_name}; KV {str(self.kv_dtype).removeprefix('torch.')}"
         # what the web side needs of the model, built once here (engine clients hand it on as it is)
         dims = self.pooling.matryoshka_dimensions
         self.model_info = ModelInfo(
@@ -127,16 +130,6 @@ class LLMEngine:
     @property
     def dtype(self) -> str:
         return self.bundle.dtype_name
-
-    @property
-    def architecture(self) -> str:
-        """The family and its attention: "gemma3_text, sliding window 512 ×15/18", "llama, full attention"."""
-        return f"{self.bundle.architecture or 'unknown'}, {self.bundle.attention_layout}"
-
-    @property
-    def weights(self) -> str:
-        """What runs, not what was asked: "GGUF blocks: Q4_K ×27, Q6_K ×9; KV float16"."""
-        return f"{self.bundle.weights_label or self.dtype}; KV {str(self.kv_dtype).removeprefix('torch.')}"
 
     # -- requests -------------------------------------------------------------------------
 

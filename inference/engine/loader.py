@@ -182,7 +182,9 @@ def load_model(config: EngineConfig) -> ModelBundle:
         state = _read_weights(source)
         checkpoint = "float32" if gguf.weight_type in GGUF_BLOCK_TYPES else gguf.weight_type
         tokenizer = _gguf_tokenizer(gguf, source)
-        return build_bundle(gguf.hf_config, tokenizer, state, name=source.display_name, config=config, checkpoint=checkpoint)
+        bundle = build_bundle(gguf.hf_config, tokenizer, state, name=source.display_name, config=config, checkpoint=checkpoint)
+        gguf_weights.set_rope_factors(bundle.model, gguf)  # tensors transformers' reader leaves out (Phi-3's LongRoPE)
+        return bundle
     hf_config, tokenizer, state = _read_checkpoint(source)
     bundle = build_bundle(
         hf_config, tokenizer, state, name=source.display_name, config=config, checkpoint=checkpoint_format(hf_config)

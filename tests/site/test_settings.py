@@ -92,3 +92,19 @@ def test_removed_variables_change_nothing():
     assert {k: removed[k] for k in fixed} == fixed
     assert (removed["ssl_redirect"], removed["hsts"], removed["subdomains"], removed["preload"]) == (True, 31536000, True, True)
     assert removed["channel_layer"] == "channels.layers.InMemoryChannelLayer"
+
+
+def test_the_chat_template_setting_is_a_template_or_a_file_and_must_parse(tmp_path):
+    """Inline templates longer than a file name may be are taken as they are (a path check of one
+    raised ENAMETOOLONG); a file is read; a missing file or a broken template stops the start."""
+    import pytest
+
+    inline = "{% for m in messages %}{{ m.content }}{% endfor %}" + " " * 300
+    assert site_settings._chat_template(inline) == inline
+    file = tmp_path / "chat.jinja"
+    file.write_text("{{ messages[0].content }}")
+    assert site_settings._chat_template(str(file)) == "{{ messages[0].content }}"
+    with pytest.raises(ValueError, match="neither a Jinja template nor a readable file"):
+        site_settings._chat_template(str(tmp_path / "missing.jinja"))
+    with pytest.raises(ValueError, match="does not parse"):
+        site_settings._chat_template("{% for %}")

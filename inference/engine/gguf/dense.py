@@ -16,7 +16,7 @@ from torch import nn
 from ..models.no_init import WithoutWeightInit
 from .checkpoint import GGUFCheckpoint
 from .dequantize import TYPES, dequantize
-from .weights import _set, _set_rope_factors, _uninterleave_rows
+from .weights import _set, _uninterleave_rows, set_rope_factors
 
 
 def can_build(model_class, hf_config, checkpoint: GGUFCheckpoint) -> bool:
@@ -47,11 +47,12 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
             continue
         put(path, torch.cat([_tensor(checkpoint, name, heads, device, dtype) for name, heads in parts]))
     for path, name in floats.items():
-        put(path, _tensor(checkpoint, name, None, device, dtype))
+        owner = model.get_submodule(path.rpartition(".")[0])
+        put(path, _tensor(checkpoint, name, None, device, torch.float32 if getattr(owner, "keep_float32", False) else dtype))
     missing = {name for name, _ in model.named_parameters(remove_duplicate=False)} - written
     if missing:
         raise ValueError(f"the GGUF file sets none of {sorted(missing)}")
-    _set_rope_factors(model, checkpoint)
+    set_rope_factors(model, checkpoint)
     return model.to(device).eval()  # what is left: the rotary tables, float32 as every path keeps them
 
 

@@ -76,7 +76,7 @@ def build(
         _set(model, path, _linear(runs, packed, bias))
     for path, name in floats.items():
         _set(model, path, nn.Parameter(checkpoint.float_tensor(name), requires_grad=False))
-    _set_rope_factors(model, checkpoint)
+    set_rope_factors(model, checkpoint)
     table = checkpoint.tensors["token_embd.weight"]
     if model.cfg.tie_word_embeddings and isinstance(model.lm_head, GroupLinear):
         model.embed_tokens = model.lm_head.embedding()  # the packed rows serve lookups: no file page stays resident
@@ -171,7 +171,7 @@ def _float_rows(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]])
     return torch.cat(pieces)
 
 
-def _set_rope_factors(model: nn.Module, checkpoint: GGUFCheckpoint) -> None:
+def set_rope_factors(model: nn.Module, checkpoint: GGUFCheckpoint) -> None:
     """Llama 3.x files keep their rope scaling as per-frequency factors (`rope_freqs.weight`, as
     llama.cpp's converter writes it): each frequency is divided by its factor. Phi-3's LongRoPE
     files keep two sets (`rope_factors_long` / `_short`), of which the model takes its context's."""

@@ -71,8 +71,10 @@ class RotaryEmbedding(torch.nn.Module):
             raise ValueError(
                 f"rope_freqs has {tuple(factors.shape)} factors, the rotary {tuple(self.inv_freq.shape)} frequencies"
             )
-        self.inv_freq = self.inv_freq / factors.double()
+        device = self.cos.device
+        self.inv_freq = self.inv_freq / factors.double().cpu()
         self._fill_tables()
+        self.cos, self.sin = self.cos.to(device), self.sin.to(device)  # where the model already is
 
     def bind_kernels(self, device: torch.device, dtype: torch.dtype) -> None:
         """Chosen once at load: on CPU float32 our kernel rotates in one op instead of nine (any even head_dim)."""

@@ -9,7 +9,9 @@ embedding (tied).
 
 Gemma's norms multiply by `1 + weight`. We keep `1 + weight` as the norm's weight, so our RMSNorm
 (and its C++ kernel) runs them unchanged: HF checkpoints are shifted as they load, and llama.cpp's
-converter already wrote GGUF norms shifted (transformers' GGUF reader subtracts the 1 again).
+converter already wrote GGUF norms shifted (transformers' GGUF reader subtracts the 1 again). As
+transformers computes them in float32 whatever the model's dtype, `1 + weight` stays float32
+(GemmaRMSNorm): in bfloat16 it would round to steps of 1/128 near 1.
 """
 
 from __future__ import annotations
@@ -29,6 +31,24 @@ GLOBAL_ROPE_DEFAULT = {"rope_type": "default", "rope_theta": 1_000_000.0}
 LOCAL_ROPE_DEFAULT = {"rope_type": "default", "rope_theta": 10_000.0}
 
 
+class GemmaRMSNorm(RMSNorm):
+    """RMSNorm in float32 over a float32 `1 + weight`, the result in the activations' dtype (what
+    transformers' Gemma3RMSNorm computes); `.to(dtype)` leaves the weight float32."""
+
+    keep_float32 = True  # gguf/dense.py reads these weights as float32
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._cpp is not None or x.dtype == torch.float32:
+            return super().forward(x)
+        return F.rms_norm(x.float(), self.weight.shape, self.weight.float(), self.eps).to(x.dtype)
+
+    def _apply(self, fn, recurse=True):
+        weight = self.weight.data
+        super()._apply(fn, recurse)
+        self.weight.data = weight.to(self.weight.device)  # moved where fn moved it, still float32
+        return self
+
+
 class Gemma3Args(LlamaArgs):
     """Llama's fields plus the window, the layer types, each type's RoPE and the query scale."""
 
@@ -45,6 +65,8 @@ class Gemma3Args(LlamaArgs):
         self.embed_scale = math.sqrt(self.hidden_size)
         if getattr(hf_config, "final_logit_softcapping", None) or getattr(hf_config, "attn_logit_softcapping", None):
             raise ValueError("logit soft-capping (Gemma 2) is not supported by our Gemma 3 code")
+        if getattr(hf_config, "use_bidirectional_attention", False):
+            raise ValueError("bidirectional Gemma 3 (EmbeddingGemma) is not supported: our attention is causal")
 
     def check_activation(self, hf_config) -> None:
         act = getattr(hf_config, "hidden_activation", None) or "gelu_pytorch_tanh"
@@ -62,8 +84,8 @@ class Gemma3Attention(nn.Module):
         self.kv_size = self.num_kv_heads * self.head_dim
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=cfg.o_bias)
-        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.q_norm = GemmaRMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.k_norm = GemmaRMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.scale = cfg.query_scale
         self.window = cfg.sliding_window if sliding else None
 
@@ -94,12 +116,12 @@ class Gemma3DecoderLayer(nn.Module):
     def __init__(self, cfg: Gemma3Args, layer_type: str):
         super().__init__()
         self.sliding = layer_type == "sliding_attention"
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.input_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Gemma3Attention(cfg, self.sliding)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.pre_feedforward_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.pre_feedforward_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = Gemma3MLP(cfg)
-        self.post_feedforward_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_feedforward_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x, rope: RopeTables, kv_cache, meta):
         x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), rope, kv_cache, meta))
@@ -119,7 +141,7 @@ class Gemma3ForCausalLM(LlamaForCausalLM):
         self.rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.global_rope)
         self.local_rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.local_rope)
         self.layers = nn.ModuleList(Gemma3DecoderLayer(cfg, kind) for kind in cfg.layer_types)
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.norm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.embed_tokens.weight  # Gemma 3 always ties its output to the embedding
         self.cfg.tie_word_embeddings = True
@@ -131,7 +153,8 @@ class Gemma3ForCausalLM(LlamaForCausalLM):
         return f"sliding window {self.cfg.sliding_window} ×{local}/{len(self.cfg.layer_types)}"
 
     def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata) -> torch.Tensor:
-        x = self.embed_tokens(input_ids) * torch.tensor(self.cfg.embed_scale, dtype=self.norm.weight.dtype)
+        x = self.embed_tokens(input_ids)
+        x = x * torch.tensor(self.cfg.embed_scale, dtype=x.dtype)  # rounded to the activations' dtype, as transformers does
         global_rope = self.rotary.tables(positions, x.dtype)
         local_rope = self.local_rotary.tables(positions, x.dtype)
         for layer, kv_cache in zip(self.layers, kv_caches):

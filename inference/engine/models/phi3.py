@@ -32,7 +32,7 @@ class Phi3Args(LlamaArgs):
         self.interleaved_rope_in_gguf = False  # llama.cpp writes Phi's Q/K rows in HF's order
         params = self.rope
         fraction = float(params.get("partial_rotary_factor") or getattr(hf_config, "partial_rotary_factor", None) or 1.0)
-        self.rotary_dim = int(self.head_dim * fraction)
+        self.rotary_dim = round(self.head_dim * fraction)  # a GGUF's width comes back as a fraction of head_dim
         self.sliding_window = getattr(hf_config, "sliding_window", None)
         if self.sliding_window is not None and self.sliding_window >= max_positions:
             self.sliding_window = None  # wider than any context served: no window at all

@@ -172,3 +172,12 @@ def test_each_familys_attention_layout_is_read_from_its_file(tmp_path, arch, lay
     path = write_block_gguf(tmp_path / "m.gguf", arch)
     engine = LLMEngine(EngineConfig(model=path, device="cpu", num_kv_blocks=16))
     assert engine.architecture == layout
+
+
+def test_a_longrope_file_read_through_transformers_still_gets_its_factors(tmp_path):
+    """bfloat16 takes transformers' de-quantized weights, whose reader leaves the factor tensors out."""
+    path = write_block_gguf(tmp_path / "m.gguf", "phi3")
+    in_place = load_model(EngineConfig(model=path, device="cpu"))
+    fallback = load_model(EngineConfig(model=path, device="cpu", dtype="bfloat16"))
+    assert fallback.weights_format == "none" and fallback.dtype == torch.bfloat16
+    assert torch.equal(fallback.model.rotary.cos, in_place.model.rotary.cos)

@@ -67,3 +67,24 @@ def test_a_prefix_cached_prompt_gives_the_same_tokens(hf, smollm_tokenizer, expe
         engine.add_request(key, ids, greedy(20))
         assert generated_ids(run_to_completion(engine)[key]) == expected["c"]
     assert engine.block_manager.prefix_hits > 0
+
+
+def test_in_bfloat16_the_norms_stay_float32_as_transformers_computes_them(hf, smollm_tokenizer):
+    """`1 + weight` rounded to bfloat16 moves by up to 1/256 a channel; kept float32, our bf16 model is
+    as close to the float32 reference as transformers' own bf16 model is."""
+    from inference.engine.config import EngineConfig
+    from inference.engine.engine import LLMEngine
+    from inference.engine.loader import build_bundle
+    from tests.support.engine_helpers import prefill_logits
+
+    config = EngineConfig(dtype="bfloat16", device="cpu")
+    bundle = build_bundle(hf.config, smollm_tokenizer, hf.state_dict(), name="tiny-gemma3", config=config)
+    norms = [m for name, m in bundle.model.named_modules() if name.endswith("norm")]
+    assert norms and all(m.weight.dtype == torch.float32 for m in norms)
+    assert bundle.model.embed_tokens.weight.dtype == torch.bfloat16
+    ids = torch.tensor(smollm_tokenizer(PROMPTS["a"]).input_ids)
+    with torch.no_grad():
+        reference = hf(ids[None]).logits[0, -1]
+        theirs = tiny_gemma3_hf().to(torch.bfloat16)(ids[None]).logits[0, -1].float()
+    ours = prefill_logits(LLMEngine(config, bundle=bundle), ids)[-1].float()
+    assert (ours - reference).abs().max() <= 2 * (theirs - reference).abs().max()

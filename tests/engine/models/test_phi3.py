@@ -33,7 +33,7 @@ def test_longrope_uses_the_long_factors_for_a_context_past_the_original(smollm_t
     torch.testing.assert_close(prefill_logits(engine, ids)[-1], reference, atol=1e-4, rtol=0)
 
 
-def test_partial_rotary_keeps_the_modules_and_whole_rotary_runs_the_fused_step(smollm_tokenizer):
+def test_partial_rotary_keeps_the_modules(smollm_tokenizer):
     partial = engine_for(tiny_phi3_hf(), smollm_tokenizer)
     assert isinstance(partial.bundle.model, Phi3ForCausalLM) and partial.bundle.cpu_step is None
     assert "RoPE on 12 of 16 dimensions" in partial.architecture
@@ -53,3 +53,15 @@ def test_a_sliding_window_gives_hfs_greedy_tokens_batched_and_chunked(smollm_tok
         engine.add_request(str(i), smollm_tokenizer(prompt).input_ids, greedy(16))
     results = run_to_completion(engine)
     assert [generated_ids(results[str(i)]) for i in range(len(prompts))] == expected
+
+
+def test_whole_head_longrope_runs_the_fused_cpu_step_with_its_scaled_tables(smollm_tokenizer):
+    """Phi-3-mini-128k's shape: RoPE on whole heads, no window: Llama's layers, so the C++ step runs
+    them, over LongRoPE's scaled and attention-factored tables."""
+    hf = tiny_phi3_hf(original=128, partial_rotary_factor=1.0)
+    engine = engine_for(hf, smollm_tokenizer, max_model_len=128)
+    assert engine.bundle.cpu_step is not None
+    ids = torch.randint(3, 49152, (45,), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        reference = hf(ids[None]).logits[0]
+    torch.testing.assert_close(prefill_logits(engine, ids), reference, atol=1e-4, rtol=0)

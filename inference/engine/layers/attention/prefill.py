@@ -45,7 +45,9 @@ def prefill_attention(q, k, v, k_cache, v_cache, chunk: PrefillChunk, scale: flo
 
 def windowed_sdpa(query, keys, values, chunk: PrefillChunk, scale: float, window: int) -> torch.Tensor:
     """A sliding-window layer's chunk: only the keys some query of the chunk reaches (from the first
-    query's window on), under a mask that is causal and `window` keys wide."""
+    query's window on), under a mask that is causal and `window` keys wide. The boolean mask sends
+    CUDA's SDPA to its math back end, which holds every score of the chunk: correct, not yet fast
+    (never run on a GPU)."""
     n = chunk.end - chunk.start
     first_query = chunk.context_len - n  # the chunk's first position
     lo = max(0, first_query - window + 1)
