@@ -361,9 +361,6 @@ def _dtype_label(dtype) -> str:
 
 def _context_length(hf_config, requested: int | None) -> int:
     native = getattr(hf_config, "max_position_embeddings", None) or getattr(hf_config, "n_positions", None) or 2048
-    sliding = getattr(hf_config, "sliding_window", None)
-    if hf_config.model_type == "mistral" and sliding:
-        native = min(native, sliding)  # our attention has no sliding window: stay where it makes no difference
     return min(native, requested) if requested else native
 
 

@@ -55,6 +55,8 @@ def config_dict(metadata: dict, tensor_names: tuple[str, ...]) -> dict:
             config[renamed] = value
     if "vocab_size" not in config and isinstance(metadata.get("tokenizer.ggml.tokens"), int):
         config["vocab_size"] = metadata["tokenizer.ggml.tokens"]  # the fast reader counts the strings
+    if updated == "mistral":  # llama.cpp applies no window to a llama file; MistralConfig would default to 4,096
+        config["sliding_window"] = metadata.get(f"{architecture}.attention.sliding_window")
     if architecture == "gemma3":
         _gemma3_fields(config, metadata)
     elif architecture == "phi3":

@@ -27,6 +27,7 @@ class LlamaAttention(nn.Module):
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=cfg.o_bias)
         self.scale = self.head_dim**-0.5
+        self.window = getattr(cfg, "sliding_window", None)
 
     def forward(self, x, rope: RopeTables, kv_cache, meta: AttentionMetadata):
         tokens = x.shape[0]
@@ -35,7 +36,7 @@ class LlamaAttention(nn.Module):
         qk = rope.rotate_(qkv[:, : self.num_heads + self.num_kv_heads])
         q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
         v = qkv[:, self.num_heads + self.num_kv_heads :]
-        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
+        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale, self.window)
         return self.o_proj(out.reshape(tokens, self.q_size))
 
 
@@ -86,6 +87,9 @@ class LlamaArgs:
         self.mlp_bias = bool(getattr(hf_config, "mlp_bias", False))
         self.rope = rope_parameters(hf_config)
         self.rotary_dim = self.head_dim  # what RoPE turns of each head (Phi's partial rotary: less)
+        # Mistral v0.1's window over every layer, where it is shorter than the context served
+        window = getattr(hf_config, "sliding_window", None) if hf_config.model_type == "mistral" else None
+        self.sliding_window = window if window and window < max_positions else None
         self.max_positions = max_positions
         self.check_activation(hf_config)
 
@@ -114,6 +118,13 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        if getattr(cfg, "sliding_window", None):
+            self.FUSED_CPU_STEP = False  # the C++ layers attend to the whole context
+
+    @property
+    def attention_layout(self) -> str:
+        window = getattr(self.cfg, "sliding_window", None)
+        return f"sliding window {window}" if window else "full attention"
 
     @property
     def kv_shape(self) -> tuple[int, int, int]:

@@ -79,3 +79,16 @@ def test_transformers_takes_the_fast_path_only_inside_the_block(tmp_path):
     assert inside.to_dict() == outside.to_dict()
     with fast_gguf_config("falcon"):  # not ours to serve: transformers keeps its own reading
         assert "falcon" not in GGUF_CONFIG_ARCHS
+
+
+def test_a_llama_file_named_mistral_is_mistral_without_a_window(tmp_path):
+    """As the legacy reader, a "llama" file whose name is "mistral" is Mistral; as llama.cpp, it has
+    no sliding window unless the file states one (MistralConfig's own default is 4,096)."""
+    from transformers.integrations.gguf import read_gguf_metadata
+
+    metadata, names = read_gguf_metadata(write_block_gguf(tmp_path / "m.gguf", "llama"))
+    metadata["general.name"] = "mistral"
+    config = config_dict(metadata, names)
+    assert config["model_type"] == "mistral" and config["sliding_window"] is None
+    config = config_dict({**metadata, "llama.attention.sliding_window": 4096}, names)
+    assert config["sliding_window"] == 4096
