@@ -136,6 +136,7 @@ def load_model(config: EngineConfig) -> ModelBundle:
     if source.gguf_file:
         gguf = _open_gguf(source)
         model_class = model_class_for(gguf.hf_config)
+        dtype = _dtype_for(model_class, dtype, config.dtype)
         choice = _gguf_format(config, gguf, device)
 
         def from_gguf(model, max_model_len: int, how: str) -> ModelBundle:
@@ -203,6 +204,7 @@ def build_bundle(
     cap_kernels(config, device)
     dtype = resolve_dtype(config.dtype, device)
     max_model_len = _context_length(hf_config, config.max_model_len)
+    dtype = _dtype_for(model_class_for(hf_config), dtype, config.dtype)
     with WithoutWeightInit():  # load_hf_state_dict sets every parameter
         model = model_class_for(hf_config)(hf_config, max_positions=max_model_len)
     model.load_hf_state_dict(state)
@@ -287,6 +289,21 @@ def _gguf_format(config: EngineConfig, gguf: GGUFCheckpoint, device: torch.devic
     if gguf.weight_type in ("float16", "bfloat16"):
         return FormatChoice("gguf", f"the checkpoint's own {gguf.weight_type} matrices, widened to float32 as they load")
     return choice
+
+
+def _dtype_for(model_class, dtype: torch.dtype, requested: str) -> torch.dtype:
+    """The dtype, unless the family's activations overflow it (Gemma 3 in float16, which vLLM also
+    refuses): then `auto` (float16 on a GPU before Ampere) becomes float32, and an explicit choice
+    stops the load naming the way out."""
+    if dtype not in getattr(model_class, "UNSUPPORTED_DTYPES", ()):
+        return dtype
+    if requested == "auto":
+        log.info("%s does not run in %s: float32 instead", model_class.__name__, dtype_name(dtype))
+        return torch.float32
+    raise ModelLoadError(
+        f"{model_class.__name__} does not run in {dtype_name(dtype)} (its activations overflow): "
+        "set MINIVLLM_DTYPE=bfloat16 or float32"
+    )
 
 
 def _return_freed_memory() -> None:

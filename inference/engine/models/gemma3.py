@@ -131,6 +131,7 @@ class Gemma3DecoderLayer(nn.Module):
 class Gemma3ForCausalLM(LlamaForCausalLM):
     FUSED_CPU_STEP = False  # the C++ layer is Llama's: no Q/K norms, two norms, SiLU
     GGUF_ARCHITECTURES = ("gemma3_text",)
+    UNSUPPORTED_DTYPES = (torch.float16,)  # its activations outgrow float16's range (loader refuses it)
 
     def __init__(self, hf_config, max_positions: int):
         nn.Module.__init__(self)

@@ -88,3 +88,18 @@ def test_in_bfloat16_the_norms_stay_float32_as_transformers_computes_them(hf, sm
         theirs = tiny_gemma3_hf().to(torch.bfloat16)(ids[None]).logits[0, -1].float()
     ours = prefill_logits(LLMEngine(config, bundle=bundle), ids)[-1].float()
     assert (ours - reference).abs().max() <= 2 * (theirs - reference).abs().max()
+
+
+def test_float16_is_refused_when_asked_and_avoided_under_auto(hf, smollm_tokenizer):
+    """Gemma 3's activations outgrow float16 (vLLM refuses it too); `auto` picks float16 only on a
+    GPU before Ampere, where Gemma 3 then runs in float32."""
+    import pytest
+
+    from inference.engine.config import EngineConfig
+    from inference.engine.loader import ModelLoadError, _dtype_for, build_bundle
+    from inference.engine.models.gemma3 import Gemma3ForCausalLM
+
+    with pytest.raises(ModelLoadError, match="MINIVLLM_DTYPE=bfloat16 or float32"):
+        build_bundle(hf.config, smollm_tokenizer, hf.state_dict(), name="g", config=EngineConfig(dtype="float16", device="cpu"))
+    assert _dtype_for(Gemma3ForCausalLM, torch.float16, "auto") == torch.float32
+    assert _dtype_for(Gemma3ForCausalLM, torch.bfloat16, "auto") == torch.bfloat16
