@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 
 import httpx
 
 from .llama_server import LlamaServer, build, build_that_runs
 from .peer import _measure, prompts_used
-from .peer_large import _cell, _not_measured, with_prefill_rate
+from .peer_large import target_rows, with_prefill_rate
 from .prompts import CHAT, make_requests
 from .raw import measured_line
 from .server import EngineServer
@@ -111,19 +110,7 @@ def render(result: dict) -> list[str]:
     ]
     if rebuilt:
         lines += [f"**llama-server ran {', '.join(rebuilt)} here, not its native build: no target below counts as met.**", ""]
-    lines += ["| load | figure | llama-server | ours | ratio | target | verdict |", "|---|---|---:|---:|---:|---:|---|"]
-    for (load, figure), (target, higher) in TARGETS.items():
-        theirs = [r["llama-server"][load].get(figure) for r in rounds]
-        ours = [r["ours"][load].get(figure) for r in rounds]
-        ratios = [o / t if o is not None and t else math.nan for o, t in zip(ours, theirs)]
-        met = [x >= target if higher else x <= target for x in ratios]
-        verdict = "not measured" if _not_measured(ratios) else ("met" if all(met) else "not met")
-        if rebuilt and verdict == "met":
-            verdict = "not judged: peer rebuilt"
-        lines.append(
-            f"| {load} | {figure} | {_cell(theirs)} | {_cell(ours)} | {_cell(ratios)}x{caveat} | "
-            f"{'>=' if higher else '<='} {target}x | {verdict} |"
-        )
+    lines += target_rows(rounds, TARGETS, rebuilt, caveat)
     return lines + [""]
 
 

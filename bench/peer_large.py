@@ -91,6 +91,25 @@ def _cell(values, digits=2) -> str:
     return ", ".join("–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}" for v in values)
 
 
+def target_rows(rounds: list[dict], targets: dict, rebuilt: list[str], caveat: str) -> list[str]:
+    """The table of figures against llama-server's, one row per (load, figure) target, judged over
+    every round (bench/peer_gemma3.py's table too)."""
+    lines = ["| load | figure | llama-server | ours | ratio | target | verdict |", "|---|---|---:|---:|---:|---:|---|"]
+    for (load, figure), (target, higher) in targets.items():
+        theirs = [r["llama-server"][load].get(figure) for r in rounds]
+        ours = [r["ours"][load].get(figure) for r in rounds]
+        ratios = [o / t if o is not None and t else math.nan for o, t in zip(ours, theirs)]
+        met = [x >= target if higher else x <= target for x in ratios]
+        verdict = "not measured" if _not_measured(ratios) else ("met" if all(met) else "not met")
+        if rebuilt and verdict == "met":
+            verdict = "not judged: peer rebuilt"
+        lines.append(
+            f"| {load} | {figure} | {_cell(theirs)} | {_cell(ours)} | {_cell(ratios)}x{caveat} | "
+            f"{'>=' if higher else '<='} {target}x | {verdict} |"
+        )
+    return lines
+
+
 def render(result: dict) -> list[str]:
     rounds = result["rounds"]
     rebuilt = sorted({r["llama-server"]["start"].get("build", "native") for r in rounds} - {"native"})
@@ -110,19 +129,7 @@ def render(result: dict) -> list[str]:
             "against a slower peer than its native one and no target below counts as met.**",
             "",
         ]
-    lines += ["| load | figure | llama-server | ours | ratio | target | verdict |", "|---|---|---:|---:|---:|---:|---|"]
-    for (load, figure), (target, higher) in TARGETS.items():
-        theirs = [r["llama-server"][load].get(figure) for r in rounds]
-        ours = [r["ours"][load].get(figure) for r in rounds]
-        ratios = [o / t if o is not None and t else math.nan for o, t in zip(ours, theirs)]
-        met = [x >= target if higher else x <= target for x in ratios]
-        verdict = "not measured" if _not_measured(ratios) else ("met" if all(met) else "not met")
-        if rebuilt and verdict == "met":
-            verdict = "not judged: peer rebuilt"
-        lines.append(
-            f"| {load} | {figure} | {_cell(theirs)} | {_cell(ours)} | {_cell(ratios)}x{caveat} | "
-            f"{'>=' if higher else '<='} {target}x | {verdict} |"
-        )
+    lines += target_rows(rounds, TARGETS, rebuilt, caveat)
     if all(SPEC_OFF in r for r in rounds):  # one client with speculation off: shown, not judged
         name = LOADS[0][0]
         theirs = [r["llama-server"][name].get("tok/s") for r in rounds]

@@ -16,16 +16,18 @@ transformers computes them in float32 whatever the model's dtype, `1 + weight` s
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers.attention import AttentionMetadata, paged_attention
+from ..layers.attention import AttentionMetadata
 from ..layers.norm import RMSNorm
 from ..layers.rotary import RopeTables, RotaryEmbedding
-from .llama import LlamaArgs, LlamaForCausalLM
+from .llama import LlamaArgs, LlamaForCausalLM, LlamaMLP
+from .qwen3 import Qwen3Attention
 
 GLOBAL_ROPE_DEFAULT = {"rope_type": "default", "rope_theta": 1_000_000.0}
 LOCAL_ROPE_DEFAULT = {"rope_type": "default", "rope_theta": 10_000.0}
@@ -74,42 +76,17 @@ class Gemma3Args(LlamaArgs):
             raise ValueError(f"hidden_activation {act!r} is not supported by our Gemma 3 code (only gelu_pytorch_tanh)")
 
 
-class Gemma3Attention(nn.Module):
+class Gemma3Attention(Qwen3Attention):
+    norm_class = GemmaRMSNorm
+
     def __init__(self, cfg: Gemma3Args, sliding: bool):
-        super().__init__()
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
-        self.head_dim = cfg.head_dim
-        self.q_size = self.num_heads * self.head_dim
-        self.kv_size = self.num_kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=cfg.o_bias)
-        self.q_norm = GemmaRMSNorm(cfg.head_dim, cfg.rms_norm_eps)
-        self.k_norm = GemmaRMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        super().__init__(cfg)
         self.scale = cfg.query_scale
         self.window = cfg.sliding_window if sliding else None
 
-    def forward(self, x, rope: RopeTables, kv_cache, meta: AttentionMetadata):
-        tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
-        qkv = self.qkv_proj(x).view(tokens, heads + 2 * kv_heads, self.head_dim)
-        q = self.q_norm(qkv[:, :heads])  # each head normalised over its own head_dim
-        k = self.k_norm(qkv[:, heads : heads + kv_heads])
-        qk = rope.rotate_(torch.cat([q, k], dim=1))
-        v = qkv[:, heads + kv_heads :]
-        out = paged_attention(qk[:, :heads], qk[:, heads:], v, kv_cache[0], kv_cache[1], meta, self.scale, self.window)
-        return self.o_proj(out.reshape(tokens, self.q_size))
 
-
-class Gemma3MLP(nn.Module):
-    def __init__(self, cfg: Gemma3Args):
-        super().__init__()
-        self.intermediate = cfg.intermediate_size
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x):
-        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
-        return self.down_proj(F.gelu(gate, approximate="tanh") * up)
+class Gemma3MLP(LlamaMLP):
+    activation = staticmethod(functools.partial(F.gelu, approximate="tanh"))
 
 
 class Gemma3DecoderLayer(nn.Module):

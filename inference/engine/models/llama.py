@@ -16,6 +16,12 @@ from ..layers.rotary import RopeTables, RotaryEmbedding, rope_parameters
 
 
 class LlamaAttention(nn.Module):
+    """Fused Q/K/V, RoPE, paged attention. The families' differences are attributes: `rotary_dim`
+    (Phi's partial rotary), `use_rope` (SmolLM3's NoPE layers), `window` (a sliding window),
+    `scale`, and `normed_qk` (Qwen3's and Gemma's per-head Q/K norms)."""
+
+    use_rope = True
+
     def __init__(self, cfg):
         super().__init__()
         self.num_heads = cfg.num_attention_heads
@@ -27,20 +33,28 @@ class LlamaAttention(nn.Module):
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=bias)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=cfg.o_bias)
         self.scale = self.head_dim**-0.5
+        self.rotary_dim = cfg.rotary_dim
         self.window = getattr(cfg, "sliding_window", None)
 
+    def normed_qk(self, qk: torch.Tensor) -> torch.Tensor:
+        """Q and K heads side by side, as they go into RoPE (a family with Q/K norms applies them)."""
+        return qk
+
     def forward(self, x, rope: RopeTables, kv_cache, meta: AttentionMetadata):
-        tokens = x.shape[0]
-        qkv = self.qkv_proj(x).view(tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
+        tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(x).view(tokens, heads + 2 * kv_heads, self.head_dim)
         # Q and K heads sit side by side: one rotary pass over both halves its ops per layer.
-        qk = rope.rotate_(qkv[:, : self.num_heads + self.num_kv_heads])
-        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
-        v = qkv[:, self.num_heads + self.num_kv_heads :]
-        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale, self.window)
+        qk = self.normed_qk(qkv[:, : heads + kv_heads])
+        if self.use_rope:
+            rope.rotate_(qk if self.rotary_dim == self.head_dim else qk[..., : self.rotary_dim])
+        v = qkv[:, heads + kv_heads :]
+        out = paged_attention(qk[:, :heads], qk[:, heads:], v, kv_cache[0], kv_cache[1], meta, self.scale, self.window)
         return self.o_proj(out.reshape(tokens, self.q_size))
 
 
 class LlamaMLP(nn.Module):
+    activation = staticmethod(F.silu)  # Gemma's is GELU-tanh
+
     def __init__(self, cfg):
         super().__init__()
         self.intermediate = cfg.intermediate_size
@@ -49,7 +63,7 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x):
         gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.activation(gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):

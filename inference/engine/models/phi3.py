@@ -21,9 +21,7 @@ import math
 
 import torch
 
-from ..layers.attention import AttentionMetadata, paged_attention
-from ..layers.rotary import RopeTables
-from .llama import LlamaArgs, LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
+from .llama import LlamaArgs, LlamaForCausalLM
 
 
 class Phi3Args(LlamaArgs):
@@ -49,30 +47,8 @@ class Phi3Args(LlamaArgs):
             self.rope = {**params, "rope_type": "longrope", "ext_factors": factors, "attention_factor": attention}
 
 
-class Phi3Attention(LlamaAttention):
-    def __init__(self, cfg: Phi3Args):
-        super().__init__(cfg)
-        self.rotary_dim = cfg.rotary_dim
-        self.window = cfg.sliding_window
-
-    def forward(self, x, rope: RopeTables, kv_cache, meta: AttentionMetadata):
-        tokens = x.shape[0]
-        qkv = self.qkv_proj(x).view(tokens, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
-        qk = qkv[:, : self.num_heads + self.num_kv_heads]
-        rope.rotate_(qk[..., : self.rotary_dim])  # a partial rotary turns the heads' first dimensions only
-        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
-        v = qkv[:, self.num_heads + self.num_kv_heads :]
-        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale, self.window)
-        return self.o_proj(out.reshape(tokens, self.q_size))
-
-
-class Phi3DecoderLayer(LlamaDecoderLayer):
-    attention_class = Phi3Attention
-
-
 class Phi3ForCausalLM(LlamaForCausalLM):
-    decoder_layer_class = Phi3DecoderLayer
-    args_class = Phi3Args
+    args_class = Phi3Args  # Llama's layers read the rotary width and the window from it
     GGUF_ARCHITECTURES = ("phi3",)
 
     def __init__(self, hf_config, max_positions: int):

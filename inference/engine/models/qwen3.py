@@ -9,28 +9,21 @@ from __future__ import annotations
 
 import torch
 
-from ..layers.attention import AttentionMetadata, paged_attention
 from ..layers.norm import RMSNorm
-from ..layers.rotary import RopeTables
 from .llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
 
 
 class Qwen3Attention(LlamaAttention):
+    norm_class = RMSNorm  # Gemma's multiplies in float32
+
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.q_norm = self.norm_class(cfg.head_dim, cfg.rms_norm_eps)
+        self.k_norm = self.norm_class(cfg.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x, rope: RopeTables, kv_cache, meta: AttentionMetadata):
-        tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
-        qkv = self.qkv_proj(x).view(tokens, heads + 2 * kv_heads, self.head_dim)
-        q = self.q_norm(qkv[:, :heads])  # each head normalised over its own head_dim
-        k = self.k_norm(qkv[:, heads : heads + kv_heads])
-        qk = rope.rotate_(torch.cat([q, k], dim=1))
-        out = paged_attention(
-            qk[:, :heads], qk[:, heads:], qkv[:, heads + kv_heads :], kv_cache[0], kv_cache[1], meta, self.scale
-        )
-        return self.o_proj(out.reshape(tokens, self.q_size))
+    def normed_qk(self, qk: torch.Tensor) -> torch.Tensor:
+        """Each head normalised over its own head_dim."""
+        return torch.cat([self.q_norm(qk[:, : self.num_heads]), self.k_norm(qk[:, self.num_heads :])], dim=1)
 
 
 class Qwen3DecoderLayer(LlamaDecoderLayer):

@@ -8,30 +8,10 @@ The fused C++ step rotates every layer, so SmolLM3 keeps the modules (FUSED_CPU_
 
 from __future__ import annotations
 
-from ..layers.attention import AttentionMetadata, paged_attention
-from ..layers.rotary import RopeTables
-from .llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
-
-
-class SmolLM3Attention(LlamaAttention):
-    use_rope = True  # set per layer by SmolLM3ForCausalLM
-
-    def forward(self, x, rope: RopeTables, kv_cache, meta: AttentionMetadata):
-        if self.use_rope:
-            return super().forward(x, rope, kv_cache, meta)
-        tokens, heads, kv_heads = x.shape[0], self.num_heads, self.num_kv_heads
-        qkv = self.qkv_proj(x).view(tokens, heads + 2 * kv_heads, self.head_dim)
-        q, k, v = qkv[:, :heads], qkv[:, heads : heads + kv_heads], qkv[:, heads + kv_heads :]
-        out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
-        return self.o_proj(out.reshape(tokens, self.q_size))
-
-
-class SmolLM3DecoderLayer(LlamaDecoderLayer):
-    attention_class = SmolLM3Attention
+from .llama import LlamaForCausalLM
 
 
 class SmolLM3ForCausalLM(LlamaForCausalLM):
-    decoder_layer_class = SmolLM3DecoderLayer
     FUSED_CPU_STEP = False
     GGUF_ARCHITECTURES = ("smollm3",)
 

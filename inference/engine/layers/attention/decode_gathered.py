@@ -3,19 +3,20 @@ gathered, then two batched matmuls, which beat SDPA's kernel ~5x at these sizes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from .decode_kernels import before_window
+from .decode_kernels import WindowMasks
 from .prefill import gather
 
 
 @dataclass
-class GatheredDecode:
+class GatheredDecode(WindowMasks):
     block_rows: torch.Tensor  # [kv_heads * B * blocks] block rows of each decode's context (padded)
     padding: torch.Tensor  # [1, B, 1, blocks * block_size] bool, True where a key is padding
     lengths: torch.Tensor  # [B] context length of each decode, its new token included
+    window_masks: dict = field(default_factory=dict)
 
     @classmethod
     def build(cls, cpp, tables: torch.Tensor, lengths: torch.Tensor, *, block_size: int, head_block_offsets) -> GatheredDecode:
@@ -36,7 +37,7 @@ class GatheredDecode:
         scores = torch.bmm(grouped, keys.transpose(1, 2)).float().mul_(scale)
         masked = self.padding
         if window is not None:
-            masked = masked | before_window(self.lengths, masked.shape[-1], window)[None, :, None, :]
+            masked = masked | self.before_window(masked.shape[-1], window)[None, :, None, :]
         scores.view(kv_heads, batch, group, -1).masked_fill_(masked, float("-inf"))
         weights = torch.softmax(scores, dim=-1).to(q.dtype)
         out = torch.bmm(weights, values)  # [kv_heads * B, group, D]

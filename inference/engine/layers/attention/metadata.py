@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -14,6 +14,7 @@ class PrefillChunk:
     context_len: int  # tokens of this sequence in the cache after this step (cached + chunk)
     block_rows: torch.Tensor | None  # [kv_heads * blocks] block rows of the whole context; None if no earlier context
     causal_mask: torch.Tensor | None  # [chunk, context_len] bool; None when the chunk is the whole context
+    window_masks: dict = field(default_factory=dict)  # per sliding window: (first key, mask), made once a step
 
 
 @dataclass

@@ -48,12 +48,13 @@ def windowed_sdpa(query, keys, values, chunk: PrefillChunk, scale: float, window
     query's window on), under a mask that is causal and `window` keys wide. The boolean mask sends
     CUDA's SDPA to its math back end, which holds every score of the chunk: correct, not yet fast
     (never run on a GPU)."""
-    n = chunk.end - chunk.start
-    first_query = chunk.context_len - n  # the chunk's first position
-    lo = max(0, first_query - window + 1)
-    positions = torch.arange(lo, chunk.context_len, device=query.device)
-    queries = torch.arange(first_query, chunk.context_len, device=query.device)[:, None]
-    mask = (positions[None, :] <= queries) & (positions[None, :] > queries - window)  # [n, L - lo]
+    if window not in chunk.window_masks:  # made by the window's first layer, read by the rest
+        first_query = chunk.context_len - (chunk.end - chunk.start)  # the chunk's first position
+        lo = max(0, first_query - window + 1)
+        positions = torch.arange(lo, chunk.context_len, device=query.device)
+        queries = torch.arange(first_query, chunk.context_len, device=query.device)[:, None]
+        chunk.window_masks[window] = (lo, (positions[None, :] <= queries) & (positions[None, :] > queries - window))
+    lo, mask = chunk.window_masks[window]  # mask: [n, L - lo]
     keys, values = keys[:, lo:], values[:, lo:]
     group = query.shape[1] // keys.shape[0]
     if group > 1 and query.is_cuda:  # as chunk_sdpa: no enable_gqa on CUDA
