@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from .block_manager import BlockManager
+from .block_pool import BlockCopy
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .engine_state import ModelInfo
@@ -25,6 +26,7 @@ from .model_runner import ModelRunner, StepLogits
 from .output_processor import OutputProcessor
 from .outputs import RequestOutput
 from .prompt import check_request, prompt_token_ids
+from .runner.kv_layout import model_window, window_pool_blocks
 from .runner.memory_profile import plan_kv_blocks
 from .sample.reasoning import ReasoningState
 from .sample.sampler import Sampler, SamplerOutput, SamplingContext, make_generator
@@ -34,6 +36,7 @@ from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
 from .spec_decode.proposer import Speculator
 from .spec_decode.verification import Verifier, verify_contexts
+from .window_blocks import WindowBlocks
 
 log = logging.getLogger("minivllm.engine")
 
@@ -60,12 +63,24 @@ class LLMEngine:
         self.num_slots = config.slots_for(device.type)
         num_blocks = config.num_kv_blocks or plan_kv_blocks(config, bundle, self.kv_dtype, self.num_slots)
         self.max_model_len = fit_context(num_blocks, config.block_size, bundle.max_model_len)
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        # sliding-window layers keep each sequence's window only, in a pool of their own (window_blocks.py)
+        window_blocks = window_pool_blocks(
+            model, config.block_size, self.num_slots, config.max_num_batched_tokens, self.max_model_len
+        )
+        window = WindowBlocks(window_blocks, config.block_size, model_window(model)) if window_blocks else None
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching, window)
         self.scheduler = Scheduler(self.block_manager, self.num_slots, config.max_num_batched_tokens)
         self.model_runner = ModelRunner(
-            model, num_blocks, config.block_size, bundle.dtype, device, self.kv_dtype, cpu_step=bundle.cpu_step
+            model,
+            num_blocks,
+            config.block_size,
+            bundle.dtype,
+            device,
+            self.kv_dtype,
+            cpu_step=bundle.cpu_step,
+            num_window_blocks=window_blocks,
         )
-        if device.type == "cuda" and config.cuda_graphs == "auto":
+        if device.type == "cuda" and config.cuda_graphs == "auto" and window is None:
             # every table as wide as the longest context a sequence reaches, its guesses included
             max_blocks = -(-(self.max_model_len + config.spec_tokens + 1) // config.block_size)
             self.model_runner.enable_static_decode(self.num_slots, max_blocks, graphs=True)
@@ -292,7 +307,7 @@ class LLMEngine:
                 all_seqs.append(child)
         return self.model_runner.rows_for_forks(logits, rows, copies), all_seqs
 
-    def _fork(self, parent: Sequence, copies: list[tuple[int, int]]) -> list[Sequence]:
+    def _fork(self, parent: Sequence, copies: list[BlockCopy]) -> list[Sequence]:
         """The parent's other completions, sharing its prompt's computed blocks; those that run now
         (the block copies they need are added to `copies`)."""
         count, parent.forks_left = parent.forks_left, 0

@@ -20,12 +20,14 @@ def bytes_per_block(kv_shape: tuple[int, int, int], block_size: int, dtype: torc
     return 2 * layers * block_size * kv_heads * head_dim * torch.finfo(dtype).bits // 8
 
 
-# CPU: the KV pool takes this share of the memory available at start, at most KV_CAP_MB, and at
-# least one full-context request where memory allows. 1 GB of float16 K/V is 46.6k of SmolLM2's
-# tokens: one full 8,192-token context and 32 streams of ~1,200 (llama-server with -c 32768 keeps
-# ~0.75 GB of float16 K/V).
+# CPU: the KV pool takes this share of the memory available at start, at most KV_CAP_MB and
+# KV_CAP_TOKENS, and at least one full-context request where memory allows. 1 GB of float16 K/V is
+# 46.6k of SmolLM2's tokens: one full 8,192-token context and 32 streams of ~1,200 (llama-server with
+# -c 32768 keeps ~0.75 GB of float16 K/V). A model whose tokens cost less (few KV heads, or the few
+# full-attention layers of a sliding-window model) stops at 64k tokens, twice that llama-server's.
 KV_MEMORY_FRACTION = 0.25
 KV_CAP_MB = 1024
+KV_CAP_TOKENS = 65536
 KV_CEILING_FRACTION = 0.5  # never more than this share of available memory, whatever is asked
 
 
@@ -55,11 +57,13 @@ def plan_num_blocks(
     max_model_len: int = 0,
     max_num_seqs: int = 0,
     engine_bytes: int = 0,
+    reserved_bytes: int = 0,
 ) -> int:
     """How many blocks fit: MINIVLLM_KV_CACHE_MB on CPU, else planned from available memory (see
     above, never fewer than one `max_model_len` request where memory allows); on CUDA, what is left
     of the engine's share of the GPU (`gpu_budget`); never more than `max_num_seqs` full contexts
-    use, nor more than exists. The engine lowers max_model_len to what the pool holds."""
+    use, nor more than exists. The engine lowers max_model_len to what the pool holds.
+    `reserved_bytes`: a part of the pool sized apart (the sliding-window layers'), taken first."""
     per_block = bytes_per_block(kv_shape, block_size, dtype)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
@@ -68,9 +72,10 @@ def plan_num_blocks(
         available = psutil.virtual_memory().available
         if kv_cache_mb is None:
             full_context = -(-max_model_len // block_size) * per_block
-            kv_cache_mb = max(min(int(available * KV_MEMORY_FRACTION), KV_CAP_MB * MB), full_context) // MB + 1
+            cap = min(KV_CAP_MB * MB, KV_CAP_TOKENS // block_size * per_block + reserved_bytes)
+            kv_cache_mb = max(min(int(available * KV_MEMORY_FRACTION), cap), full_context + reserved_bytes) // MB + 1
         budget = min(kv_cache_mb * MB, int(available * KV_CEILING_FRACTION))
-    num_blocks = budget // per_block
+    num_blocks = (budget - reserved_bytes) // per_block
     if num_blocks < 1:
         raise ValueError(f"the KV cache budget ({budget // MB} MB) is smaller than one block ({per_block} bytes)")
     if max_num_seqs and max_model_len:  # more than every slot's full context would never be used
@@ -144,6 +149,8 @@ def allocate_kv_pool(kv_shape, num_blocks: int, block_size: int, dtype, device) 
     layer, every step (measured 2.5x the cost of the attention maths at 32 sequences).
     """
     layers, kv_heads, head_dim = kv_shape
+    if layers == 0:  # (a model whose every layer keeps its K/V in the sliding-window pool)
+        return []
     shape = (layers, 2, kv_heads, num_blocks, block_size, head_dim)
     pool = _zero_pages(shape, dtype) if device.type == "cpu" else torch.zeros(shape, dtype=dtype, device=device)
     return [(pool[i, 0], pool[i, 1]) for i in range(layers)]

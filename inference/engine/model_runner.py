@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .kv_pool import allocate_kv_pool
+from .block_pool import BlockCopy
 from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
-from .runner.block_tables import BlockTables
 from .runner.decode_graphs import StaticDecode
+from .runner.kv_layout import KVGroup, allocate_layer_caches, model_window
 from .runner.transfers import to_device
 from .scheduler import ScheduledBatch, pools_after, samples_after
 from .sequence import Sequence
@@ -48,6 +48,7 @@ class StepInputs:
     input_ids: list[int] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)  # each row's cache slot
+    window_slots: list[int] = field(default_factory=list)  # and in the sliding-window pool, where there is one
     decode_rows: list[tuple[Sequence, int]] = field(default_factory=list)  # (seq, position) of every row attending as a decode
     sampling_rows: list[int] = field(default_factory=list)
     sampling_seqs: list[Sequence] = field(default_factory=list)
@@ -57,24 +58,36 @@ class StepInputs:
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, num_blocks: int, block_size: int, dtype, device, kv_dtype=None, cpu_step=None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        num_blocks: int,
+        block_size: int,
+        dtype,
+        device,
+        kv_dtype=None,
+        cpu_step=None,
+        num_window_blocks: int = 0,
+    ):
+        """`num_window_blocks`: the sliding-window layers' own pool (window_blocks.py), where the
+        model has such layers; 0 keeps every layer's K/V in the one pool."""
         self.model = model
         # The loader's fused C++ step (models/cpu_step.py) where it installed one; it computes the model's maths.
         self.forward = cpu_step or model
         self.block_size = block_size
         self.device = torch.device(device)
         kv_dtype = kv_dtype or dtype
-        # One block past the block manager's: where a static decode's padding rows write (runner/decode_graphs.py).
-        pool_blocks = num_blocks + 1
-        self.padding_slot = num_blocks * block_size
-        self.kv_caches = allocate_kv_pool(model.kv_shape, pool_blocks, block_size, kv_dtype, device)
-        self.kv_pool_bytes = sum(k.nbytes + v.nbytes for k, v in self.kv_caches)
         kv_heads = model.kv_shape[1]
+        # One block past the block manager's: where a static decode's padding rows write (runner/decode_graphs.py).
+        self.padding_slot = num_blocks * block_size
+        self.full = KVGroup.create(num_blocks, block_size, kv_heads, self.device)
+        window = model_window(model)
+        self.window = KVGroup.create(num_window_blocks, block_size, kv_heads, self.device, window) if num_window_blocks else None
+        self.kv_caches, self.windows = allocate_layer_caches(model, self.full, self.window, kv_dtype, self.device)
+        self.kv_pool_bytes = sum(k.nbytes + v.nbytes for k, v in self.kv_caches)
         # Each kv head's part of the head-major cache starts this many slots / blocks further on.
-        heads = torch.arange(kv_heads, device=device)
-        self.head_slot_offsets = (heads * pool_blocks * block_size)[:, None]
-        self.head_block_offsets = (heads * pool_blocks)[:, None, None]
-        self.block_tables = BlockTables(self.device)
+        self.head_slot_offsets, self.head_block_offsets = self.full.head_slot_offsets, self.full.head_block_offsets
+        self.block_tables = self.full.tables
         self.static_decode: StaticDecode | None = None
         self.decode_attention, self.decode_kernels = choose_decode_attention(
             self.device, dtype, model.kv_shape[2], kv_dtype, block_size
@@ -85,6 +98,8 @@ class ModelRunner:
         after the KV pool exists. Needs a torch decode back end (not the CPU's fused C++ step)."""
         if self.forward is not self.model:
             raise ValueError("static decode runs the model's torch forward, not the fused CPU step")
+        if self.window is not None:
+            raise ValueError("static decode keeps one table per row: not yet the sliding-window pool's")
         self.static_decode = StaticDecode(self, max_rows, max_blocks)
         if graphs:
             try:
@@ -117,7 +132,10 @@ class ModelRunner:
     def prepare_inputs(self, batch: ScheduledBatch) -> StepInputs:
         """The batch as flat rows (decodes and verifications first, then prefill chunks), with the
         rows whose logits are read, after bringing the device's block tables up to date."""
-        self.block_tables.update(batch.decodes + batch.verifies + [seq for seq, _ in batch.prefills])
+        seqs = batch.decodes + batch.verifies + [seq for seq, _ in batch.prefills]
+        self.block_tables.update(seqs)
+        if self.window is not None:
+            self.window.tables.update(seqs)
         inp = StepInputs(prefills=batch.prefills)
         for seq, verifying in [(s, False) for s in batch.decodes] + [(s, True) for s in batch.verifies]:
             start = seq.num_computed_tokens
@@ -127,7 +145,7 @@ class ModelRunner:
                 inp.decode_rows.append((seq, start + offset))
                 inp.input_ids.append(token_id)
                 inp.positions.append(start + offset)
-                inp.slots.append(self._slot(seq, start + offset))
+                self._add_slots(inp, seq, [start + offset])
             if verifying:
                 continue
             if seq.params.pooling is not None:  # an embedding whose last chunk is one token: pooled, never sampled
@@ -144,7 +162,7 @@ class ModelRunner:
                 inp.prompt_rows.append((seq, start, len(inp.input_ids), min(n, seq.num_prompt_tokens - 1 - start)))
             inp.input_ids.extend(seq.token_ids[start : start + n])
             inp.positions.extend(range(start, start + n))
-            inp.slots.extend(self._slot(seq, p) for p in range(start, start + n))
+            self._add_slots(inp, seq, range(start, start + n))
             if samples_after(seq, n):
                 inp.sampling_rows.append(len(inp.input_ids) - 1)
                 inp.sampling_seqs.append(seq)
@@ -166,7 +184,7 @@ class ModelRunner:
             if inp.prefills:
                 parts.append(self._eager(input_ids[decodes:], positions[decodes:], slots[decodes:], [], [], inp.prefills))
             return torch.cat(parts) if len(parts) > 1 else parts[0]
-        return self._eager(input_ids, positions, slots, decode_rows, lengths, inp.prefills)
+        return self._eager(input_ids, positions, slots, decode_rows, lengths, inp.prefills, inp.window_slots)
 
     def _logits(self, inp: StepInputs, hidden: torch.Tensor) -> StepLogits:
         """The rows' logits the step reads: sampling and verifying rows in one pass over the output
@@ -179,19 +197,25 @@ class ModelRunner:
         pooled = [done for seq, row, n in inp.pooling_rows if (done := self._pool(seq, hidden, row, n)) is not None]
         return StepLogits(plain, inp.sampling_seqs, prompt, pooled, verify, logits)
 
-    def _eager(self, input_ids, positions, slots, decode_rows, lengths, prefills) -> torch.Tensor:
+    def _eager(self, input_ids, positions, slots, decode_rows, lengths, prefills, window_slots=()) -> torch.Tensor:
         """Hidden states of these rows (decodes first, then prefill chunks) by one eager forward."""
+        meta = self._metadata(self.full, slots, decode_rows, lengths, prefills)
+        if self.window is not None:  # what the sliding-window layers read: their own pool's rows
+            meta.window = self._metadata(self.window, window_slots, decode_rows, lengths, prefills)
+        return self.forward(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
+
+    def _metadata(self, group: KVGroup, slots, decode_rows, lengths, prefills) -> AttentionMetadata:
         meta = AttentionMetadata(
-            write_rows=(self.head_slot_offsets + self._tensor(slots)).reshape(-1),
+            write_rows=(group.head_slot_offsets + self._tensor(slots)).reshape(-1),
             num_decodes=len(decode_rows),
-            decode=self._decode_context(decode_rows, lengths) if decode_rows else None,
+            decode=self._decode_context(group, decode_rows, lengths) if decode_rows else None,
             prefills=[],
         )
         offset = len(decode_rows)
         for seq, n in prefills:
-            meta.prefills.append(self._prefill_chunk(seq, offset, n))
+            meta.prefills.append(self._prefill_chunk(group, seq, offset, n))
             offset += n
-        return self.forward(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
+        return meta
 
     def _pool(self, seq: Sequence, hidden: torch.Tensor, row: int, rows: int):
         """An embedding request's chunk: summed (mean pooling) and, once the prompt is complete,
@@ -205,60 +229,76 @@ class ModelRunner:
         return seq, vector
 
     @torch.inference_mode()
-    def rows_for_forks(self, logits: torch.Tensor, rows: list[int], copies: list[tuple[int, int]]) -> torch.Tensor:
+    def rows_for_forks(self, logits: torch.Tensor, rows: list[int], copies: list[BlockCopy]) -> torch.Tensor:
         """A step's logits with a row per sampling sequence once forks joined it (`rows`: which
         computed row each samples from), after the forks' block copies are made."""
         self.copy_blocks(copies)
         return logits[self._tensor(rows)]
 
-    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
-        """Copies whole KV blocks (source -> destination) in every layer: a forked completion's own
-        copy of the prompt's partial last block."""
-        if not pairs:
-            return
-        sources = self._tensor([s for s, _ in pairs])
-        destinations = self._tensor([d for _, d in pairs])
-        for k_cache, v_cache in self.kv_caches:
-            k_cache.index_copy_(1, destinations, k_cache.index_select(1, sources))
-            v_cache.index_copy_(1, destinations, v_cache.index_select(1, sources))
+    def copy_blocks(self, copies: list[BlockCopy]) -> None:
+        """Copies whole KV blocks (source -> destination) in every layer of their pool: a forked
+        completion's own copy of the prompt's partial last block."""
+        for windowed in (False, True):
+            pairs = [copy for copy in copies if copy.window == windowed]
+            if not pairs:
+                continue
+            sources = self._tensor([copy.source for copy in pairs])
+            destinations = self._tensor([copy.destination for copy in pairs])
+            for layer, (k_cache, v_cache) in enumerate(self.kv_caches):
+                if (self.windows[layer] is not None and self.window is not None) == windowed:
+                    k_cache.index_copy_(1, destinations, k_cache.index_select(1, sources))
+                    v_cache.index_copy_(1, destinations, v_cache.index_select(1, sources))
 
-    def _slot(self, seq: Sequence, position: int) -> int:
-        return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
+    def _add_slots(self, inp: StepInputs, seq: Sequence, positions) -> None:
+        """Each row's cache slot, in the full pool and (where there is one) the sliding-window pool."""
+        inp.slots.extend(self.full.slot(seq, p) for p in positions)
+        if self.window is not None:
+            inp.window_slots.extend(self.window.slot(seq, p) for p in positions)
 
-    def _block_tables(self, seqs: list[Sequence], length: int) -> torch.Tensor:
+    def _block_tables(self, group: KVGroup, seqs: list[Sequence], length: int) -> torch.Tensor:
         """[rows, blocks] tables covering positions 0..length-1 (entries past a table's end are
         stale: masked by the caller)."""
         blocks = -(-length // self.block_size)
-        return self.block_tables.rows(self._tensor([seq.slot for seq in seqs]), blocks)
+        return group.tables.rows(self._tensor([seq.slot for seq in seqs]), blocks)
 
-    def _block_rows(self, tables: torch.Tensor) -> torch.Tensor:
+    def _block_rows(self, group: KVGroup, tables: torch.Tensor) -> torch.Tensor:
         """[kv_heads * rows * blocks] rows of the cache's block view holding each table's blocks, head-major."""
-        return (self.head_block_offsets + tables[None]).reshape(-1)
+        return (group.head_block_offsets + tables[None]).reshape(-1)
 
-    def _decode_context(self, rows: list[tuple[Sequence, int]], lengths: list[int]):
+    def _decode_context(self, group: KVGroup, rows: list[tuple[Sequence, int]], lengths: list[int]):
         """The decode rows' block tables and lengths (each row attends up to its own position), in
-        the shape the chosen back end reads."""
-        tables = self._block_tables([seq for seq, _ in rows], max(lengths))
+        the shape the chosen back end reads. In the sliding-window pool each row's table starts at
+        its window's first block, its length counted from there: the blocks before were given back."""
+        tables = self._block_tables(group, [seq for seq, _ in rows], max(lengths))
+        firsts = [group.first_block(length - 1) for length in lengths]
+        if any(firsts):
+            lengths = [length - first * self.block_size for length, first in zip(lengths, firsts)]
+            width = -(-max(lengths) // self.block_size)
+            columns = self._tensor(firsts)[:, None] + torch.arange(width, device=self.device)[None, :]
+            tables = tables.gather(1, columns.clamp_(max=tables.shape[1] - 1))
         return self.decode_attention.build(
             self.decode_kernels,
             tables,
             self._tensor(lengths),
             block_size=self.block_size,
-            head_block_offsets=self.head_block_offsets,
+            head_block_offsets=group.head_block_offsets,
         )
 
-    def _prefill_chunk(self, seq: Sequence, start: int, n: int) -> PrefillChunk:
+    def _prefill_chunk(self, group: KVGroup, seq: Sequence, start: int, n: int) -> PrefillChunk:
+        """A chunk's context in the group's pool: from position 0, or in the sliding-window pool
+        from the first block its first query's window reaches (positions counted from there)."""
         cached = seq.num_computed_tokens
         if cached == 0:
             return PrefillChunk(start=start, end=start + n, context_len=n, block_rows=None, causal_mask=None)
-        total = cached + n
-        query_pos = torch.arange(cached, total, device=self.device)[:, None]
-        key_pos = torch.arange(total, device=self.device)[None, :]
+        first = group.first_block(cached)
+        base, total = first * self.block_size, cached + n
+        query_pos = torch.arange(cached - base, total - base, device=self.device)[:, None]
+        key_pos = torch.arange(total - base, device=self.device)[None, :]
         return PrefillChunk(
             start=start,
             end=start + n,
-            context_len=total,
-            block_rows=self._block_rows(self._block_tables([seq], total)),
+            context_len=total - base,
+            block_rows=self._block_rows(group, self._block_tables(group, [seq], total)[:, first:]),
             causal_mask=key_pos <= query_pos,
         )
 

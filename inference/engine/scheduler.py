@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .block_manager import BlockManager
+from .block_pool import BlockCopy
 from .sequence import Sequence, SequenceStatus
 
 
@@ -146,7 +147,7 @@ class Scheduler:
         """Slots held by running sequences plus those reserved for the completions they will fork."""
         return sum(seq.num_slots for seq in self.running)
 
-    def fork(self, parent: Sequence, child: Sequence) -> list[tuple[int, int]] | None:
+    def fork(self, parent: Sequence, child: Sequence) -> list[BlockCopy] | None:
         """Runs `child` beside `parent` from the parent's computed prompt, in a slot the parent
         reserved. Returns the block copies (source, destination) the runner must make for it (its
         own copy of the prompt's partial last block, if any), or None when no block is free for
@@ -154,9 +155,9 @@ class Scheduler:
         if not self.block_manager.can_fork(parent):
             self.add(child)
             return None
-        copy = self.block_manager.fork(parent, child)
+        copies = self.block_manager.fork(parent, child)
         self._admit(child)
-        return [copy] if copy is not None else []
+        return copies
 
     def _make_room(self, seq: Sequence, wanted: int, batch: ScheduledBatch) -> bool:
         """Preempts the newest running sequences until `seq` can grow; False if `seq` itself went."""

@@ -93,7 +93,7 @@ def test_a_fork_shares_full_blocks_and_copies_only_a_partial_one():
     blocks.grow(Sequence("other", [1], SamplingParams(max_tokens=1)), 1)  # the last free block goes
     assert blocks.num_free_blocks == 0 and blocks.can_fork(aligned)  # nothing to copy: no block needed
     child = Sequence("a", list(range(8)), SamplingParams(max_tokens=4))
-    assert blocks.fork(aligned, child) is None
+    assert blocks.fork(aligned, child) == []
     assert child.block_table == aligned.block_table and all(blocks.blocks[b].ref_count == 2 for b in child.block_table)
     partial = Sequence("p", list(range(7)), SamplingParams(max_tokens=4, n=2))
     partial.block_table, partial.num_computed_tokens = aligned.block_table[:], 7

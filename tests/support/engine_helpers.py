@@ -112,6 +112,10 @@ def prefill_logits(engine: LLMEngine, token_ids: list[int] | torch.Tensor, fused
         decode=None,
         prefills=[PrefillChunk(start=0, end=n, context_len=n, block_rows=None, causal_mask=None)],
     )
+    window = engine.model_runner.window
+    if window is not None:  # its sliding-window layers write their own pool (read back by nothing here)
+        slots = torch.arange(n) % ((window.pool_blocks - 1) * window.block_size)
+        meta.window = AttentionMetadata(window.head_slot_offsets.add(slots).reshape(-1), 0, None, meta.prefills)
     model = engine.bundle.model
     with torch.inference_mode():
         step = (engine.bundle.cpu_step if fused else None) or model

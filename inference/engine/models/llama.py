@@ -135,6 +135,10 @@ class LlamaForCausalLM(nn.Module):
         if getattr(cfg, "sliding_window", None):
             self.FUSED_CPU_STEP = False  # the C++ layers attend to the whole context
 
+    def layer_windows(self) -> list[int | None]:
+        """Each layer's sliding window (None: full attention): which pool the runner keeps its K/V in."""
+        return [layer.self_attn.window for layer in self.layers]
+
     @property
     def attention_layout(self) -> str:
         window = getattr(self.cfg, "sliding_window", None)

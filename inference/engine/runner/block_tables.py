@@ -21,8 +21,9 @@ def _first_difference(held: list[int], table: list[int]) -> int:
 
 
 class BlockTables:
-    def __init__(self, device: torch.device, rows: int = 8, blocks: int = 64):
+    def __init__(self, device: torch.device, rows: int = 8, blocks: int = 64, windowed: bool = False):
         self.device = device
+        self.windowed = windowed  # the rows hold sequences' sliding-window tables (window_blocks.py)
         self.table = torch.zeros(rows, blocks, dtype=torch.long, device=device)
         self._held: list[list[int]] = [[] for _ in range(rows)]  # what each device row holds
 
@@ -30,7 +31,7 @@ class BlockTables:
         """Brings the rows of these sequences' slots up to date with their tables."""
         rows, cols, values = [], [], []
         for seq in seqs:
-            slot, table = seq.slot, seq.block_table
+            slot, table = seq.slot, seq.window_table if self.windowed else seq.block_table
             self._fit(slot + 1, len(table))
             held = self._held[slot]
             if len(held) == len(table) and held == table:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import torch
 
 from ..block_manager import BlockManager
-from ..kv_pool import plan_num_blocks
+from ..kv_pool import bytes_per_block, plan_num_blocks
 from ..model_runner import ModelRunner
 from ..sample.sampling_params import SamplingParams
 from ..scheduler import Scheduler
 from ..sequence import Sequence
+from .kv_layout import split_kv_shape, window_pool_blocks
 
 SAMPLER_ROW_COPIES = 6  # float32 logits, probabilities and sorted values, int64 sort indices (2 x 4 bytes)
 
@@ -55,8 +56,14 @@ def plan_kv_blocks(config, bundle, kv_dtype, num_slots: int) -> int:
         engine_bytes = engine_peak_bytes(
             bundle, config.block_size, config.max_num_batched_tokens, kv_dtype, num_slots, bundle.model.vocab_size
         )
+    full_shape, window_shape = split_kv_shape(bundle.model)
+    window_blocks = window_pool_blocks(
+        bundle.model, config.block_size, num_slots, config.max_num_batched_tokens, bundle.max_model_len
+    )
+    if window_blocks and full_shape[0] == 0:  # every layer windowed: the full pool is bookkeeping only
+        return num_slots * -(-bundle.max_model_len // config.block_size)
     return plan_num_blocks(
-        bundle.model.kv_shape,
+        full_shape if window_blocks else bundle.model.kv_shape,
         config.block_size,
         kv_dtype,
         bundle.device,
@@ -65,4 +72,5 @@ def plan_kv_blocks(config, bundle, kv_dtype, num_slots: int) -> int:
         bundle.max_model_len,
         num_slots,
         engine_bytes,
+        reserved_bytes=(window_blocks + 1) * bytes_per_block(window_shape, config.block_size, kv_dtype) if window_blocks else 0,
     )

@@ -103,3 +103,50 @@ def test_float16_is_refused_when_asked_and_avoided_under_auto(hf, smollm_tokeniz
         build_bundle(hf.config, smollm_tokenizer, hf.state_dict(), name="g", config=EngineConfig(dtype="float16", device="cpu"))
     assert _dtype_for(Gemma3ForCausalLM, torch.float16, "auto") == torch.float32
     assert _dtype_for(Gemma3ForCausalLM, torch.bfloat16, "auto") == torch.bfloat16
+
+
+def test_the_sliding_window_layers_keep_each_slots_window_not_the_context(hf, smollm_tokenizer):
+    """Their K/V lives in a pool of its own, sized by slots and a step's tokens; a long reply still
+    gives HF's tokens, and every block comes back when it ends."""
+    from inference.engine.window_blocks import WindowBlocks
+
+    engine = engine_for(hf, smollm_tokenizer, block_size=4, max_num_seqs=2, max_num_batched_tokens=16, speculative="off")
+    runner, window = engine.model_runner, engine.block_manager.window
+    assert window is not None and window.window == 8
+    assert runner.window.pool_blocks == WindowBlocks.pool_size(2, 8, 4, 16, engine.max_model_len) + 1 == 2 * 4 + 4 + 1
+    windowed = [i for i, w in enumerate(engine.bundle.model.layer_windows()) if w is not None]
+    assert all(runner.kv_caches[i][0].shape[1] == runner.window.pool_blocks for i in windowed)
+    ids = smollm_tokenizer(PROMPTS["c"]).input_ids
+    engine.add_request("long", ids, greedy(60))
+    outputs = []
+    while engine.has_work():
+        outputs.extend(engine.step())
+        assert window.pool.num_free >= window.pool.num_blocks - (8 // 4 + 2) - 16 // 4
+    assert generated_ids(outputs) == hf_greedy(hf, ids, 60)
+    assert window.pool.num_free == window.pool.num_blocks
+
+
+def test_verified_guesses_and_forked_completions_read_the_window_pool(hf, smollm_tokenizer, expected):
+    """Speculation's verify rows and n=2's copy of the prompt's partial last window block."""
+    engine = engine_for(hf, smollm_tokenizer, block_size=4, speculative="ngram")
+    engine.add_request("n2", smollm_tokenizer(PROMPTS["a"]).input_ids, greedy(20, n=2))
+    results = run_to_completion(engine)["n2"]
+    by_index = {}
+    for out in results:
+        by_index.setdefault(out.index, []).extend(out.token_ids)
+    assert by_index == {0: expected["a"], 1: expected["a"]}
+    assert engine.speculator.verification_steps > 0
+
+
+def test_a_follow_up_turn_resumes_from_the_cached_window(hf, smollm_tokenizer, expected):
+    """The next turn's prompt extends the last one's prompt and reply: it resumes at the reply's end."""
+    engine = engine_for(hf, smollm_tokenizer, block_size=4)
+    ids = smollm_tokenizer(PROMPTS["c"]).input_ids
+    engine.add_request("turn1", ids, greedy(20))
+    run_to_completion(engine)
+    follow_up = ids + expected["c"] + smollm_tokenizer(" and then").input_ids
+    engine.add_request("turn2", follow_up, greedy(12))
+    seq = engine.requests["turn2"][0]
+    outputs = run_to_completion(engine)["turn2"]
+    assert seq.reported_cached_tokens == (len(ids) + 19) // 4 * 4  # every full block the last turn computed
+    assert generated_ids(outputs) == hf_greedy(hf, follow_up, 12)

@@ -56,3 +56,20 @@ def test_teacher_forced_greedy_tokens_agree_with_transformers(engine, reference)
         agree += int((ours == expected).sum())
         total += len(ours)
     assert total > 250 and agree / total >= 0.95, f"{agree} of {total} positions agree"
+
+
+def test_a_reply_past_the_window_through_the_engine_agrees_with_transformers(engine, reference):
+    """The engine's own path over the sliding-window pool: a ~700-token prompt prefilled in two
+    chunks (the second reading the window's blocks only), then decodes; each generated token is
+    transformers' argmax at its position (teacher-forced over the reply), near-ties aside."""
+    from tests.support.engine_helpers import generated_ids, greedy, run_to_completion
+
+    ids = engine.tokenize(" ".join(TEXTS * 20))
+    assert len(ids) > max(engine.config.max_num_batched_tokens, 512)  # two chunks, the second past the window
+    engine.add_request("long", ids, greedy(16))
+    reply = generated_ids(run_to_completion(engine)["long"])
+    with torch.no_grad():
+        expected = reference(torch.tensor([ids + reply]), logits_to_keep=len(reply) + 1).logits[0, :-1].argmax(-1)
+    agree = sum(int(a == b) for a, b in zip(reply, expected.tolist()))
+    assert agree >= 14, f"{agree} of 16 generated tokens are transformers' argmax"
+    assert engine.block_manager.window.pool.num_free == engine.block_manager.window.pool.num_blocks

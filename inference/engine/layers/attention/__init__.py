@@ -53,7 +53,10 @@ def paged_attention(
     window: int | None = None,
 ) -> torch.Tensor:
     """Writes the step's K/V into the cache, then attends; returns [T, heads, head_dim]. `window`:
-    a sliding-window layer's span (each query sees its own key and the window - 1 before it)."""
+    a sliding-window layer's span (each query sees its own key and the window - 1 before it); such
+    a layer's cache is the sliding-window pool where the runner keeps one (`meta.window`)."""
+    if window is not None and meta.window is not None:
+        meta = meta.window
     write_to_cache(k, v, k_cache, v_cache, meta)
     return attend(q, k, v, k_cache, v_cache, meta, scale, window)
 

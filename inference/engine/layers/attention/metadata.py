@@ -25,3 +25,5 @@ class AttentionMetadata:
     # decode_gathered.GatheredDecode, chosen once for the runner); None in a step without decodes.
     decode: object | None
     prefills: list[PrefillChunk]
+    # The same step in the sliding-window layers' own pool (window_blocks.py), where the runner keeps one.
+    window: AttentionMetadata | None = None
