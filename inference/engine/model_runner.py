@@ -83,7 +83,8 @@ class ModelRunner:
         self.full = KVGroup.create(num_blocks, block_size, kv_heads, self.device)
         window = model_window(model)
         self.window = KVGroup.create(num_window_blocks, block_size, kv_heads, self.device, window) if num_window_blocks else None
-        self.kv_caches, self.windows = allocate_layer_caches(model, self.full, self.window, kv_dtype, self.device)
+        self.kv_caches, in_window = allocate_layer_caches(model, self.full, self.window, kv_dtype, self.device)
+        self.window_layers = {layer for layer, windowed in enumerate(in_window) if windowed}  # in the window pool
         self.kv_pool_bytes = sum(k.nbytes + v.nbytes for k, v in self.kv_caches)
         # Each kv head's part of the head-major cache starts this many slots / blocks further on.
         self.head_slot_offsets, self.head_block_offsets = self.full.head_slot_offsets, self.full.head_block_offsets
@@ -245,7 +246,7 @@ class ModelRunner:
             sources = self._tensor([copy.source for copy in pairs])
             destinations = self._tensor([copy.destination for copy in pairs])
             for layer, (k_cache, v_cache) in enumerate(self.kv_caches):
-                if (self.windows[layer] is not None and self.window is not None) == windowed:
+                if (layer in self.window_layers) == windowed:
                     k_cache.index_copy_(1, destinations, k_cache.index_select(1, sources))
                     v_cache.index_copy_(1, destinations, v_cache.index_select(1, sources))
 
@@ -270,7 +271,7 @@ class ModelRunner:
         the shape the chosen back end reads. In the sliding-window pool each row's table starts at
         its window's first block, its length counted from there: the blocks before were given back."""
         tables = self._block_tables(group, [seq for seq, _ in rows], max(lengths))
-        firsts = [group.first_block(length - 1) for length in lengths]
+        firsts = [group.first_block(length - 1) for length in lengths] if group.window is not None else []
         if any(firsts):
             lengths = [length - first * self.block_size for length, first in zip(lengths, firsts)]
             width = -(-max(lengths) // self.block_size)

@@ -75,7 +75,7 @@ class KVGroup:
 
 
 def allocate_layer_caches(model, full: KVGroup, window: KVGroup | None, dtype, device):
-    """Each layer's (K, V) pair, in its group's pool, in layer order."""
+    """Each layer's (K, V) pair, in its group's pool, in layer order; and whether each is in the window pool."""
     windows = layer_windows(model)
     _, kv_heads, head_dim = model.kv_shape
     full_layers = [i for i, w in enumerate(windows) if w is None or window is None]
@@ -90,4 +90,4 @@ def allocate_layer_caches(model, full: KVGroup, window: KVGroup | None, dtype, d
         window_layers = [i for i, w in enumerate(windows) if w is not None]
         shape = (len(window_layers), kv_heads, head_dim)
         pools.update(zip(window_layers, allocate_kv_pool(shape, window.pool_blocks, window.block_size, dtype, device)))
-    return [pools[i] for i in range(len(windows))], windows
+    return [pools[i] for i in range(len(windows))], [i not in full_layers for i in range(len(windows))]
