@@ -8,7 +8,11 @@ runs `manage.py generate` instead (one completion and its speed), as the README 
 from __future__ import annotations
 
 import asyncio
+import faulthandler
+import os
 import signal
+import sys
+import threading
 
 from django.conf import settings
 from django.core.management.base import CommandError
@@ -16,6 +20,27 @@ from django.core.management.base import CommandError
 from inference.engine.config import EngineConfig
 
 from .generate import Command as GenerateCommand
+
+# A graceful stop waits up to 10 s for the engine thread and 10 s for the forwarders (worker.py);
+# past this, something is stuck (a Redis call, an executor job): say where, and exit anyway.
+SHUTDOWN_GRACE_S = 40.0
+
+
+def _exit_if_stuck(grace_s: float) -> None:
+    """A daemon timer: if the process is still here `grace_s` after the stop signal, every
+    thread's stack goes to stderr and the process exits 0 (the stop itself was asked for), so an
+    orchestrator's stop never hangs on a stuck shutdown."""
+
+    def expire() -> None:
+        sys.stderr.write(f"runengine: shutdown still running after {grace_s:.0f} s; thread stacks follow, then exit\n")
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(0)
+
+    if not any(t.name == "runengine-shutdown-watchdog" for t in threading.enumerate()):
+        timer = threading.Timer(grace_s, expire)
+        timer.name, timer.daemon = "runengine-shutdown-watchdog", True
+        timer.start()
 
 
 class Command(GenerateCommand):
@@ -49,8 +74,13 @@ class Command(GenerateCommand):
         async def main() -> int:
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
+
+            def on_signal() -> None:
+                stop.set()
+                _exit_if_stuck(SHUTDOWN_GRACE_S)
+
             for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, stop.set)
+                loop.add_signal_handler(signum, on_signal)
             return await worker.serve(stop)
 
         self.stdout.write(f"engine {worker.engine_id}: loading {config.model or 'embedded SmolLM2-135M-Instruct'}")
