@@ -4,16 +4,22 @@ from ..errors import UnsupportedModelError
 from .gemma3 import Gemma3ForCausalLM
 from .gpt2 import GPT2LMHeadModel
 from .llama import LlamaForCausalLM
+from .mixtral import MixtralForCausalLM
+from .olmoe import OlmoeForCausalLM
 from .phi3 import Phi3ForCausalLM
 from .qwen3 import Qwen3ForCausalLM
+from .qwen3_moe import Qwen3MoeForCausalLM
 from .smollm3 import SmolLM3ForCausalLM
 
 MODEL_CLASSES = {
     "llama": LlamaForCausalLM,
     "mistral": LlamaForCausalLM,
+    "mixtral": MixtralForCausalLM,
+    "olmoe": OlmoeForCausalLM,
     "phi3": Phi3ForCausalLM,
     "qwen2": LlamaForCausalLM,
     "qwen3": Qwen3ForCausalLM,
+    "qwen3_moe": Qwen3MoeForCausalLM,
     "smollm3": SmolLM3ForCausalLM,
     "gemma3_text": Gemma3ForCausalLM,
     "gpt2": GPT2LMHeadModel,

@@ -69,12 +69,12 @@ class LlamaMLP(nn.Module):
 class LlamaDecoderLayer(nn.Module):
     attention_class = LlamaAttention  # a family that changes only attention (Qwen3) names its own
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, mlp: nn.Module | None = None):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = self.attention_class(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = LlamaMLP(cfg)
+        self.mlp = mlp if mlp is not None else LlamaMLP(cfg)  # a mixture of experts brings its own
 
     def forward(self, x, rope: RopeTables, kv_cache, meta):
         x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
@@ -95,7 +95,7 @@ class LlamaArgs:
         self.rms_norm_eps = hf_config.rms_norm_eps
         self.tie_word_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
         is_qwen2 = hf_config.model_type == "qwen2"
-        self.interleaved_rope_in_gguf = hf_config.model_type in ("llama", "mistral")
+        self.interleaved_rope_in_gguf = hf_config.model_type in ("llama", "mistral", "mixtral")
         self.qkv_bias = is_qwen2 or bool(getattr(hf_config, "attention_bias", False))
         self.o_bias = bool(getattr(hf_config, "attention_bias", False))
         self.mlp_bias = bool(getattr(hf_config, "mlp_bias", False))
@@ -127,13 +127,17 @@ class LlamaForCausalLM(nn.Module):
         self.vocab_size = cfg.vocab_size
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.rotary = RotaryEmbedding(cfg.rotary_dim, max_positions, cfg.rope)
-        self.layers = nn.ModuleList(self.decoder_layer_class(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(self.make_layer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         if getattr(cfg, "sliding_window", None):
             self.FUSED_CPU_STEP = False  # the C++ layers attend to the whole context
+
+    def make_layer(self, cfg, index: int) -> nn.Module:
+        """Layer `index` (models/moe.py gives its sparse layers experts instead of an MLP)."""
+        return self.decoder_layer_class(cfg)
 
     def layer_windows(self) -> list[int | None]:
         """Each layer's sliding window (None: full attention): which pool the runner keeps its K/V in."""
