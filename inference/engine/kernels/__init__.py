@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 NAME = "minivllm_kernels"
 STALE_LOCK_S = 600  # a build takes ~2 min; a lock this old was left by a killed one
 # C++ by concern: common/ (bindings, ISA choice, SIMD helpers), int8/, groups/ (4- and 8-bit groups),
+# blocks/ (GGUF blocks), floats/ (f16 / bf16 / f32), experts/ (mixture-of-experts linears over either),
 # attention/, layers/ (a decoder layer's fused halves, RMSNorm, RoPE). Every .cpp below is built;
 # includes are written from this folder ("common/simd.h").
 SOURCE_DIR = Path(__file__).parent

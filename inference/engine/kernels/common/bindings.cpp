@@ -28,6 +28,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("raws"), py::arg("columns"), py::arg("kind"), py::arg("order") = py::none());
   m.def("float_linear", &float_linear, nogil(), "x @ W.T for packed f16 / bf16 / f32 weights, float32 sums",
         py::arg("x"), py::arg("packed"), py::arg("out_features"), py::arg("kind"), py::arg("isa") = "auto");
+  m.def("expert_linear", &expert_linear, nogil(), "out[r] = x[row_x[r]] @ W[row_expert[r]].T over E stacked packed experts",
+        py::arg("x"), py::arg("row_x"), py::arg("row_expert"), py::arg("packed"), py::arg("out_features"), py::arg("kind"),
+        py::arg("isa") = "auto");
   m.def("pack_file_weights", &pack_file_weights, nogil(), "(raws, columns, kind, order) weights packed for their kernels in one call");
   m.def("gguf_dequantize_rows", &gguf_dequantize_rows, nogil(), "rows of a GGUF matrix of any type as float32, from its raw bytes");
   m.def("group_dequantize_rows", &group_dequantize_rows, nogil(), "rows of a packed group weight as float32 (an embedding lookup)");

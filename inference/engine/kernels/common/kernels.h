@@ -60,6 +60,12 @@ std::vector<torch::Tensor> pack_file_weights(const std::vector<PackSpec>& specs)
 std::vector<const uint8_t*> ordered_rows(const std::vector<const uint8_t*>& rows, const torch::Tensor& order);
 torch::Tensor float_linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t out_features, const std::string& kind,
                            const std::string& isa);
+// A mixture-of-experts linear: out[r] = x[row_x[r]] @ W[row_expert[r]].T, float32 [R, N], with
+// `packed` uint8 [E, ceil(N / 16), bytes a block] each expert's [N, K] weight in block_pack's (block
+// kinds) or float_pack's (f16 / bf16 / f32) layout, stacked. Rows grouped by expert: each chosen
+// expert's weights read once, an unchosen one never; a row's bits are block_linear's (float_linear's) alone.
+torch::Tensor expert_linear(const torch::Tensor& x, const torch::Tensor& row_x, const torch::Tensor& row_expert,
+                            const torch::Tensor& packed, int64_t out_features, const std::string& kind, const std::string& isa);
 // Rows `ids` of a GGUF matrix of any block type (or f32 / f16 / bf16) as float32, from its raw
 // bytes: the file's values as gguf-py de-quantizes them (embedding lookups read the file this way).
 torch::Tensor gguf_dequantize_rows(const torch::Tensor& raw, int64_t columns, const std::string& kind, const torch::Tensor& ids);
