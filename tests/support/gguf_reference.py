@@ -27,11 +27,12 @@ LAYER_NAMES = {  # llama.cpp's names in a block -> transformers' under model.lay
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    "ffn_gate_inp": "mlp.gate",  # a mixture of experts' router
     "post_attention_norm": "post_attention_layernorm",
     "post_ffw_norm": "post_feedforward_layernorm",
 }
 FFN_NORM = {"gemma3_text": "pre_feedforward_layernorm"}  # elsewhere llama.cpp's ffn_norm is post_attention_layernorm
-INTERLEAVED = ("llama", "mistral", "smollm3")  # whose Q/K rows llama.cpp's converter permuted
+INTERLEAVED = ("llama", "mistral", "smollm3", "mixtral")  # whose Q/K rows llama.cpp's converter permuted
 
 
 def reference_model(path: str):
@@ -53,6 +54,11 @@ def reference_model(path: str):
         if name.startswith("rope_factors") or name == "rope_freqs.weight":
             continue
         values = dequantize(checkpoint.raw_tensor(name), entry.type, entry.shape, torch.float32)
+        if name.endswith("_exps.weight"):  # transformers keeps experts 3-D: gate and up as one, gate first
+            layer, role = name.split(".")[1:3]
+            hf = f"model.layers.{layer}.mlp.experts." + ("down_proj" if role == "ffn_down_exps" else "gate_up_proj")
+            state[hf] = torch.cat([state[hf], values], dim=1) if role == "ffn_up_exps" else values
+            continue
         state[_hf_name(name, model_type)] = _unpermuted(name, values, config) if model_type in INTERLEAVED else values
     if model_type == "gemma3_text":  # llama.cpp's converter wrote 1 + w
         state = {k: v - 1 if k.endswith("norm.weight") else v for k, v in state.items()}

@@ -25,8 +25,11 @@ SERVED_ARCHITECTURES = (
     "gemma3",
     "phi3",
     "smollm3",
-)  # what our model classes run from a GGUF
-KEYS_AS = {"smollm3": "llama"}  # an architecture transformers has no GGUF table for, read by the one its keys follow
+    "qwen3moe",
+    "olmoe",
+)  # what our model classes run from a GGUF (a `llama` file with experts is Mixtral)
+# an architecture transformers has no GGUF table for (or names otherwise), read by the one its keys follow
+KEYS_AS = {"smollm3": "llama", "qwen3moe": "qwen3_moe", "olmoe": "llama"}
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -64,7 +67,31 @@ def config_dict(metadata: dict, tensor_names: tuple[str, ...]) -> dict:
     elif architecture == "smollm3":
         config["model_type"] = "smollm3"
         config["no_rope_layer_interval"] = 4  # llama.cpp's fixed step: no RoPE on every fourth layer
+    if metadata.get(f"{architecture}.expert_count"):
+        _expert_fields(config, metadata, architecture)
     return config
+
+
+def _expert_fields(config: dict, metadata: dict, architecture: str) -> None:
+    """A mixture of experts: how many experts, how many a token takes, their width, and whether
+    the chosen k are renormalised, as llama.cpp runs each architecture (every layer sparse).
+    A `llama` file with experts is Mixtral (llama.cpp's converter writes Mixtral as `llama`)."""
+    model_type = {"llama": "mixtral", "qwen3moe": "qwen3_moe", "olmoe": "olmoe"}.get(architecture)
+    if model_type is None:
+        return
+    config["model_type"] = model_type
+    experts, used = metadata[f"{architecture}.expert_count"], metadata[f"{architecture}.expert_used_count"]
+    config["num_local_experts" if model_type == "mixtral" else "num_experts"] = experts
+    config["num_experts_per_tok"] = used
+    width = metadata.get(f"{architecture}.expert_feed_forward_length")
+    if model_type == "qwen3_moe":
+        config["moe_intermediate_size"] = width or config.get("intermediate_size")
+        config["norm_topk_prob"] = True
+        config["decoder_sparse_step"], config["mlp_only_layers"] = 1, []
+    elif width:
+        config["intermediate_size"] = width
+    if model_type == "olmoe":
+        config["norm_topk_prob"] = False
 
 
 def _phi3_fields(config: dict, metadata: dict, tensor_names: tuple[str, ...]) -> None:

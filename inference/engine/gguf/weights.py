@@ -18,6 +18,8 @@ from collections import Counter
 import torch
 from torch import nn
 
+from ..errors import UnsupportedModelError
+from ..layers.experts import ExpertLinear, ExpertParts
 from ..layers.linear import GGUF_BLOCK_TYPES
 from ..layers.linear.base import RowKernelLinear
 from ..layers.linear.blocks import BlockLinear, FileEmbedding, FloatLinear, PartsLinear, pack_file_weights
@@ -26,6 +28,7 @@ from ..layers.linear.prefetch import prefetch_for
 from ..models.no_init import WithoutWeightInit
 from . import packed_cache
 from .checkpoint import GROUPED_TYPES, GGUFCheckpoint
+from .dequantize import dequantize
 
 FLOAT_TYPES = ("f16", "bf16", "f32")
 KERNELS = {**{t: "group" for t in GROUPED_TYPES}, **{t: "block" for t in GGUF_BLOCK_TYPES}, **{t: "float" for t in FLOAT_TYPES}}
@@ -38,7 +41,7 @@ def can_build(model_class, hf_config, checkpoint: GGUFCheckpoint, fmt: str) -> b
     and a format that keeps them (int4 and q8_0 only for files of those groups, as before)."""
     if fmt not in KEPT_FORMATS or hf_config.model_type not in getattr(model_class, "GGUF_ARCHITECTURES", ()):
         return False
-    matrices = [e for e in checkpoint.tensors.values() if len(e.shape) == 2]
+    matrices = [e for e in checkpoint.tensors.values() if len(e.shape) in (2, 3)]  # 3-D: a layer's experts
     if not matrices or not all(e.type in KERNELS for e in matrices):
         return False
     if fmt == "gguf":
@@ -71,9 +74,13 @@ def build(
             bias_parts = linears.get(path.removesuffix(".weight") + ".bias")
             bias = _float_rows(checkpoint, bias_parts) if bias_parts and bias_parts[0][0] in checkpoint.tensors else None
             plans[path.removesuffix(".weight")] = (_plan(checkpoint, parts, kernels_used, specs), bias)
+    expert_layout = model.gguf_expert_layout() if hasattr(model, "gguf_expert_layout") else {}
+    expert_plans = {path: _expert_plan(checkpoint, names, kernels_used, specs) for path, names in expert_layout.items()}
     packed = _packed(checkpoint, specs, populated=grouped, keep=keep_packed)
     for path, (runs, bias) in plans.items():
         _set(model, path, _linear(runs, packed, bias))
+    for path, plan in expert_plans.items():
+        _set(model, path, _expert_linear(plan, packed))
     for path, name in floats.items():
         _set(model, path, nn.Parameter(checkpoint.float_tensor(name), requires_grad=False))
     set_rope_factors(model, checkpoint)
@@ -137,6 +144,67 @@ def _packed(checkpoint: GGUFCheckpoint, specs: list, populated: bool, keep: bool
     if cache is not None:
         cache.save_later(packed)
     return packed
+
+
+def _expert_plan(checkpoint: GGUFCheckpoint, names: list[str], kernels_used: Counter, specs: list) -> list:
+    """A layer's experts of one projection (gate and up fused per expert where the file stores them
+    in one type): 3-D tensors [E, rows, columns] packed as one weight of E * rows rows, expert after
+    expert, which with rows a multiple of the kernels' 16 channels is each expert packed alone, so
+    `expert_linear` reads one expert's blocks as one run. Parts of different types stay apart
+    (ExpertParts). Group types (Q4_0 / Q4_1 / Q8_0), and rows not whole channel blocks, are
+    de-quantized to float32 instead (the torch path): llama.cpp's Q4_K_M writes k-quant experts."""
+    missing = [name for name in names if name not in checkpoint.tensors]
+    if missing:
+        raise UnsupportedModelError(
+            f"this GGUF has no {missing[0]}: its experts are stored one tensor each (an older Mixtral conversion); "
+            "convert the model again with a current llama.cpp (experts as one 3-D tensor per layer)"
+        )
+    entries = [checkpoint.tensors[name] for name in names]
+    experts, _, columns = entries[0].shape
+    for entry in entries:
+        kernels_used[f"{entry.type} experts"] += 1
+    kinds = {entry.type for entry in entries}
+    in_place = all(entry.type in GGUF_BLOCK_TYPES + FLOAT_TYPES and entry.shape[1] % EXPERT_CHANNELS == 0 for entry in entries)
+    if not in_place:
+        log.warning(
+            "experts %s de-quantized to float32 (types %s): only k-quant and float experts run in place", names, sorted(kinds)
+        )
+        weight = torch.cat(
+            [dequantize(checkpoint.raw_tensor(n), e.type, e.shape, torch.float32) for n, e in zip(names, entries)], dim=1
+        )
+        return [("float", weight)]
+    groups = [list(zip(names, entries))] if len(kinds) == 1 else [[(n, e)] for n, e in zip(names, entries)]
+    plans = []
+    for group in groups:
+        rows = [entry.shape[1] for _, entry in group]
+        base = torch.arange(experts * rows[0]).view(experts, rows[0])
+        # our rows: expert e's rows of each part in turn (gate then up); the parts' rows follow one another
+        order = (
+            torch.cat([base + i * experts * rows[0] for i in range(len(group))], dim=1).reshape(-1) if len(group) > 1 else None
+        )
+        kind = group[0][1].type
+        specs.append(([checkpoint.raw_tensor(name) for name, _ in group], columns, kind, order, [name for name, _ in group]))
+        plans.append(("packed", len(specs) - 1, experts, sum(rows), columns, kind))
+    return plans
+
+
+EXPERT_CHANNELS = 16  # the block and float kernels' channels a packed block (kernels/blocks/block_dot.h)
+
+
+def _expert_linear(plans: list, packed: list[torch.Tensor]):
+    linears = []
+    for plan in plans:
+        if plan[0] == "float":
+            weight = plan[1]
+            linear = ExpertLinear(weight.shape[0], weight.shape[1], weight.shape[2])
+            linear.weight = nn.Parameter(weight, requires_grad=False)
+        else:
+            _, index, experts, rows, columns, kind = plan
+            linear = ExpertLinear(
+                experts, rows, columns, packed=packed[index].view(experts, rows // EXPERT_CHANNELS, -1), kind=kind
+            )
+        linears.append(linear)
+    return linears[0] if len(linears) == 1 else ExpertParts(linears)
 
 
 def _linear(runs: list, packed: list[torch.Tensor], bias) -> RowKernelLinear:

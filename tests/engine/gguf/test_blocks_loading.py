@@ -18,7 +18,8 @@ from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.errors import UnsupportedModelError
 from inference.engine.gguf import checkpoint as gguf_checkpoint
-from inference.engine.layers.linear.blocks import BlockLinear, FileEmbedding, PartsLinear
+from inference.engine.layers.experts import ExpertLinear, ExpertParts
+from inference.engine.layers.linear.blocks import BlockLinear, FileEmbedding, FloatLinear, PartsLinear
 from inference.engine.loader import ModelLoadError, load_model
 from tests.support.engine_helpers import prefill_logits
 from tests.support.gguf_files import write_block_gguf
@@ -40,7 +41,7 @@ def hf_logits(path: str, ids: torch.Tensor) -> torch.Tensor:
     from transformers import AutoModelForCausalLM
 
     checkpoint = gguf_checkpoint.GGUFCheckpoint.open(path)
-    if checkpoint.hf_config.model_type in ("gemma3_text", "phi3", "smollm3"):
+    if checkpoint.hf_config.model_type in ("gemma3_text", "phi3", "smollm3", "qwen3_moe", "mixtral", "olmoe"):
         with torch.no_grad():
             return reference_model(path)(ids[None]).logits[0]
     folder, name = os.path.split(path)
@@ -67,6 +68,11 @@ CASES = {  # name: (arch, write_block_gguf's keywords)
     "gemma3 window, four norms": ("gemma3", {}),
     "phi3 fused tensors, partial rotary, longrope factors": ("phi3", {}),
     "smollm3 no rope every fourth layer": ("smollm3", {}),
+    "qwen3moe experts, q4_k gate/up and q6_k down": ("qwen3moe", {}),
+    "mixtral: a llama file with experts": ("mixtral", {}),
+    "olmoe norms over whole projections": ("olmoe", {}),
+    "experts whose gate and up differ in type": ("qwen3moe", {"types": {"ffn_up_exps": "q5_k"}}),
+    "float16 experts": ("qwen3moe", {"types": {"ffn_gate_exps": "f16", "ffn_up_exps": "f16", "ffn_down_exps": "f16"}}),
     "every block type": (
         "llama",
         {
@@ -129,6 +135,53 @@ def test_each_linear_keeps_its_own_tensor_type(tmp_path):
         if n != "token_embd.weight"
     )
     assert packed <= 1.05 * (in_file + bundle.model.embed_tokens.raw.nbytes)  # the tied output is packed once
+
+
+def test_experts_run_from_the_files_blocks_packed_once_per_layer(tmp_path):
+    """A Q4_K_M-style MoE file: each sparse layer's gate and up experts packed as one weight, its
+    down experts as another, in the file's own types, about the file's own size; the router a
+    float linear; a gate and up of different types kept apart; the model named as a MoE."""
+    bundle = load_model(EngineConfig(model=write_block_gguf(tmp_path / "m.gguf", "qwen3moe"), device="cpu"))
+    experts = bundle.model.layers[1].mlp.experts
+    assert isinstance(experts.gate_up, ExpertLinear) and experts.gate_up.kind == "q4_k" and experts.down.kind == "q6_k"
+    assert experts.gate_up.packed.shape[:2] == (8, 2 * 256 // 16) and experts.down.packed.shape[:2] == (8, 256 // 16)
+    assert isinstance(bundle.model.layers[1].mlp.gate, FloatLinear)
+    assert "MoE, 2 of 8 experts" in bundle.attention_layout
+    in_file = sum(
+        e.nbytes for n, e in gguf_checkpoint.GGUFCheckpoint.open(str(tmp_path / "m.gguf")).tensors.items() if "_exps" in n
+    )
+    packed = sum(m.packed.nbytes for m in bundle.model.modules() if isinstance(m, ExpertLinear))
+    assert in_file <= packed <= 1.05 * in_file
+    mixed = load_model(
+        EngineConfig(model=write_block_gguf(tmp_path / "x.gguf", "qwen3moe", types={"ffn_up_exps": "q5_k"}), device="cpu")
+    )
+    gate_up = mixed.model.layers[0].mlp.experts.gate_up
+    assert isinstance(gate_up, ExpertParts) and [p.kind for p in gate_up.parts] == ["q4_k", "q5_k"]
+
+
+def test_a_file_with_one_tensor_per_expert_is_refused_with_a_clear_line(tmp_path):
+    """Older Mixtral conversions wrote blk.N.ffn_gate.E.weight per expert; llama.cpp reads only 3-D experts now."""
+    from gguf import GGUFReader, GGUFWriter
+
+    path = write_block_gguf(tmp_path / "new.gguf", "mixtral")
+    reader = GGUFReader(path)
+    writer = GGUFWriter(str(tmp_path / "old.gguf"), "llama")
+    for key, field in reader.fields.items():
+        if not key.startswith(("GGUF.", "general.architecture")):
+            writer.add_key_value(key, field.contents(), field.types[0], field.types[1] if len(field.types) > 1 else None)
+    for tensor in reader.tensors:
+        if "_exps" in tensor.name:
+            for e in range(tensor.data.shape[0]):
+                name = tensor.name.replace("_exps.weight", f".{e}.weight")
+                writer.add_tensor(name, tensor.data[e], raw_shape=tensor.data[e].shape, raw_dtype=tensor.tensor_type)
+        else:
+            writer.add_tensor(tensor.name, tensor.data, raw_shape=tensor.data.shape, raw_dtype=tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(UnsupportedModelError, match="one tensor each.*convert the model again"):
+        load_model(EngineConfig(model=str(tmp_path / "old.gguf"), device="cpu"))
 
 
 def test_an_architecture_we_do_not_run_is_named_at_load(tmp_path):
