@@ -92,3 +92,24 @@ def test_a_llama_file_named_mistral_is_mistral_without_a_window(tmp_path):
     assert config["model_type"] == "mistral" and config["sliding_window"] is None
     config = config_dict({**metadata, "llama.attention.sliding_window": 4096}, names)
     assert config["sliding_window"] == 4096
+
+
+def test_a_qwen3moe_file_equals_the_legacy_parse_plus_what_llama_cpp_reads(tmp_path):
+    """transformers maps the expert counts; the experts' width and every layer being sparse are
+    what llama.cpp reads beside them."""
+    path = write_block_gguf(tmp_path / "m.gguf", "qwen3moe")
+    fast = fast_config(path)
+    assert fast.pop("moe_intermediate_size") == 256
+    assert (fast.pop("decoder_sparse_step"), fast.pop("mlp_only_layers")) == (1, [])
+    assert fast["model_type"] == "qwen3_moe" and (fast["num_experts"], fast["num_experts_per_tok"]) == (8, 2)
+    assert fast == legacy_config(path)
+
+
+@pytest.mark.parametrize("arch, model_type", [("mixtral", "mixtral"), ("olmoe", "olmoe")])
+def test_moe_files_transformers_cannot_read_get_their_family_and_experts(tmp_path, arch, model_type):
+    """A `llama` file with experts is Mixtral (llama.cpp writes Mixtral so); OLMoE reads Llama's
+    keys; Mixtral renormalises its chosen experts, OLMoE does not."""
+    fast = fast_config(write_block_gguf(tmp_path / "m.gguf", arch))
+    experts = fast["num_local_experts"] if arch == "mixtral" else fast["num_experts"]
+    assert fast["model_type"] == model_type and (experts, fast["num_experts_per_tok"], fast["intermediate_size"]) == (8, 2, 256)
+    assert fast.get("norm_topk_prob") is (None if arch == "mixtral" else False)

@@ -131,3 +131,31 @@ def test_preempted_speculated_and_prefix_cached_runs_keep_their_tokens(smollm_to
     engine.add_request("again", smollm_tokenizer(PROMPTS["c"]).input_ids, greedy(16))
     assert generated_ids(run_to_completion(engine)["again"]) == expected["c"]
     assert engine.stats().prefix_cache_hits > 0
+
+
+@pytest.mark.real_model  # the embedded GGUF's tokenizer, written into the file
+def test_a_gguf_moe_gives_each_request_its_tokens_alone_batched_chunked_preempted_and_speculated(tmp_path, monkeypatch):
+    """The C++ expert path (k-quant experts read in place): a row's result never depends on the
+    rows beside it, so a batch, chunked prompts, a KV pool that forces preemption and n-gram
+    speculation all give each request the tokens it gets alone."""
+    from inference.engine.config import EngineConfig
+    from inference.engine.engine import LLMEngine
+    from inference.engine.gguf import checkpoint as gguf_checkpoint
+    from inference.engine.loader import load_model
+    from tests.support.gguf_files import write_block_gguf
+
+    monkeypatch.setattr(gguf_checkpoint, "CACHE_ROOT", tmp_path / "cache")
+    path = write_block_gguf(tmp_path / "moe.gguf", "qwen3moe")
+    bundle = load_model(EngineConfig(model=path, device="cpu"))
+    assert bundle.model.layers[0].mlp.experts.gate_up.packed is not None
+
+    def run(prompts, **config):
+        engine = LLMEngine(EngineConfig(model=path, device="cpu", block_size=4, **config), bundle=bundle)
+        for key, text in prompts.items():
+            engine.add_request(key, engine.tokenize(text), greedy(12))
+        return {key: generated_ids(outs) for key, outs in run_to_completion(engine).items()}, engine
+
+    alone = {key: run({key: text}, speculative="off")[0][key] for key, text in PROMPTS.items()}
+    assert run(PROMPTS, speculative="off", max_num_batched_tokens=9)[0] == alone
+    tokens, tight = run(PROMPTS, speculative="ngram", num_kv_blocks=8)
+    assert tokens == alone and tight.scheduler.num_preemptions > 0
