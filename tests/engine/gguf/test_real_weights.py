@@ -164,3 +164,32 @@ def test_greedy_tokens_agree_with_llama_server_on_the_same_file(requantized, tex
 
 
 assert CRASHES  # LlamaServer falls back to the build without AMX where the native one crashes starting
+
+
+def test_a_moe_file_llama_quantize_wrote_computes_what_transformers_computes(tmp_path, quantizer):
+    """A tiny Qwen3-MoE written in F16 and quantized to Q4_K_M by llama.cpp's own quantizer: its
+    3-D expert tensors as llama.cpp lays them out, read in place, against transformers' Qwen3-MoE
+    over the same de-quantized weights (the row-error bound of test_blocks_loading.py)."""
+    from inference.engine.layers.experts import ExpertLinear
+    from inference.engine.loader import load_model
+    from tests.engine.gguf.test_blocks_loading import row_errors
+    from tests.support.gguf_files import write_block_gguf
+    from tests.support.gguf_reference import reference_model
+
+    roles = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "token_embd", "output")
+    f16 = write_block_gguf(tmp_path / "moe-f16.gguf", "qwen3moe", types={role: "f16" for role in roles}, tied=False)
+    path = str(tmp_path / "moe-q4_k_m.gguf")
+    subprocess.run([str(quantizer), f16, path, "Q4_K_M"], check=True, capture_output=True)
+    bundle = load_model(EngineConfig(model=path, device="cpu"))
+    kinds = {m.kind for m in bundle.model.modules() if isinstance(m, ExpertLinear)}
+    assert (
+        kinds
+        and kinds <= {"q4_k", "q5_k", "q6_k"}
+        and all(m.packed is not None for m in bundle.model.modules() if isinstance(m, ExpertLinear))
+    )
+    engine = LLMEngine(EngineConfig(model=path, device="cpu", num_kv_blocks=16), bundle=bundle)
+    ids = torch.tensor(engine.tokenize("The quick brown fox jumps over the lazy dog, twice"))
+    with torch.no_grad():
+        reference = reference_model(path)(ids[None]).logits[0]
+    errors = row_errors(prefill_logits(engine, ids), reference)
+    assert errors.median() < 0.1 and errors.mean() < 0.25, errors
