@@ -3,10 +3,10 @@
 Starts our server (Daphne, `MINIVLLM_AUTOSTART=1`) unless `--base-url` points at one already
 running, measures it over concurrency 1..32 for a uniform and a mixed output length, stops it,
 then measures it against llama.cpp's `llama-server` (built once, bench/llama_server.py) in
-alternating rounds (bench/peer.py, bench/peer_large.py, bench/speculative.py), constrained
-decoding's cost and JSON endings (bench/structured.py, bench/json_endings.py), then runs the HF
-baselines over the same prompts. The full sweep is sized for ~40 minutes on the 2-core CPU;
-`--quick` is a few minutes more than the peer's rounds.
+alternating rounds (bench/peer.py, bench/peer_large.py, bench/peer_gemma3.py, bench/peer_moe.py,
+bench/speculative.py), constrained decoding's cost and JSON endings (bench/structured.py,
+bench/json_endings.py), then runs the HF baselines over the same prompts. The full sweep is
+sized for ~40 minutes on the 2-core CPU; `--quick` is a few minutes more than the peer's rounds.
 
 What it writes, all in the same run: docs/bench/report.json (the sweep, the llama-server rounds),
 docs/bench/raw/<name>.json (bench/raw.py: speculative decoding, structured outputs, JSON endings),
@@ -62,6 +62,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument(
         "--skip-gemma3", action="store_true", help="do not measure Gemma 3 270M against llama-server (bench/peer_gemma3.py)"
+    )
+    p.add_argument(
+        "--skip-moe",
+        action="store_true",
+        help="do not measure the Qwen3-30B-A3B-shaped MoE (8 layers) against llama-server (bench/peer_moe.py)",
     )
     p.add_argument(
         "--skip-speculative",
@@ -211,6 +216,10 @@ def main(argv=None) -> dict:
         from . import peer_gemma3
 
         raw["gemma3"] = peer_gemma3.run(rounds=1, results_dir=args.results_dir)
+    if not args.skip_peer and not args.skip_moe and not args.base_url:
+        from . import peer_moe
+
+        raw["moe"] = peer_moe.run(rounds=1, results_dir=args.results_dir, large=large)
     if not args.skip_peer and not args.skip_speculative and not args.base_url:
         from . import speculative as spec_bench
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -47,11 +48,14 @@ def quantizer() -> Path:
     return binary
 
 
-def write_f16(path: Path, seed: int = 0) -> None:
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+def tokenizer_writer(path: Path, architecture: str, name: str):
+    """A GGUFWriter for `architecture` at `path` holding the embedded model's tokenizer padded to
+    VOCAB and the file's name; the caller adds the shape's keys and the tensors
+    (bench/shaped_moe.py's MoE shares it)."""
+    from gguf import GGUFReader, GGUFWriter
 
     reader = GGUFReader(embedded_gguf())
-    writer = GGUFWriter(str(path), "qwen2")
+    writer = GGUFWriter(str(path), architecture)
     for key, field in reader.fields.items():
         if key.startswith(("GGUF.", "llama.", "general.architecture", "general.file_type", "general.name")):
             continue
@@ -62,7 +66,14 @@ def write_f16(path: Path, seed: int = 0) -> None:
             value = value + [5] * (VOCAB - len(value))  # llama.cpp's UNUSED
         element = field.types[1] if len(field.types) > 1 else None
         writer.add_key_value(key, value, field.types[0], element)
-    writer.add_name("Qwen2.5-1.5B shape, random weights")
+    writer.add_name(name)
+    return writer
+
+
+def write_f16(path: Path, seed: int = 0) -> None:
+    from gguf import GGUFValueType
+
+    writer = tokenizer_writer(path, "qwen2", "Qwen2.5-1.5B shape, random weights")
     for key, value in SHAPE.items():
         writer.add_uint32(f"qwen2.{key}", value)
     writer.add_float32("qwen2.rope.freq_base", 1000000.0)
@@ -97,20 +108,26 @@ def write_f16(path: Path, seed: int = 0) -> None:
     writer.close()
 
 
-def shaped_model(kind: str = "Q4_K_M") -> Path:
-    """The quantized file, made the first time (the F16 intermediate is deleted after)."""
-    out = MODELS / f"{NAME}-{kind}.gguf"
+def quantized(name: str, write: Callable[[Path], None], kind: str, f16_size: str) -> Path:
+    """MODELS/<name>-<kind>.gguf, made the first time: `write` writes the F16 file, llama-quantize
+    quantizes it, and the F16 intermediate is deleted after."""
+    out = MODELS / f"{name}-{kind}.gguf"
     if out.is_file():
         return out
     MODELS.mkdir(parents=True, exist_ok=True)
-    f16 = MODELS / f"{NAME}-F16.gguf.partial"
-    print(f"writing {NAME} as F16 (random weights, ~3 GB, once) ...", flush=True)
-    write_f16(f16)
+    f16 = MODELS / f"{name}-F16.gguf.partial"
+    print(f"writing {name} as F16 (random weights, {f16_size}, once) ...", flush=True)
+    write(f16)
     partial = out.with_suffix(".partial")
     subprocess.run([str(quantizer()), str(f16), str(partial), kind], check=True, capture_output=True)
     partial.replace(out)
     f16.unlink()
     return out
+
+
+def shaped_model(kind: str = "Q4_K_M") -> Path:
+    """The quantized file, made the first time (the F16 intermediate is deleted after)."""
+    return quantized(NAME, write_f16, kind, "~3 GB")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from .json_endings import render as json_endings_section
 from .peer import render as peer_section
 from .peer_gemma3 import render as gemma3_section
 from .peer_large import render as large_section
+from .peer_moe import render as moe_section
 from .speculative import render as speculative_section
 from .structured import render as structured_section
 from .targets import targets_section
@@ -229,6 +230,8 @@ def render(report: dict, raw: dict[str, dict] | None = None) -> str:
         out += large_section(report["peer_large"])
     if raw.get("gemma3"):
         out += gemma3_section(raw["gemma3"])
+    if raw.get("moe"):
+        out += moe_section(raw["moe"])
     speculative = raw.get("speculative") or report.get("speculative")  # an older report kept it inside
     if speculative:
         out += speculative_section(speculative)
