@@ -70,7 +70,7 @@ class BlockManager:
         With sliding-window layers, only as far as their window's blocks are cached too.
         """
         assert not seq.block_table and seq.num_computed_tokens == 0
-        if not self.enable_prefix_caching or seq.prompt_logprobs is not None or seq.params.pooling == "mean":
+        if not self.enable_prefix_caching or seq.prompt_logprobs is not None or seq.params.pooling in ("mean", "cls"):
             return  # (a mean pools every prompt position's hidden state: none may come from the cache)
         hits, hashes, tokens = [], [], []
         previous = None

@@ -54,7 +54,7 @@ class EngineConfig:
     cpu_isa: str = _knob("auto", "MINIVLLM_CPU_ISA")
     # a GGUF's packed weights kept on disk at its first start, mapped by later ones (gguf/packed_cache.py)
     packed_cache: bool = _knob(True, "MINIVLLM_PACKED_CACHE", env_bool)
-    pooling: str = _knob("auto", "MINIVLLM_POOLING")  # embeddings: auto (the checkpoint's) | last | mean (layers/pooling.py)
+    pooling: str = _knob("auto", "MINIVLLM_POOLING")  # embeddings: auto (the checkpoint's) | last | mean | cls (layers/pooling.py)
     # auto (adaptive) | off | ngram (always guess): spec_decode/proposer.py
     speculative: str = _knob("auto", "MINIVLLM_SPECULATIVE", _lower)
     spec_tokens: int = _knob(8, "MINIVLLM_SPEC_TOKENS", env_int)  # the most tokens a sequence guesses per step
@@ -69,8 +69,8 @@ class EngineConfig:
             raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.pooling not in ("auto", "last", "mean"):
-            raise ValueError(f"pooling must be auto, last or mean, got {self.pooling!r}")
+        if self.pooling not in ("auto", "last", "mean", "cls"):
+            raise ValueError(f"pooling must be auto, last, mean or cls, got {self.pooling!r}")
         if self.speculative not in SPEC_MODES:
             raise ValueError(f"speculative must be one of {', '.join(SPEC_MODES)}, got {self.speculative!r}")
         if self.spec_tokens < 0 or not 1 <= self.spec_ngram_min <= self.spec_ngram_max:

@@ -224,9 +224,14 @@ class ModelRunner:
         if seq.params.pooling == "mean":
             part = hidden[row : row + rows].float().sum(0)
             seq.pool_sum = part if seq.pool_sum is None else seq.pool_sum + part
+        elif seq.params.pooling == "cls" and seq.pool_sum is None:  # the first chunk's first row: position 0
+            seq.pool_sum = hidden[row].float()  # (no prefix cache for these: position 0 is always computed)
         if not pools_after(seq, rows):
             return None
-        vector = seq.pool_sum / seq.num_prompt_tokens if seq.params.pooling == "mean" else hidden[row + rows - 1].float()
+        if seq.params.pooling == "mean":
+            vector = seq.pool_sum / seq.num_prompt_tokens
+        else:
+            vector = seq.pool_sum if seq.params.pooling == "cls" else hidden[row + rows - 1].float()
         return seq, vector
 
     @torch.inference_mode()

@@ -229,7 +229,7 @@ def test_prompt_logprobs_match_hf_through_chunked_prefill_and_a_warm_cache(tiny_
             assert [t for t, _, _ in item.top] == reference[position - 1].topk(2).indices.tolist()
 
 
-@pytest.mark.parametrize("pooling", ["last", "mean"])
+@pytest.mark.parametrize("pooling", ["last", "mean", "cls"])
 def test_an_embedding_whose_last_chunk_is_one_token_is_pooled_not_sampled(tiny_hf, smollm_tokenizer, pooling):
     # nine tokens at eight a step: the last chunk, one token, is scheduled as a decode would be
     ids = list(range(200, 209))
@@ -242,3 +242,19 @@ def test_an_embedding_whose_last_chunk_is_one_token_is_pooled_not_sampled(tiny_h
         assert out.finish_reason == "stop" and out.token_ids == [] and out.embedding is not None
         vectors.append(torch.tensor(out.embedding))
     assert torch.allclose(vectors[0], vectors[1], atol=1e-5)
+
+
+def test_cls_pooling_is_the_first_tokens_hidden_state(tiny_hf, smollm_tokenizer):
+    """A causal model's first position sees only the first token: CLS pooling of a prompt is the
+    last-token pooling of its first token alone (and not the last token of the whole prompt)."""
+    engine = engine_for(tiny_hf, smollm_tokenizer)
+    embedded = {}
+    for key, ids, pooling in (
+        ("cls", list(range(300, 312)), "cls"),
+        ("first", [300], "last"),
+        ("last", list(range(300, 312)), "last"),
+    ):
+        engine.add_request(key, ids, SamplingParams(max_tokens=1, pooling=pooling))
+        embedded[key] = torch.tensor([o for o in run_to_completion(engine)[key] if o.finished][0].embedding)
+    assert torch.allclose(embedded["cls"], embedded["first"], atol=1e-5)
+    assert not torch.allclose(embedded["cls"], embedded["last"], atol=1e-3)
