@@ -94,8 +94,8 @@ class SamplingParams:
             raise SamplingParamsError(
                 "structured", "structured must name a kind: json_schema, json_object, regex, choice, grammar"
             )
-        if self.pooling is not None and (self.pooling not in ("last", "mean") or self.n != 1):
-            raise SamplingParamsError("pooling", "pooling must be last or mean, with n 1")
+        if self.pooling is not None and (self.pooling not in ("last", "mean", "cls") or self.n != 1):
+            raise SamplingParamsError("pooling", "pooling must be last, mean or cls, with n 1")
         if self.reasoning is not None:
             if (
                 not isinstance(self.reasoning, dict)
