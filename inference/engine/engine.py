@@ -31,7 +31,8 @@ from .runner.memory_profile import plan_kv_blocks
 from .sample.reasoning import ReasoningState
 from .sample.sampler import Sampler, SamplerOutput, SamplingContext, make_generator
 from .sample.sampling_params import SamplingParams
-from .sample.structured import NO_MASKS, Grammars, PendingMasks, one_token_mask
+from .sample.structured import NO_MASKS, GrammarError, Grammars, PendingMasks, one_token_mask
+from .sample.tool_trigger import ToolTrigger
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
 from .spec_decode.proposer import Speculator
@@ -219,8 +220,21 @@ class LLMEngine:
             return False
         self._pending.append(output)
         return True
+        if params.tool_trigger is not None and params.structured is None:
+            seq.tool_trigger = self._tool_trigger(seq, params.tool_trigger)
 
     def has_work(self) -> bool:
+    def _tool_trigger(self, seq: Sequence, spec: dict) -> ToolTrigger | None:
+        """The sequence's watch for a tool call opening (engine/sample/tool_trigger.py); None where its
+        grammar does not compile: the reply then stays free rather than failing (the request path
+        compiled it before, off this loop, and dropped it there already if it could not)."""
+        try:
+            self.grammars.compile(spec["grammar"])
+        except GrammarError as exc:
+            log.warning("request %s: tool-call grammar dropped, the reply stays free: %s", seq.request_id, exc)
+            return None
+        return ToolTrigger(spec, seq.detokenizer.token_text, lambda text: self.tokenizer.encode(text, add_special_tokens=False))
+
         return self.scheduler.has_work() or bool(self._pending)
 
     # -- the step -------------------------------------------------------------------------
@@ -281,7 +295,46 @@ class LLMEngine:
         if not contexts:
             return None
         rows = step.joined(logits)
-        return StepSample(seqs, verifies, self.sampler(rows, contexts), saved, rows.shape[1], time.monotonic())
+        sampled = self.sampler(rows, contexts)
+        self._open_calls_at_start(seqs, rows, sampled)
+        return StepSample(seqs, verifies, sampled, saved, rows.shape[1], time.monotonic())
+
+    def _open_calls_at_start(self, seqs: list[Sequence], rows, sampled: SamplerOutput) -> None:
+        """A plain row whose answer's first non-blank token opens a bare call (it starts with `{`)
+        draws that token again from the same logits row under the call's grammar, which the
+        sequence keeps from now on: a first `{{` becomes `{` or the call's tag, as the grammar allows."""
+        for row, seq in enumerate(seqs):
+            trigger = seq.tool_trigger
+            if trigger is None or not trigger.at_start or _reasoning(seq) or not trigger.opens_bare(sampled.token_ids[row]):
+                continue
+            if not self._open_call(seq, trigger.tokens, "brace"):
+                continue
+            again = self.sampler(rows[row : row + 1], [self._context(seq, self.grammars.allowed([seq.matcher])[0])])
+            sampled.token_ids[row], sampled.logprobs[row] = again.token_ids[0], again.logprobs[0]
+
+    def _open_call(self, seq: Sequence, written: list[int], how: str) -> bool:
+        """Gives the sequence its call grammar's matcher, fed the tokens that opened the call; where
+        the grammar refuses them the trigger is dropped and the reply stays free."""
+        trigger = seq.tool_trigger
+        matcher = self.grammars.matcher(trigger.grammar)
+        if not all(matcher.consume_token(token_id) for token_id in written):
+            trigger.drop()
+            return False
+        trigger.opened(how)
+        seq.matcher = matcher
+        return True
+
+    def _watch_tool_calls(self, seqs: list[Sequence]) -> None:
+        """After a step's tokens are written: a tag (or a fence, or a `{` not drawn again) that opens
+        a call hands its sequence the call's grammar."""
+        for seq in seqs:
+            trigger = seq.tool_trigger
+            if trigger is None or not trigger.armed or seq.is_finished or _reasoning(seq):
+                continue
+            answer = seq.output_token_ids[seq.reasoning.tokens if seq.reasoning is not None else 0 :]
+            opening = trigger.observe(answer)
+            if opening is not None:
+                self._open_call(seq, opening, trigger.opened_by)
 
     def _process(self, sample: StepSample) -> list[RequestOutput]:
         """Each plain row's token written, then each verification's accepted guesses and one more."""
@@ -304,6 +357,7 @@ class LLMEngine:
             all_seqs.append(seq)
             for child in self._fork(seq, copies):
                 rows.append(row)
+        self._watch_tool_calls(seqs)
                 all_seqs.append(child)
         return self.model_runner.rows_for_forks(logits, rows, copies), all_seqs
 
@@ -359,3 +413,8 @@ class LLMEngine:
 
     def stats(self) -> EngineStats:
         return EngineStats.of(self)
+
+
+def _reasoning(seq: Sequence) -> bool:
+    """Still in its reasoning block (or not yet known whether it opens one): no answer yet."""
+    return seq.reasoning is not None and seq.reasoning.active

@@ -44,6 +44,8 @@ class Sequence:
         self.detokenizer = None
         self.matcher = None  # llguidance's, when params.structured asks for constrained decoding
         self.pool_sum = None  # an embedding request's running sum of hidden states (mean pooling)
+        # a ToolTrigger, while tools under tool_choice "auto" may open a call (engine/sample/tool_trigger.py)
+        self.tool_trigger = None
         self.reasoning = None  # a ReasoningState, when the reply starts in reasoning (engine/sample/reasoning.py)
         self.spec = None  # its speculative decoding state: lookup index, this step's guesses, counts (spec_decode/proposer.py)
 

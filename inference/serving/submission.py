@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 
 from django.conf import settings
@@ -19,11 +20,14 @@ from ..engine.engine_state import ModelInfo
 from ..engine.errors import PromptTooLongError, QueueFullError
 from ..engine.prompt import check_request, prompt_token_ids
 from ..engine.sample.sampling_params import SamplingParams
+from ..engine.sample.structured import GrammarError
 from ..models import GenerationRequest
 from .engine_client import EngineClient
 from .generation_input import GenerationInput, ReasoningReader, ToolReader
 from .instruments import API_REQUESTS, GRAMMAR_COMPILE_TIME, STRUCTURED_REQUESTS
 from .jobs import GenerationJob
+
+log = logging.getLogger("inference.serving.submission")
 
 
 class PromptLimitError(ValueError):
@@ -91,6 +95,18 @@ def plan(info: ModelInfo, prompt: str | list[int], inp: GenerationInput) -> tupl
     return token_ids, params
 
 
+async def with_tool_trigger_compiled(engine_client: EngineClient, inp: GenerationInput) -> GenerationInput:
+    """The request with its tool-call trigger's grammar compiled (and cached) off the event loop,
+    or without the trigger where it does not compile: the reply then stays free, as with
+    MINIVLLM_TOOL_CALL_GRAMMAR off, instead of the request failing."""
+    try:
+        await asyncio.to_thread(engine_client.compile_grammar, inp.params.tool_trigger["grammar"])
+        return inp
+    except GrammarError as exc:
+        log.warning("tool-call grammar dropped, the reply stays free: %s", exc)
+        return dataclasses.replace(inp, params=dataclasses.replace(inp.params, tool_trigger=None))
+
+
 async def submit(
     engine_client: EngineClient, info: ModelInfo, record: RequestRecord, inp: GenerationInput, prompt: str | list[int]
 ) -> GenerationJob:
@@ -103,6 +119,8 @@ async def submit(
         await asyncio.to_thread(engine_client.compile_grammar, inp.params.structured)
         GRAMMAR_COMPILE_TIME.labels(record.model).observe(time.perf_counter() - started)
         STRUCTURED_REQUESTS.labels(record.model, inp.params.structured["kind"]).inc()
+    if inp.params.tool_trigger is not None:
+        inp = await with_tool_trigger_compiled(engine_client, inp)
     try:
         # tokenizing a long prompt takes milliseconds: in a worker thread (the tokenizer drops the
         # GIL), so the event loop keeps delivering every other stream's tokens meanwhile

@@ -18,7 +18,7 @@ from typing import Any
 from ...serving.generation_input import GenerationInput
 from ..common.errors import ApiError, bad_request
 from ..common.sampling_fields import ENGINE_SAMPLING_FIELDS, check_limits, expect, sampling_params, without_nulls
-from ..common.tool_calls import ToolRequest, tools_from_body
+from ..common.tool_calls import ToolRequest, tool_trigger, tools_from_body
 from ..common.tool_parsers import ToolParser
 
 # Fields of Anthropic's reference that change nothing here (caching hints, routing, tiers, ids).
@@ -248,7 +248,12 @@ def parse_messages_request(body: dict, parser: ToolParser) -> tuple[GenerationIn
         structured = {"kind": "lark", "value": grammar, "param": "tool_choice"}
     try:
         params = sampling_params(
-            fields, max_tokens=max_tokens, max_tokens_param="max_tokens", logprobs=None, structured=structured
+            fields,
+            max_tokens=max_tokens,
+            max_tokens_param="max_tokens",
+            logprobs=None,
+            structured=structured,
+            tool_trigger=tool_trigger(tools, structured),
         )
     except ApiError as exc:
         if exc.param == "stop":

@@ -7,6 +7,11 @@ written, read and forced, is the model family's parser (api/common/tool_parsers.
 "required" or a named function forces that format with a grammar built from the functions'
 parameter schemas (engine/sample/structured.py, kind "lark"); "auto" lets the model choose and the
 reply is parsed; "none" leaves the tools out.
+
+Under "auto" with MINIVLLM_TOOL_CALL_GRAMMAR on (the default), a reply that opens a call (the
+family's tag anywhere, or a bare `{` / ```json fence at the start of the answer, where the family's
+models write bare calls) is constrained from there to a valid call of an offered function
+(`ToolRequest.trigger`, engine/sample/tool_trigger.py); a reply that opens with prose stays free.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
+
+from django.conf import settings
 
 from .errors import bad_request
 from .sampling_fields import expect
@@ -63,9 +70,31 @@ class ToolRequest:
         most = len(self.functions) if self.parallel and not isinstance(self.choice, dict) else 1
         return self.parser.grammar(self.functions, most)
 
+    def trigger(self) -> dict | None:
+        """For "auto" (with MINIVLLM_TOOL_CALL_GRAMMAR on): SamplingParams.tool_trigger, the grammar
+        a reply that opens a call by itself is held to from there, and what opens one; else None.
+        Parameters nested past what the grammar builder recurses through leave the reply free."""
+        if not self.active or self.choice != "auto" or not settings.MINIVLLM_TOOL_CALL_GRAMMAR:
+            return None
+        most = len(self.functions) if self.parallel else 1
+        try:
+            grammar = self.parser.trigger_grammar(self.functions, most)
+        except RecursionError:
+            return None
+        return {
+            "grammar": {"kind": "lark", "value": grammar, "param": "tools"},
+            "tags": list(self.parser.tags),
+            "bare": self.parser.bare_start,
+        }
+
     def read_calls(self, text: str) -> tuple[str | None, list[ToolCall]]:
         """A finished choice's (content, calls): the request path calls this (serving's ToolReader)."""
         return parse_tool_calls(text, self)
+
+
+def tool_trigger(tools: ToolRequest | None, structured: dict | None) -> dict | None:
+    """The request's SamplingParams.tool_trigger: tools under "auto" and no other constraint."""
+    return tools.trigger() if tools is not None and structured is None else None
 
 
 def active_tools(request: ToolRequest | None) -> ToolRequest | None:

@@ -9,6 +9,16 @@ model's format is chosen from its chat template (`tool_parser_for`), or named wi
 MINIVLLM_TOOL_CALL_PARSER as vLLM's --tool-call-parser names it. Adding a family is one class
 here, one PARSERS line and its name in settings.TOOL_CALL_PARSERS (a test holds the two equal).
 
+Where a family's tags are single added tokens of the served tokenizer (Qwen2.5's `<tool_call>`),
+the grammars write each tag as that token (`bind` learns them): llguidance reads added tokens as
+special, so the tag spelled as text would be written character by character, or not at all.
+
+With tool_choice "auto" (and MINIVLLM_TOOL_CALL_GRAMMAR on) the reply is free until it opens a
+call (engine/sample/tool_trigger.py): one of the family's `tags` anywhere, or, for families whose
+models write bare calls (`bare_start`), a JSON object or a ```json fence at the start of the
+answer. From there `trigger_grammar` constrains it: the tagged calls, a bare call object or a
+fenced one (the shapes the near-miss readers below accept), then the end of the turn.
+
 Small models miss their format in a handful of ways: a fenced ```json block, a bare JSON object,
 a list of calls, `parameters` for `arguments`, a `<tool_call>` never closed. Every parser reads
 these near misses too (`near_miss_calls`), but only where the reply, or its tail after some text,
@@ -45,6 +55,23 @@ class ToolParser:
     separator: ClassVar[str] = "\n"  # between calls, as the model writes several
     # How to call, for the generic system prompt of templates without a tools section.
     instructions: ClassVar[str]
+    tags: ClassVar[tuple[str, ...]] = ()  # what opens a call anywhere in a reply
+    markers: ClassVar[tuple[str, ...]] = ()  # every tag the grammars write (closing ones too)
+    bare_start: ClassVar[bool] = False  # its models also write a call as a bare JSON object
+
+    def __init__(self):
+        self.special: dict[str, int] = {}  # marker -> its token id, where it is one added token
+
+    def bind(self, tokenizer) -> ToolParser:
+        """Learns which of its markers the served tokenizer holds as added tokens (a lookup, no
+        tokenizing: this runs on the event loop): the grammars write those as the token (`literal`)."""
+        added = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
+        self.special = {marker: added[marker] for marker in self.markers if marker in added}
+        return self
+
+    def literal(self, text: str) -> str:
+        """`text` in a grammar: its token (llguidance's `<[id]>`) when it is one added token, else the text."""
+        return f"<[{self.special[text]}]>" if text in self.special else json.dumps(text)
 
     def call_text(self, name: str, arguments: dict) -> str:
         raise NotImplementedError
@@ -83,13 +110,30 @@ class ToolParser:
     def grammar(self, functions: list[dict], most: int) -> str:
         """Lark forcing between one and `most` calls, each to one of `functions` with arguments that
         fit its parameter schema (llguidance's %json embeds each schema)."""
+        return "start: calls\n" + self._rules(functions, most)
+
+    def trigger_grammar(self, functions: list[dict], most: int) -> str:
+        """Lark for a reply that opened a call by itself (tool_choice "auto"): blanks, then the
+        calls as `grammar` forces them, or (bare_start) one bare call object or a ```json fence
+        holding one; nothing after them but the end of the turn."""
+        return f"start: LEAD? ({' | '.join(self.trigger_starts())})\n" + self._rules(functions, most) + TRIGGER_RULES
+
+    def trigger_starts(self) -> list[str]:
+        """The alternatives a reply that opened a call by itself may take (rules of `_rules`)."""
+        return ["calls", "body", "fenced"] if self.bare_start else ["calls"]
+
+    def _rules(self, functions: list[dict], most: int) -> str:
         bodies = []
         for function in functions:
             schema = {**self.call_schema(function), "x-guidance": {"whitespace_flexible": False}}  # compact: no padding forever
             bodies.append("%json " + json.dumps(schema))
         separator = json.dumps(self.separator)
         calls = " | ".join(f" {separator} ".join(["call"] * count) for count in range(1, most + 1))
-        return f"start: {calls}\n{self.call_rule(bodies)}"
+        return f"calls: {calls}\n{self.call_rule(bodies)}\n"
+
+
+# The rules trigger_grammar adds: blanks before the call, and a fenced call (its body as the call's).
+TRIGGER_RULES = 'fenced: "```json" "\\n"? body "\\n"? "```"\nLEAD: /[ \\t\\r\\n]{1,8}/\n'
 
 
 def _object_schema(function: dict, arguments_key: str) -> dict:
@@ -124,6 +168,7 @@ class HermesToolParser(ToolParser):
 
     name = "hermes"
     OPEN, CLOSE = "<tool_call>", "</tool_call>"
+    tags, markers, bare_start = (OPEN,), (OPEN, CLOSE), True
     CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
     instructions = (
         "To call one or more of them, reply with one line per call, each exactly\n"
@@ -138,7 +183,8 @@ class HermesToolParser(ToolParser):
         return _object_schema(function, "arguments")
 
     def call_rule(self, bodies: list[str]) -> str:
-        return f'call: "{self.OPEN}" body "{self.CLOSE}"\nbody: ' + " | ".join(bodies)
+        # the body may sit on its own line, as Qwen's template writes it: <tool_call>\n{...}\n</tool_call>
+        return f'call: {self.literal(self.OPEN)} "\\n"? body "\\n"? {self.literal(self.CLOSE)}\nbody: ' + " | ".join(bodies)
 
     def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
         calls, content = [], text
@@ -171,6 +217,7 @@ class Llama3JsonToolParser(ToolParser):
     name = "llama3_json"
     TAG = "<|python_tag|>"
     separator = "; "
+    tags, markers, bare_start = (TAG,), (TAG,), True
     instructions = (
         "To call one or more of them, reply with only the calls, each a JSON object\n"
         '{"name": <function name>, "parameters": <arguments as a JSON object>}\n'
@@ -184,7 +231,10 @@ class Llama3JsonToolParser(ToolParser):
         return _object_schema(function, "parameters")
 
     def call_rule(self, bodies: list[str]) -> str:
-        return "call: " + " | ".join(bodies)
+        return "call: body\nbody: " + " | ".join(bodies)
+
+    def trigger_starts(self) -> list[str]:
+        return [f"{self.literal(self.TAG)} LEAD? calls", "calls", "fenced"]
 
     def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
         rest = text.strip()
@@ -382,8 +432,10 @@ def tool_parser_for(tokenizer) -> ToolParser:
     """The served model's parser: MINIVLLM_TOOL_CALL_PARSER when it names one, else its template's."""
     named = settings.MINIVLLM_TOOL_CALL_PARSER
     if named != "auto":
-        return PARSERS[named]()
-    return parser_for_template(getattr(tokenizer, "chat_template", None) if tokenizer is not None else None)
+        parser = PARSERS[named]()
+    else:
+        parser = parser_for_template(getattr(tokenizer, "chat_template", None) if tokenizer is not None else None)
+    return parser.bind(tokenizer) if tokenizer is not None else parser
 
 
 def served_tool_parser() -> ToolParser:

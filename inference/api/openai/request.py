@@ -34,7 +34,7 @@ from ..common.sampling_fields import (
     without_nulls,
 )
 from ..common.structured_fields import GENERATE_GUIDED_FIELDS, GUIDED_FIELDS, structured_spec
-from ..common.tool_calls import tools_from_body
+from ..common.tool_calls import tool_trigger, tools_from_body
 from ..common.tool_parsers import HermesToolParser, ToolParser
 
 GENERATE_FIELDS = {"prompt", "max_new_tokens", "max_tokens", "logprobs"} | ENGINE_SAMPLING_FIELDS | set(GENERATE_GUIDED_FIELDS)
@@ -305,6 +305,7 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
             logit_bias=logit_bias(body),
             prompt_logprobs=body.get("prompt_logprobs"),
             structured=structured,
+            tool_trigger=tool_trigger(tools, structured),
         )
     except ApiError as exc:
         if exc.param == "logprobs" and top_logprobs is not None:

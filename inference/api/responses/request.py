@@ -31,7 +31,7 @@ from ..common.sampling_fields import (
     with_aliases,
     without_nulls,
 )
-from ..common.tool_calls import ToolRequest, tools_from_body
+from ..common.tool_calls import ToolRequest, tool_trigger, tools_from_body
 from ..common.tool_parsers import ToolParser
 from ..openai.request import REASONING_EFFORTS, thinking_budget
 
@@ -256,7 +256,12 @@ def parse_responses_request(body: dict, parser: ToolParser) -> tuple[GenerationI
             raise bad_request("tool_choice required or named cannot be combined with text.format", param="tool_choice")
         structured = {"kind": "lark", "value": grammar, "param": "tool_choice"}
     params = sampling_params(
-        fields, max_tokens=checked, max_tokens_param="max_output_tokens", logprobs=None, structured=structured
+        fields,
+        max_tokens=checked,
+        max_tokens_param="max_output_tokens",
+        logprobs=None,
+        structured=structured,
+        tool_trigger=tool_trigger(prompt.tools, structured),
     )
     stream = bool(expect(body, "stream", bool, "a boolean"))
     store = expect(body, "store", bool, "a boolean")

@@ -48,6 +48,10 @@ class SamplingParams:
     # OpenAI's Predicted Outputs: token ids the reply is expected to mostly repeat, guessed from
     # first and verified like any speculation (engine/spec_decode/proposer.py)
     prediction: list[int] | None = None
+    # tool_choice "auto" with tools: the reply is free until it opens a call, then constrained
+    # (engine/sample/tool_trigger.py): {"grammar": a lark spec as `structured`, "tags": the texts
+    # that open a call anywhere, "bare": whether a `{` or a ```json fence opening the answer does}
+    tool_trigger: dict | None = None
 
     MAX_LOGPROBS = 20
     MAX_N = 16
@@ -94,6 +98,8 @@ class SamplingParams:
             raise SamplingParamsError(
                 "structured", "structured must name a kind: json_schema, json_object, regex, choice, grammar"
             )
+        if self.tool_trigger is not None:
+            _check_tool_trigger(self.tool_trigger)
         if self.pooling is not None and (self.pooling not in ("last", "mean", "cls") or self.n != 1):
             raise SamplingParamsError("pooling", "pooling must be last, mean or cls, with n 1")
         if self.reasoning is not None:
@@ -123,6 +129,22 @@ class SamplingParams:
         if index == 0 or self.seed is None:
             return self
         return replace(self, seed=(self.seed + index + 2**63) % 2**64 - 2**63)  # kept in the signed 64-bit range
+
+
+def _check_tool_trigger(trigger) -> None:
+    grammar = trigger.get("grammar") if isinstance(trigger, dict) else None
+    tags = trigger.get("tags", []) if isinstance(trigger, dict) else None
+    if (
+        not isinstance(grammar, dict)
+        or grammar.get("kind") != "lark"
+        or not isinstance(grammar.get("value"), str)
+        or not isinstance(tags, list)
+        or not all(isinstance(tag, str) and tag for tag in tags)
+        or not isinstance(trigger.get("bare", False), bool)
+    ):
+        raise SamplingParamsError(
+            "tool_trigger", "tool_trigger must hold a lark grammar, its tags and whether bare calls open it"
+        )
 
 
 def _check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> None:

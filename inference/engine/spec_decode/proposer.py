@@ -239,9 +239,13 @@ def _decodes_next(seq) -> bool:
 
 def _may_speculate(seq) -> bool:
     """Whether guessed tokens can be verified exactly as they would be sampled one by one: not an
-    embedding, and not while a reasoning phase could change the row's mask between guesses (a
-    pending opening, a budget that forces the end marker, or a grammar waiting for the end)."""
+    embedding, not while a tool-call trigger watches (a guessed tag would open a grammar that the
+    guesses after it skipped: engine/sample/tool_trigger.py), and not while a reasoning phase could
+    change the row's mask between guesses (a pending opening, a budget that forces the end marker,
+    or a grammar waiting for the end)."""
     if seq.params.pooling is not None:
+        return False
+    if seq.tool_trigger is not None and seq.tool_trigger.armed:
         return False
     reasoning = seq.reasoning
     if reasoning is None or not reasoning.active:

@@ -11,6 +11,7 @@ slowly, so an idle engine gets them first. On stop, requests still running end w
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from ...engine.device import gpu_memory
 from ...engine.engine_state import EngineState
 from ...engine.engine_thread import EngineThread
+from ...engine.sample.structured import GrammarError
 from . import protocol as wire
 
 log = logging.getLogger("inference.serving.remote.worker")
@@ -132,6 +134,8 @@ class EngineWorker:
             params = wire.params_from_wire(message["params"])
             if params.structured is not None:  # compiled into this engine's cache off its loop
                 await asyncio.to_thread(self.engine_thread.compile_grammar, params.structured)
+            if params.tool_trigger is not None:
+                params = await self._with_tool_trigger(params)
             stream = self.engine_thread.submit(request_id, message["prompt"], params)
         except Exception as exc:
             await self._send(
@@ -154,6 +158,16 @@ class EngineWorker:
         task = asyncio.create_task(self._forward(request_id, reply, stream))
         self._forwarders.add(task)
         task.add_done_callback(self._forwarders.discard)
+
+    async def _with_tool_trigger(self, params):
+        """The tool-call trigger's grammar compiled off the loop; a grammar that fails here drops
+        the trigger (the reply stays free) rather than the request."""
+        try:
+            await asyncio.to_thread(self.engine_thread.compile_grammar, params.tool_trigger["grammar"])
+            return params
+        except GrammarError as exc:
+            log.warning("engine %s: tool-call grammar dropped, the reply stays free: %s", self.engine_id, exc)
+            return dataclasses.replace(params, tool_trigger=None)
 
     async def _control_forever(self) -> None:
         while True:

@@ -1,0 +1,110 @@
+"""Tool calls that always parse: a reply with tools offered under tool_choice "auto" stays free
+until it opens a call, and from there the call's grammar constrains it.
+
+Small models behind agent frameworks write almost-calls: the call with an extra pair of braces,
+arguments as a string, a fenced block, instead of their template's `<tool_call>{...}</tool_call>`.
+What opens a call (the request path says, per chat template family, in
+`SamplingParams.tool_trigger`: {"grammar": the compiled spec, "tags": [...], "bare": bool}):
+- one of the family's tags, anywhere in the answer;
+- where `bare` (families whose models write bare calls): a `{` as the answer's first non-blank
+  text, or a ```json fence opening it.
+
+A ToolTrigger per sequence watches its answer (after any reasoning block). At the answer's first
+non-blank token, a token that starts with `{` is drawn again from the same logits row under the
+grammar's mask (LLMEngine._open_call_at_start), so a first token `{{` becomes `{` or the tag, as
+the grammar allows; a tag or a fence written later hands the sequence a grammar matcher fed what
+opened the call (`observe` says what), and the rest is constrained as a structured request's
+reply is. A reply that opens with prose and writes no tag is never constrained: its tokens are
+the ones it has without the trigger. Speculation waits while a trigger watches (a guess after a
+tag would skip its mask: spec_decode/proposer.py).
+
+Plain bookkeeping over token ids and their text: no tensors, no tokenizer beyond the two
+callables the engine hands in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+FENCE = "```json"
+
+START, FENCE_OPENING, PROSE, DONE = "start", "fence", "prose", "done"
+
+
+class ToolTrigger:
+    """One sequence's watch for a call opening. `piece(token_id)`: a token's text on its own
+    (special tokens included); `encode(text)`: token ids spelling the text (no BOS)."""
+
+    def __init__(self, spec: dict, piece: Callable[[int], str], encode: Callable[[str], list[int]]):
+        self.grammar: dict = spec["grammar"]
+        self.tags: list[str] = list(spec.get("tags") or [])
+        self.bare: bool = bool(spec.get("bare"))
+        self.piece, self.encode = piece, encode
+        self.state = START if self.bare else PROSE
+        self.tokens: list[int] = []  # the answer's tokens seen so far
+        self.text = ""  # their text
+        self.opened_by: str | None = None  # "tag", "brace" or "fence", once a call opened
+
+    @property
+    def armed(self) -> bool:
+        """Still watching: the reply may yet open a call."""
+        return self.state != DONE
+
+    @property
+    def at_start(self) -> bool:
+        """The next token is the answer's first non-blank one, which may open a bare call."""
+        return self.state == START
+
+    def opens_bare(self, token_id: int) -> bool:
+        """Whether `token_id`, sampled as the answer's first non-blank token, opens a bare call
+        (it starts with `{`): the engine then draws it again under the grammar."""
+        return self.at_start and self.piece(token_id).lstrip().startswith("{")
+
+    def opened(self, how: str) -> None:
+        self.state, self.opened_by = DONE, how
+
+    def drop(self) -> None:
+        """Stops watching: the reply stays free (the grammar could not take what was written)."""
+        self.state, self.opened_by = DONE, None
+
+    def observe(self, answer_ids: list[int]) -> list[int] | None:
+        """After tokens were written (`answer_ids`: the whole answer so far, reasoning excluded):
+        the token ids a fresh matcher must be fed when a call opened with them, else None."""
+        for token_id in answer_ids[len(self.tokens) :]:
+            if self.state == DONE:
+                return None
+            opening = self._see(token_id)
+            if opening is not None:
+                return opening
+        return None
+
+    def _see(self, token_id: int) -> list[int] | None:
+        before = len(self.text)
+        self.tokens.append(token_id)
+        self.text += self.piece(token_id)
+        at = self._tag_at(before)
+        if at is not None:
+            self.opened("tag")
+            rest = self.text[at:]
+            return None if "\ufffd" in rest else self.encode(rest)  # a cut character: nothing to feed, stay free
+        if self.state in (START, FENCE_OPENING):
+            lead = self.text.lstrip()
+            if not lead:
+                return None  # blanks: the answer has not started
+            if self.state == START and lead.startswith("{"):
+                self.opened("brace")  # (a first token not drawn again: it opened before the trigger could)
+                return list(self.tokens)
+            if lead[: len(FENCE)].lower() == FENCE:
+                self.opened("fence")
+                return list(self.tokens)
+            self.state = FENCE_OPENING if FENCE.startswith(lead.lower()) else PROSE
+        return None
+
+    def _tag_at(self, before: int) -> int | None:
+        """Where a tag that the latest token completed begins in the text, or None."""
+        found = []
+        for tag in self.tags:
+            at = self.text.find(tag, max(0, before - len(tag) + 1))
+            if at != -1:
+                found.append(at)
+        return min(found) if found else None

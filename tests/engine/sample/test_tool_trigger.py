@@ -1,0 +1,251 @@
+"""Tool calls that always parse (engine/sample/tool_trigger.py): under tool_choice "auto" a reply
+stays free until it opens a call (the family's tag anywhere, a `{` or a ```json fence opening the
+answer), and is held to the call's grammar from there.
+
+The trigger's state machine is read with real tokenizers (SmolLM2's, where `<tool_call>` is five
+ordinary tokens, and Qwen2.5's, where it is one added token); then the engine runs the embedded
+SmolLM2 with the tools prompt the chat API renders: a first token pushed to `{{` is drawn again
+under the grammar and the reply ends as a valid call, and a reply that opens with prose is the
+same, byte for byte, with the trigger as without it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jsonschema
+import pytest
+
+from inference.api.common.chat_template import render
+from inference.api.common.tool_calls import ToolRequest
+from inference.api.common.tool_parsers import HermesToolParser
+from inference.engine.config import EngineConfig
+from inference.engine.engine import LLMEngine
+from inference.engine.sample.sampling_params import SamplingParams
+from inference.engine.sample.tool_trigger import ToolTrigger
+from tests.support import real_gguf
+from tests.support.engine_helpers import run_to_completion
+
+PARAMETERS = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 30}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "description": "The current weather in a city.", "parameters": PARAMETERS},
+}
+CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+
+
+def tools(tokenizer=None) -> ToolRequest:
+    parser = HermesToolParser()
+    return ToolRequest([WEATHER], "auto", False, parser.bind(tokenizer) if tokenizer is not None else parser)
+
+
+def trigger_for(tokenizer, request: ToolRequest | None = None) -> ToolTrigger:
+    spec = (request or tools(tokenizer)).trigger()
+    return ToolTrigger(
+        spec,
+        lambda token_id: tokenizer.decode([token_id], skip_special_tokens=False),
+        lambda text: tokenizer.encode(text, add_special_tokens=False),
+    )
+
+
+def replay(trigger: ToolTrigger, ids: list[int]) -> tuple[int | None, list[int] | None]:
+    """Writes the tokens one by one as the engine does: (how many were written when a call
+    opened, the tokens the matcher is fed), or (None, None)."""
+    for written in range(1, len(ids) + 1):
+        opening = trigger.observe(ids[:written])
+        if opening is not None:
+            return written, opening
+    return None, None
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+@pytest.fixture(scope="module")
+def qwen_tokenizer():
+    from inference.engine.gguf.checkpoint import GGUFCheckpoint
+
+    return GGUFCheckpoint.open(str(real_gguf.QWEN25_CODER.file_or_skip())).tokenizer
+
+
+def accepts(grammars, spec: dict, ids: list[int]) -> bool:
+    matcher = grammars.matcher(spec)
+    return all(matcher.consume_token(token_id) for token_id in ids)
+
+
+# -- the state machine, on real tokenizers -------------------------------------------------
+
+
+def test_a_tag_anywhere_opens_the_call_from_the_tag_on(smollm_tokenizer, engine):
+    text = "Let me look that up. <tool_call>\n" + CALL + "</tool_call>"
+    ids = encode(smollm_tokenizer, text)
+    trigger = trigger_for(smollm_tokenizer)
+    written, opening = replay(trigger, ids)
+    seen = smollm_tokenizer.decode(ids[:written])
+    assert seen.endswith("<tool_call>")  # the tag's last token opened it
+    assert smollm_tokenizer.decode(opening) == "<tool_call>" and trigger.opened_by == "tag" and not trigger.armed
+    spec = tools().trigger()["grammar"]
+    engine.grammars.compile(spec)
+    assert accepts(engine.grammars, spec, opening + encode(smollm_tokenizer, "\n" + CALL.replace(" ", "") + "</tool_call>"))
+
+
+def test_a_tag_that_is_one_added_token_is_written_and_fed_as_that_token(qwen_tokenizer):
+    tag = encode(qwen_tokenizer, "<tool_call>")
+    assert len(tag) == 1 and tag[0] in qwen_tokenizer.added_tokens_decoder
+    request = tools(qwen_tokenizer)
+    assert f"<[{tag[0]}]>" in request.trigger()["grammar"]["value"]  # the grammar names the token, not its text
+    ids = encode(qwen_tokenizer, "Sure.\n<tool_call>\n" + CALL + "\n</tool_call>")
+    written, opening = replay(trigger_for(qwen_tokenizer, request), ids)
+    assert ids[written - 1] == tag[0] and opening == tag
+
+
+def test_a_brace_opening_the_answer_opens_a_bare_call(smollm_tokenizer):
+    trigger = trigger_for(smollm_tokenizer)
+    double, brace, spaced = (encode(smollm_tokenizer, text) for text in ("{{", "{", " {"))
+    assert len(double) == len(brace) == len(spaced) == 1
+    assert trigger.at_start and trigger.opens_bare(double[0]) and trigger.opens_bare(spaced[0])
+    newline = encode(smollm_tokenizer, "\n")
+    assert trigger.observe(newline) is None and trigger.at_start  # blanks: the answer has not started
+    assert trigger.opens_bare(brace[0])
+    # a `{` written without being drawn again (it came before the trigger could act) opens it too
+    assert trigger.observe(newline + brace) == newline + brace and trigger.opened_by == "brace"
+
+
+def test_a_json_fence_opening_the_answer_opens_the_call(smollm_tokenizer, engine):
+    text = "```json\n" + CALL + "\n```"
+    ids = encode(smollm_tokenizer, text)
+    trigger = trigger_for(smollm_tokenizer)
+    assert not trigger.opens_bare(ids[0])  # a fence is not drawn again: its first token may still open ```python
+    written, opening = replay(trigger, ids)
+    assert smollm_tokenizer.decode(ids[:written]) == "```json" and opening == ids[:written] and trigger.opened_by == "fence"
+    spec = tools().trigger()["grammar"]
+    engine.grammars.compile(spec)
+    assert accepts(engine.grammars, spec, opening + encode(smollm_tokenizer, "\n" + CALL.replace(" ", "") + "\n```"))
+
+
+def test_a_python_fence_stays_prose_and_a_later_tag_still_opens_a_call(smollm_tokenizer):
+    prose = "```python\nprint({'a': 1})\n```\n"
+    ids = encode(smollm_tokenizer, prose)
+    trigger = trigger_for(smollm_tokenizer)
+    assert replay(trigger, ids) == (None, None)
+    assert trigger.armed and not trigger.at_start
+    ids += encode(smollm_tokenizer, "<tool_call>" + CALL + "</tool_call>")
+    written, opening = replay(trigger, ids)
+    assert smollm_tokenizer.decode(opening) == "<tool_call>"
+
+
+def test_a_prose_reply_never_opens_a_call(smollm_tokenizer):
+    text = 'The weather in Paris is mild. As JSON: {"city": "Paris"} or `{"a": 1}`; <tool_ call> is not a tag.'
+    ids = encode(smollm_tokenizer, text)
+    trigger = trigger_for(smollm_tokenizer)
+    assert not trigger.opens_bare(ids[0])
+    assert replay(trigger, ids) == (None, None) and trigger.armed and not trigger.at_start
+    assert not trigger.opens_bare(encode(smollm_tokenizer, "{")[0])  # a brace opens a call only at the start
+
+
+def test_a_family_without_bare_calls_opens_only_at_its_tag(smollm_tokenizer):
+    spec = {**tools().trigger(), "bare": False}
+    trigger = ToolTrigger(spec, lambda t: smollm_tokenizer.decode([t]), lambda s: encode(smollm_tokenizer, s))
+    ids = encode(smollm_tokenizer, CALL)
+    assert not trigger.opens_bare(ids[0]) and replay(trigger, ids) == (None, None)
+
+
+def test_the_setting_off_or_another_choice_asks_for_no_trigger(settings):
+    assert tools().trigger() is not None
+    assert dataclasses.replace(tools(), choice="required").trigger() is None
+    settings.MINIVLLM_TOOL_CALL_GRAMMAR = False
+    assert tools().trigger() is None
+
+
+# -- the engine, on the embedded SmolLM2 ----------------------------------------------------
+
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def smollm_engine():
+    """The embedded SmolLM2-135M (real weights), as the server runs it."""
+    return LLMEngine(EngineConfig(device="cpu", kv_cache_mb=32, max_num_seqs=4))
+
+
+def reply(engine: LLMEngine, rid: str, *, trigger: bool = True, messages=ASK, **params) -> tuple[str, list[int], str]:
+    """(text, token ids, finish reason) of the chat request the API would run: the tools in the
+    prompt, greedy, with the tool-call trigger (as tool_choice "auto" asks) or without it."""
+    request = tools(engine.tokenizer)
+    prompt = render(engine.tokenizer, messages, tools=request.tools, tool_parser=request.parser)
+    spec = request.trigger() if trigger else None
+    if spec is not None:
+        engine.grammars.compile(spec["grammar"])  # as the request path does, off the loop
+    engine.add_request(rid, engine.tokenize(prompt), SamplingParams(temperature=0.0, tool_trigger=spec, **params))
+    outputs = run_to_completion(engine)[rid]
+    return "".join(out.text for out in outputs), [t for out in outputs for t in out.token_ids], outputs[-1].finish_reason
+
+
+def single_call(text: str) -> dict:
+    content, calls = tools().read_calls(text)
+    assert content is None and len(calls) == 1, text
+    [call] = calls
+    arguments = json.loads(call.arguments)
+    assert call.name == "get_weather"
+    jsonschema.validate(arguments, PARAMETERS)
+    return arguments
+
+
+def test_a_first_token_pushed_to_double_braces_ends_as_a_valid_call(smollm_engine):
+    """`{{` biased to be the first token: without the trigger the reply is braces to max_tokens;
+    with it the first token is drawn again under the grammar and the reply is the call."""
+    double = encode(smollm_engine.tokenizer, "{{")[0]
+    params = dict(max_tokens=40, logit_bias={double: 10.0})
+    free, free_ids, _ = reply(smollm_engine, "braces-free", trigger=False, **params)
+    assert free_ids[0] == double and tools().read_calls(free)[1] == []
+    text, ids, finish = reply(smollm_engine, "braces", **params)
+    assert ids[0] != double and finish == "stop"
+    assert single_call(text) == {"city": "Paris"}
+
+
+def test_a_reply_that_opens_with_prose_is_the_same_with_the_trigger_as_without(smollm_engine):
+    the = encode(smollm_engine.tokenizer, "The")[0]
+    params = dict(max_tokens=40, logit_bias={the: 5.0})
+    on = reply(smollm_engine, "prose-on", **params)
+    off = reply(smollm_engine, "prose-off", trigger=False, **params)
+    assert on == off and on[1][0] == the and tools().read_calls(on[0])[1] == []
+
+
+def test_the_constraint_starts_after_the_reasoning_block(smollm_engine):
+    """A reply that starts in reasoning (budget 3, then `</think>` forced): the braces inside the
+    block stay as written; the answer's first token, `{{` again, opens the call."""
+    double = encode(smollm_engine.tokenizer, "{{")[0]
+    params = dict(max_tokens=60, logit_bias={double: 10.0}, reasoning={"end": "</think>", "budget": 3})
+    text, ids, finish = reply(smollm_engine, "reasoning", **params)
+    thought, answer = text.split("</think>")
+    assert thought == "{{" * 3 and finish == "stop"
+    assert single_call(answer) == {"city": "Paris"}
+
+
+def test_a_watched_reply_is_not_speculated_and_writes_what_a_speculated_one_does(smollm_engine):
+    """n-gram guesses would skip the grammar a guessed tag opens: none are proposed while the
+    trigger watches. Verified guesses change no token, so the reply is the same either way."""
+    smollm_engine.speculator.mode = "ngram"  # guess wherever the lookup finds something
+    try:
+        messages = [{"role": "user", "content": "Write the words one two three, ten times over."}]
+        outputs = {}
+        for trigger in (True, False):
+            request = tools(smollm_engine.tokenizer)
+            prompt = render(smollm_engine.tokenizer, messages, tools=request.tools, tool_parser=request.parser)
+            spec = request.trigger() if trigger else None
+            rid = f"guesses-{trigger}"
+            smollm_engine.add_request(
+                rid, smollm_engine.tokenize(prompt), SamplingParams(temperature=0.0, max_tokens=48, tool_trigger=spec)
+            )
+            outputs[trigger] = run_to_completion(smollm_engine)[rid]
+    finally:
+        smollm_engine.speculator.mode = "auto"
+    watched, free = outputs[True], outputs[False]
+    assert watched[-1].spec_draft_tokens == 0 and free[-1].spec_draft_tokens > 0
+    assert [t for out in watched for t in out.token_ids] == [t for out in free for t in out.token_ids]
