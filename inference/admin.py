@@ -39,6 +39,7 @@ class GenerationRequestAdmin(ReadOnlyAdmin):
         "queue_ms",
         "ttft_ms",
         "latency_ms",
+        "engines",
         "client_address",
         "api_key_label",
     )
@@ -59,6 +60,11 @@ class GenerationRequestAdmin(ReadOnlyAdmin):
     @admin.display(description="latency", ordering="latency")
     def latency_ms(self, obj: GenerationRequest) -> str:
         return _ms(obj.latency)
+
+    @admin.display(description="resumed on")
+    def engines(self, obj: GenerationRequest) -> str:
+        """Where a request ran when an engine died serving it: "a (12 tok) -> b (28 tok)"; blank otherwise."""
+        return " -> ".join(f"{segment['engine']} ({segment['tokens']} tok)" for segment in obj.resumes or [])
 
 
 @admin.register(ApiKey)
@@ -93,9 +99,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 @admin.register(StoredResponse)
 class StoredResponseAdmin(ReadOnlyAdmin):
-    """Responses API responses kept for retrieval and continuation: read or delete, never edit."""
+    """Responses API responses kept for retrieval and continuation: read or delete, never edit.
+    Each row holds its own turn and links to the response it continued (`previous`): deleting
+    one breaks the conversations that continue it. Expired rows go with purge_responses."""
 
-    list_display = ("id", "created", "model", "owner")
+    list_display = ("id", "created", "model", "owner", "previous_id")
     list_filter = ("created", "owner")
     search_fields = ("id",)
     date_hierarchy = "created"

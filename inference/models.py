@@ -45,6 +45,11 @@ class GenerationRequest(models.Model):
     completion_tokens = models.PositiveIntegerField(default=0, help_text="Summed over the choices.")
     spec_draft_tokens = models.PositiveIntegerField(default=0, help_text="Tokens speculative decoding guessed.")
     spec_accepted_tokens = models.PositiveIntegerField(default=0, help_text="Of those, the ones verification accepted.")
+    resumes = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Where it ran when an engine died serving it: [{engine, tokens}] in order (empty: one engine throughout).",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     finish_reason = models.CharField(max_length=16, blank=True)
     error = models.TextField(blank=True)

@@ -54,7 +54,9 @@ class EngineConfig:
     cpu_isa: str = _knob("auto", "MINIVLLM_CPU_ISA")
     # a GGUF's packed weights kept on disk at its first start, mapped by later ones (gguf/packed_cache.py)
     packed_cache: bool = _knob(True, "MINIVLLM_PACKED_CACHE", env_bool)
-    pooling: str = _knob("auto", "MINIVLLM_POOLING")  # embeddings: auto (the checkpoint's) | last | mean | cls (layers/pooling.py)
+    pooling: str = _knob(
+        "auto", "MINIVLLM_POOLING"
+    )  # embeddings: auto (the checkpoint's) | last | mean | cls (layers/pooling.py)
     # auto (adaptive) | off | ngram (always guess): spec_decode/proposer.py
     speculative: str = _knob("auto", "MINIVLLM_SPECULATIVE", _lower)
     spec_tokens: int = _knob(8, "MINIVLLM_SPEC_TOKENS", env_int)  # the most tokens a sequence guesses per step

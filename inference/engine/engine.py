@@ -26,6 +26,7 @@ from .model_runner import ModelRunner, StepLogits
 from .output_processor import OutputProcessor
 from .outputs import RequestOutput
 from .prompt import check_request, prompt_token_ids
+from .resume import check_resume, replay
 from .runner.kv_layout import model_window, window_pool_blocks
 from .runner.memory_profile import plan_kv_blocks
 from .sample.reasoning import ReasoningState
@@ -164,9 +165,13 @@ class LLMEngine:
             prompt_token_ids, params, vocab_size=self.bundle.model.vocab_size, limit=self.token_limit, num_slots=self.num_slots
         )
 
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None) -> None:
+    def add_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams | None = None, resume: list | None = None
+    ) -> None:
         """Queues a prompt given as token ids (`tokenize` makes them from text). With params.n > 1
-        the prompt is computed once and its n completions fork from it (`_fork`)."""
+        the prompt is computed once and its n completions fork from it (`_fork`). `resume`: a request
+        another engine was serving, per completion the tokens it delivered (None: that completion
+        had finished); each unfinished one carries on from there (engine/resume.py)."""
         params = params or SamplingParams()
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
@@ -174,9 +179,20 @@ class LLMEngine:
             raise TypeError("add_request takes token ids; engine.tokenize(text) makes them")
         token_ids = list(prompt_token_ids)
         self.check_request(token_ids, params)
-        seq = self._sequence(request_id, token_ids, params, index=0)
-        self.requests[request_id] = [seq]
-        self.scheduler.add(seq)
+        if resume is not None:
+            check_resume(resume, params.n)
+            seqs = []
+            for index, delivered in enumerate(resume):
+                if delivered is not None:
+                    seq = self._sequence(request_id, token_ids, params.child(index), index)
+                    seq.forks_left = 0  # every unfinished completion is its own sequence from the start
+                    replay(self, seq, delivered)
+                    seqs.append(seq)
+        else:
+            seqs = [self._sequence(request_id, token_ids, params, index=0)]
+        self.requests[request_id] = seqs
+        for seq in seqs:
+            self.scheduler.add(seq)
         self.total_prompt_tokens += len(token_ids)
 
     @property
@@ -204,7 +220,20 @@ class LLMEngine:
         seq.detokenizer = IncrementalDetokenizer(
             self.tokenizer, token_ids, stop=params.stop, include_stop_str=params.include_stop_str_in_output
         )
+        if params.tool_trigger is not None and params.structured is None:
+            seq.tool_trigger = self._tool_trigger(seq, params.tool_trigger)
         return seq
+
+    def _tool_trigger(self, seq: Sequence, spec: dict) -> ToolTrigger | None:
+        """The sequence's watch for a tool call opening (engine/sample/tool_trigger.py); None where its
+        grammar does not compile: the reply then stays free rather than failing (the request path
+        compiled it before, off this loop, and dropped it there already if it could not)."""
+        try:
+            self.grammars.compile(spec["grammar"])
+        except GrammarError as exc:
+            log.warning("request %s: tool-call grammar dropped, the reply stays free: %s", seq.request_id, exc)
+            return None
+        return ToolTrigger(spec, seq.detokenizer.token_text, lambda text: self.tokenizer.encode(text, add_special_tokens=False))
 
     def _marker_ids(self, marker: str) -> list[int]:
         """A reasoning marker's token ids, tokenized once per marker."""
@@ -220,21 +249,8 @@ class LLMEngine:
             return False
         self._pending.append(output)
         return True
-        if params.tool_trigger is not None and params.structured is None:
-            seq.tool_trigger = self._tool_trigger(seq, params.tool_trigger)
 
     def has_work(self) -> bool:
-    def _tool_trigger(self, seq: Sequence, spec: dict) -> ToolTrigger | None:
-        """The sequence's watch for a tool call opening (engine/sample/tool_trigger.py); None where its
-        grammar does not compile: the reply then stays free rather than failing (the request path
-        compiled it before, off this loop, and dropped it there already if it could not)."""
-        try:
-            self.grammars.compile(spec["grammar"])
-        except GrammarError as exc:
-            log.warning("request %s: tool-call grammar dropped, the reply stays free: %s", seq.request_id, exc)
-            return None
-        return ToolTrigger(spec, seq.detokenizer.token_text, lambda text: self.tokenizer.encode(text, add_special_tokens=False))
-
         return self.scheduler.has_work() or bool(self._pending)
 
     # -- the step -------------------------------------------------------------------------
@@ -341,6 +357,7 @@ class LLMEngine:
         seqs, sampled, now, processor = sample.seqs, sample.sampled, sample.now, self.output_processor
         processor.generated.add(now, len(seqs))
         outputs = [processor.append_token(seq, t, lp, now) for seq, t, lp in zip(seqs, sampled.token_ids, sampled.logprobs)]
+        self._watch_tool_calls(seqs)
         if sample.verifies:
             verified = SamplerOutput(sampled.token_ids[len(seqs) :], sampled.logprobs[len(seqs) :])
             outputs += self.verifier.verify(verified, sample.verifies, sample.saved, sample.vocab, now)
@@ -357,7 +374,6 @@ class LLMEngine:
             all_seqs.append(seq)
             for child in self._fork(seq, copies):
                 rows.append(row)
-        self._watch_tool_calls(seqs)
                 all_seqs.append(child)
         return self.model_runner.rows_for_forks(logits, rows, copies), all_seqs
 

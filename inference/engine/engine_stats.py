@@ -45,6 +45,7 @@ class EngineStats:
     prefix_cache_hits: int | None = _summed()
     prefix_cache_hit_rate: float | None = None
     num_preemptions: int | None = _summed()
+    num_requests_resumed: int | None = _summed()  # carried on after their engine died (engine/resume.py)
     tokens_per_second: float | None = _summed()
     total_tokens_generated: int | None = _summed()
     total_prompt_tokens: int | None = _summed()

@@ -24,11 +24,13 @@ from .fault_hooks import FaultHooks
 from .gguf import packed_cache
 from .outputs import RequestOutput
 from .request_streams import RequestStream, check_can_submit, deliver, final_output
+from .resume import Progress
 from .sample.sampling_params import SamplingParams
 
 log = logging.getLogger("minivllm.engine")
 
 IDLE_WAIT_S = 0.05
+ENGINE_NAME = "engine"  # what a resumed request's history names this process's engine
 RESTART_BUDGET_RESET_S = 600.0
 
 
@@ -39,6 +41,7 @@ class AddRequest:
     request_id: str
     token_ids: list[int]
     params: SamplingParams
+    resume: list | None = None  # a request another engine died serving (engine/resume.py)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class EngineThread:
         self._stop = threading.Event()
         self._streams: dict[str, RequestStream] = {}
         self._streams_lock = threading.Lock()
+        self._progress: dict[str, Progress] = {}  # what each stream was sent: a restart resumes from it
+        self.resumed_requests = 0
         self._snapshot = EngineStats()
         self._thread: threading.Thread | None = None
 
@@ -120,9 +125,10 @@ class EngineThread:
 
     # -- requests (any thread with a running event loop) ---------------------------------
 
-    def submit(self, request_id: str, token_ids: list[int], params: SamplingParams) -> RequestStream:
+    def submit(self, request_id: str, token_ids: list[int], params: SamplingParams, resume: list | None = None) -> RequestStream:
         """Queues a prompt of token ids that the caller has checked against model_info's limits
-        (serving/submission.py); the engine still refuses one that does not fit, as an error output."""
+        (serving/submission.py); the engine still refuses one that does not fit, as an error output.
+        `resume`: another engine died serving it, having delivered these tokens (engine/resume.py)."""
         if self._stop.is_set():
             raise EngineNotReadyError(self.not_ready_reason())
         check_can_submit(self)
@@ -132,7 +138,8 @@ class EngineThread:
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already in use")
             self._streams[request_id] = stream
-        self._inbox.put(AddRequest(request_id, token_ids, params))
+            self._progress[request_id] = Progress(token_ids, params, ENGINE_NAME, resume)
+        self._inbox.put(AddRequest(request_id, token_ids, params, resume))
         self._wake.set()
         return stream
 
@@ -153,7 +160,7 @@ class EngineThread:
 
     def stats(self) -> EngineStats:
         """The snapshot of the engine's last pass (empty while loading)."""
-        return self._snapshot
+        return self._snapshot.replace(num_requests_resumed=self.resumed_requests)
 
     def not_ready_reason(self) -> str:
         if self.state in (EngineState.NEW, EngineState.LOADING):
@@ -192,15 +199,17 @@ class EngineThread:
                 log.error("engine loop died:\n%s", traceback.format_exc())
                 fatal = is_fatal_device_error(exc)  # a broken device stays broken: no restart in this process
                 self.state = EngineState.DEAD if fatal else EngineState.RESTARTING
-                self._fail_all_streams(self.error)
                 if fatal or self._stop.is_set() or restarts >= self.max_restarts:
                     log.error("engine loop died (%s); giving up", "the device failed" if fatal else f"{restarts + 1} times")
+                    self._fail_all_streams(self.error)
                     self.state = EngineState.DEAD
                     return
                 restarts += 1
                 log.warning("restarting the engine loop (%d of %d)", restarts, self.max_restarts)
                 if not self._restart():
+                    self._fail_all_streams(self.error)
                     return
+                self._resume_streams(f"{ENGINE_NAME} (restart {restarts})")
         self._abort_everything()
         self.state = EngineState.STOPPED
 
@@ -239,7 +248,8 @@ class EngineThread:
                 if command.request_id not in self._streams:
                     continue  # aborted before it reached the engine
                 try:
-                    self.engine.add_request(command.request_id, command.token_ids, command.params)
+                    self.engine.add_request(command.request_id, command.token_ids, command.params, command.resume)
+                    self._progress[command.request_id].started = True
                 except Exception as exc:
                     self._end_stream(command.request_id, "error", str(exc))
             elif not self.engine.abort(command.request_id):
@@ -252,10 +262,31 @@ class EngineThread:
                 stream = self._streams.get(output.request_id)
                 if stream is None:
                     continue
+                progress = self._progress.get(output.request_id)
+                if progress is not None:
+                    progress.record(output)
+                    if progress.resumed:
+                        output.resumes = [dict(segment) for segment in progress.segments]
                 if output.finished:
                     del self._streams[output.request_id]
+                    self._progress.pop(output.request_id, None)
                 items.append((stream, output))
         deliver(items)
+
+    def _resume_streams(self, engine_name: str) -> None:
+        """After a restart: every request the dead loop had taken carries on in the new engine from
+        what its client was sent (those still in the inbox reach it as they are)."""
+        with self._streams_lock:
+            started = [
+                (rid, self._progress[rid]) for rid in self._streams if rid in self._progress and self._progress[rid].started
+            ]
+        for request_id, progress in started:
+            try:
+                self.engine.add_request(request_id, progress.prompt, progress.params, progress.resume_on(engine_name))
+                self.resumed_requests += 1
+            except Exception as exc:
+                self._end_stream(request_id, "error", f"could not resume after the engine loop died: {exc}")
+        log.warning("resumed %d request(s) after the engine loop restarted", len(started))
 
     def _end_stream(self, request_id: str, reason: str, error: str | None) -> None:
         self._dispatch([final_output(request_id, reason, error)])

@@ -23,17 +23,22 @@ class OutputProcessor:
         self.max_model_len = max_model_len
         self.generated = TokenRate()  # tokens written: the total and the recent rate
 
-    def append_token(self, seq: Sequence, token_id: int, logprob, now: float) -> RequestOutput:
-        first = seq.first_token_time is None
+    def advance(self, seq: Sequence, token_id: int) -> str:
+        """Writes one token to the sequence, its grammar, reasoning state and detokenizer; its text.
+        (A resumed request's delivered tokens come through here unreported: engine/resume.py.)"""
         seq.token_ids.append(token_id)
         if seq.active_matcher is not None:
             seq.matcher.consume_token(token_id)
         if seq.reasoning is not None and seq.reasoning.observe(seq.output_token_ids) and seq.matcher is not None:
             for written in seq.output_token_ids:  # no reasoning after all: the grammar reads the reply from its start
                 seq.matcher.consume_token(written)
+        return seq.detokenizer.add_tokens([token_id])
+
+    def append_token(self, seq: Sequence, token_id: int, logprob, now: float) -> RequestOutput:
+        first = seq.first_token_time is None
         if first:
             seq.first_token_time = now
-        text = seq.detokenizer.add_tokens([token_id])
+        text = self.advance(seq, token_id)
         if logprob is not None:
             logprob.token = seq.detokenizer.token_text(token_id)
             logprob.top = [(tid, seq.detokenizer.token_text(tid), lp) for tid, _, lp in logprob.top]

@@ -45,6 +45,8 @@ class RequestOutput:
     prompt_logprobs: list[TokenLogprob | None] | None = None  # with a completion's first output, if asked
     embedding: list[float] | None = None  # an embedding request's pooled hidden state (not normalized)
     reasoning_tokens: int = 0  # of completion_tokens, those written while reasoning (engine/sample/reasoning.py)
+    # a request resumed after its engine died: where it ran, [{"engine", "tokens"}, ...] (engine/resume.py)
+    resumes: list[dict] | None = None
     # speculative decoding, this completion so far: tokens guessed and accepted, and of them those
     # the request's prediction supplied (engine/spec_decode/proposer.py)
     spec_draft_tokens: int = 0

@@ -42,10 +42,11 @@ class EngineClient(Protocol):
 
     def wait_ready(self, timeout: float | None = None) -> bool: ...
 
-    def submit(self, request_id: str, token_ids: list[int], params: SamplingParams) -> RequestStream:
+    def submit(self, request_id: str, token_ids: list[int], params: SamplingParams, resume: list | None = None) -> RequestStream:
         """Queues a prompt of token ids already checked against model_info (serving/submission.py);
         EngineNotReadyError or QueueFullError when it cannot be. Its outputs arrive on the returned
-        async stream, the last one finished."""
+        async stream, the last one finished. `resume`: another engine died serving it, having
+        delivered these tokens per completion (engine/resume.py); it carries on from there."""
 
     def compile_grammar(self, spec: dict) -> None:
         """Compiles a request's grammar (SamplingParams.structured) off the engine loop, before it is

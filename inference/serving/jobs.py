@@ -98,6 +98,7 @@ class GenerationJob:
         self.reasoning = None  # a ReasoningReader: each finished choice's reasoning is split off first
         self.prompt_tokens = 0
         self.cached_tokens = 0
+        self.resumes: list[dict] = []  # where it ran, when an engine died serving it (engine/resume.py)
         self.embedding: list[float] | None = None  # an embedding request's pooled vector
         self.finish_reason: str | None = None
         self.error: str | None = None
@@ -173,6 +174,8 @@ class GenerationJob:
         choice.reasoning_tokens = max(out.reasoning_tokens, choice.reasoning_tokens)
         if out.spec_draft_tokens:
             choice.speculation = {name: getattr(out, name) for name in SPECULATION_COUNTS}
+        if out.resumes:
+            self.resumes = out.resumes
         if out.finish_reason is not None and choice.finish_reason is None and not out.finished:
             self._end_choice(choice, out.finish_reason, out.stop_reason)
         if out.finished:
@@ -273,6 +276,7 @@ class GenerationJob:
             completion_tokens=self.completion_tokens,
             spec_draft_tokens=self.speculation("spec_draft_tokens"),
             spec_accepted_tokens=self.speculation("spec_accepted_tokens"),
+            resumes=self.resumes,
             finish_reason=finish_reason,
             error=error,
             **timings,

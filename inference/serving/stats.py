@@ -74,6 +74,7 @@ def _build_snapshot(engine_client) -> dict:
         "prefix_cache_hits": engine.prefix_cache_hits,
         "prefix_cache_hit_rate": _round(engine.prefix_cache_hit_rate, 4),
         "num_preemptions": engine.num_preemptions,
+        "num_requests_resumed": engine.num_requests_resumed,
         "total_prompt_tokens": engine.total_prompt_tokens,
         "steps": engine.steps,
         "speculative": engine.speculative,

@@ -36,15 +36,26 @@ def test_failing_step_fails_only_its_requests(tiny_hf, smollm_tokenizer):
     assert result[-1].finish_reason == "length" and len(generated_ids(result)) == 5
 
 
-async def test_dead_loop_ends_streams_with_error_and_restarts(tiny_hf, smollm_tokenizer):
+async def test_a_dead_loop_restarts_and_its_streams_carry_on_where_they_were(tiny_hf, smollm_tokenizer):
+    """The loop dies mid-stream: the restarted engine resumes the request from the tokens its client
+    was sent (prompt + those, prefilled again), so the stream ends as it would have without the
+    fault, token for token, and says where it ran."""
+    reference = engine_for(tiny_hf, smollm_tokenizer)
+    prompt = reference.tokenize("a stream the crash interrupts")
+    reference.add_request("r", prompt, greedy(40))
+    expected = generated_ids(run_to_completion(reference)["r"])
     engine_thread = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer), max_restarts=1).start()
     assert engine_thread.wait_ready(60)
     first_engine = engine_thread.engine
-    stream = engine_thread.submit("inflight", engine_thread.engine.tokenize("a stream the crash interrupts"), greedy(300))
-    await stream.__anext__()
+    stream = engine_thread.submit("inflight", prompt, greedy(40))
+    before = [await stream.__anext__() for _ in range(3)]
     engine_thread.test_faults.loop = raise_once("injected loop failure")
     rest = [out async for out in stream]
-    assert rest[-1].finish_reason == "error" and "injected loop failure" in rest[-1].error
+    assert rest[-1].finish_reason == "length" and rest[-1].error is None
+    assert generated_ids(before + rest) == expected and rest[-1].completion_tokens == 40
+    segments = rest[-1].resumes
+    assert [s["engine"] for s in segments] == ["engine", "engine (restart 1)"] and sum(s["tokens"] for s in segments) == 40
+    assert segments[0]["tokens"] >= 3 and engine_thread.resumed_requests == 1
     assert await asyncio.to_thread(engine_thread.wait_ready, 30)
     assert engine_thread.engine is not first_engine and engine_thread.engine.bundle is first_engine.bundle
     # the old pool was given back before the new one was planned (on a GPU, one beside the other would shrink it)

@@ -301,6 +301,16 @@ def rewind_generator(generator: torch.Generator, state: torch.Tensor, used_rows:
         torch.rand(vocab, generator=generator, device=generator.device, out=scratch)
 
 
+def skip_draws(generator: torch.Generator | None, tokens: int, vocab: int, params) -> None:
+    """Moves a seeded generator past the draws `tokens` sampled tokens took (one row of `vocab`
+    uniforms each): where another engine had sampled them (engine/resume.py)."""
+    if generator is None or _is_greedy(params):
+        return
+    scratch = torch.empty(vocab, dtype=torch.float32, device=generator.device)
+    for _ in range(tokens):
+        torch.rand(vocab, generator=generator, device=generator.device, out=scratch)
+
+
 def with_logprobs(logits: torch.Tensor, contexts: list[SamplingContext], tokens: torch.Tensor) -> SamplerOutput:
     """The sampled tokens and, for rows that asked, raw model log-probabilities (before penalties,
     temperature and filters, like vLLM's default), fetched to the host together in one copy."""

@@ -7,6 +7,13 @@ channel I/O runs on an event loop in a thread of its own (Daphne's loop is not r
 the engine starts at import), and outputs reach each view's loop with call_soon_threadsafe.
 The tokenizer is loaded here too: chat templates, tokenizing and the context-length check
 (serving/submission.py, against `model_info`) happen before a request leaves the process.
+
+An engine that dies (its heartbeat stops for MINIVLLM_ENGINE_TIMEOUT seconds, or it says it is
+stopping) loses no request: each request it held, queued or running, is sent again with the
+tokens its client already has (engine/resume.py's Progress, kept here as the outputs pass), and
+whichever live engine takes it carries on from there; the client's stream goes on with no gap and
+no repeat. Where no engine takes it within MINIVLLM_ENGINE_ACCEPT_TIMEOUT seconds it ends with
+the error it would have ended with.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from ...engine.engine_state import EngineState, ModelInfo
 from ...engine.engine_stats import EngineStats
 from ...engine.errors import EngineNotReadyError
 from ...engine.request_streams import RequestStream, check_can_submit, deliver, final_output
+from ...engine.resume import Progress
 from ...engine.sample.sampling_params import SamplingParams
 from ...engine.sample.structured import Grammars
 from . import protocol as wire
@@ -37,9 +45,13 @@ REJOIN_INTERVAL_S = 10.0  # group membership expires, and a Redis restart forget
 class _InFlight:
     stream: RequestStream
     submitted_at: float
+    progress: Progress
     engine_id: str | None = None
     engine_channel: str | None = None
     aborted: bool = False
+    lost: tuple[str, ...] = ()  # engines that died holding it: their late outputs are dropped
+    lost_because: str | None = None  # why the last one was lost (the error if no engine takes it over)
+    resume: list | None = None  # what the SUBMIT carried when it was sent again (engine/resume.py)
 
 
 class RemoteEngine:
@@ -68,6 +80,7 @@ class RemoteEngine:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._grammars: Grammars | None = None  # made on the first constrained request
+        self.resumed_requests = 0  # sent again after their engine died
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -149,7 +162,8 @@ class RemoteEngine:
         return sum(queues) or self.default_max_queue
 
     def stats(self) -> EngineStats:
-        return self.fleet.aggregate()
+        stats = self.fleet.aggregate()
+        return stats.replace(num_requests_resumed=(stats.num_requests_resumed or 0) + self.resumed_requests)
 
     def inject_fault(self, kind: str, hook) -> None:
         raise NotImplementedError("fault injection needs the in-process engine (MINIVLLM_ENGINE=local)")
@@ -161,7 +175,7 @@ class RemoteEngine:
 
     # ---- requests (any thread with a running event loop) ------------------------------------
 
-    def submit(self, request_id: str, token_ids: list[int], params: SamplingParams) -> RequestStream:
+    def submit(self, request_id: str, token_ids: list[int], params: SamplingParams, resume: list | None = None) -> RequestStream:
         """Sends a prompt of token ids, checked by the caller against model_info (the smallest
         context and pool among the ready workers), to whichever worker takes it first."""
         check_can_submit(self)
@@ -170,16 +184,22 @@ class RemoteEngine:
         with self._lock:
             if request_id in self._requests:
                 raise ValueError(f"request id {request_id!r} is already in use")
-            self._requests[request_id] = _InFlight(stream, time.monotonic())
+            req = _InFlight(stream, time.monotonic(), Progress(token_ids, params, "?", resume), resume=resume)
+            self._requests[request_id] = req
+        self._call(self._send, wire.REQUEST_CHANNEL, self._submit_message(request_id, req, resume))
+        return stream
+
+    def _submit_message(self, request_id: str, req: _InFlight, resume: list | None = None) -> dict:
         message = {
             "type": wire.SUBMIT,
             "request_id": request_id,
-            "prompt": token_ids,
-            "params": wire.params_to_wire(params),
+            "prompt": req.progress.prompt,
+            "params": wire.params_to_wire(req.progress.params),
             "reply_channel": self.channel,
         }
-        self._call(self._send, wire.REQUEST_CHANNEL, message)
-        return stream
+        if resume is not None:
+            message["resume"] = resume
+        return message
 
     def compile_grammar(self, spec: dict) -> None:
         """Checks a request's grammar here, against this process's tokenizer, before it is sent
@@ -303,11 +323,14 @@ class RemoteEngine:
         req = self._requests.get(request_id)
         # the client left before an engine took it; or a second engine got the same request
         # (channels-redis can redeliver a message when receivers race): the first one keeps it
-        duplicate = req is not None and req.engine_id is not None and req.engine_id != message["engine_id"]
+        duplicate = req is not None and (
+            (req.engine_id is not None and req.engine_id != message["engine_id"]) or message["engine_id"] in req.lost
+        )
         if req is None or req.aborted or duplicate:
             asyncio.get_running_loop().create_task(self._send(engine_channel, {"type": wire.ABORT, "request_id": request_id}))
         if req is not None and not duplicate:
             req.engine_id, req.engine_channel = message["engine_id"], engine_channel
+            req.progress.moved(message["engine_id"])
 
     def _outputs(self, message: dict) -> None:
         offset = time.monotonic() - message["now"]
@@ -316,8 +339,12 @@ class RemoteEngine:
             out = wire.output_from_wire(data, clock_offset=offset)
             with self._lock:
                 req = self._requests.get(out.request_id)
-                if req is not None and req.engine_id not in (None, message["engine_id"]):
-                    continue  # a duplicate's outputs (it has been told to abort)
+                if req is not None and (req.engine_id not in (None, message["engine_id"]) or message["engine_id"] in req.lost):
+                    continue  # a duplicate's outputs (it has been told to abort), or a dead engine's last ones
+                if req is not None:
+                    req.progress.record(out)
+                    if req.progress.resumed:
+                        out.resumes = [dict(segment) for segment in req.progress.segments]
                 if req is not None and out.finished:
                     del self._requests[out.request_id]
             if req is None:
@@ -358,15 +385,42 @@ class RemoteEngine:
                 items = list(self._requests.items())
             for request_id, req in items:
                 if req.engine_id is None and now - req.submitted_at > self.accept_timeout:
-                    self._end(request_id, "error", f"no engine took the request within {self.accept_timeout:.0f}s")
+                    taken = f"no engine took the request within {self.accept_timeout:.0f}s"
+                    self._end(request_id, "error", f"{req.lost_because}; {taken} to resume it" if req.lost_because else taken)
                 elif req.engine_id and self.fleet.get(req.engine_id) is None and now - req.submitted_at > self.fleet.timeout:
-                    self._end(request_id, "error", f"engine {req.engine_id} is gone")
+                    await self._resume(request_id, req, f"engine {req.engine_id} is gone")
 
     def _fail_engine(self, engine_id: str, error: str) -> None:
+        """The engine died or stopped: each request it held carries on elsewhere. Requests no engine
+        has accepted yet go out again too: the dead one may have taken one off the shared channel
+        and died before accepting it (a second copy is harmless: the first engine to accept keeps it)."""
+        loop = asyncio.get_running_loop()
         with self._lock:
-            lost = [rid for rid, req in self._requests.items() if req.engine_id == engine_id]
-        for request_id in lost:
-            self._end(request_id, "error", error)
+            lost = [(rid, req) for rid, req in self._requests.items() if req.engine_id == engine_id]
+            unaccepted = [(rid, req) for rid, req in self._requests.items() if req.engine_id is None and not req.aborted]
+        for request_id, req in lost:
+            loop.create_task(self._resume(request_id, req, error))
+        for request_id, req in unaccepted:
+            loop.create_task(self._send(wire.REQUEST_CHANNEL, self._submit_message(request_id, req, req.resume)))
+
+    async def _resume(self, request_id: str, req: _InFlight, error: str) -> None:
+        """Sends the request again with what its client was sent; the next engine to take it carries
+        on from there (a client already gone ends it instead)."""
+        if req.engine_id is None or self._requests.get(request_id) is not req:
+            return  # already being resumed, or ended meanwhile
+        if req.aborted:
+            self._end(request_id, "abort", None)
+            return
+        req.lost += (req.engine_id,)
+        req.lost_because = error
+        req.engine_id = req.engine_channel = None
+        req.submitted_at = time.monotonic()  # the accept timeout bounds the wait for a live engine
+        self.resumed_requests += 1
+        log.warning(
+            "resuming %s (%s): %d token(s) delivered so far", request_id, error, sum(map(len, req.progress.delivered.values()))
+        )
+        req.resume = req.progress.resume_on("?")
+        await self._send(wire.REQUEST_CHANNEL, self._submit_message(request_id, req, req.resume))
 
     def _fail_all(self, error: str | None, reason: str = "error") -> None:
         with self._lock:

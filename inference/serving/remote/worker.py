@@ -4,8 +4,9 @@ It feeds an EngineThread from the shared request channel, streams each request's
 to the channel of the web process that sent it (one message per step per web process), takes
 aborts on its own channel, and publishes its stats to the web processes every second (that
 heartbeat is how they know it is alive). When it holds a full batch it pulls new requests only
-slowly, so an idle engine gets them first. On stop, requests still running end with an error
-(the client should retry elsewhere), not with a silent hang.
+slowly, so an idle engine gets them first. On stop, requests still running get no last output:
+the last heartbeat says "stopped", and the web processes resume them on another engine
+(serving/remote/client.py), or end them with an error where none takes them.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ class EngineWorker:
                 await asyncio.to_thread(self.engine_thread.compile_grammar, params.structured)
             if params.tool_trigger is not None:
                 params = await self._with_tool_trigger(params)
-            stream = self.engine_thread.submit(request_id, message["prompt"], params)
+            # a request another engine died serving carries on from what its client was sent
+            stream = self.engine_thread.submit(request_id, message["prompt"], params, resume=message.get("resume"))
         except Exception as exc:
             await self._send(
                 reply,
@@ -182,8 +184,7 @@ class EngineWorker:
         try:
             async for out in stream:
                 if out.finished and out.finish_reason == "abort" and self.stopping and request_id not in self._client_aborts:
-                    out.finish_reason = "error"
-                    out.error = f"engine {self.engine_id} shut down before the request finished"
+                    return  # not an end: the web process resumes it on another engine when our last heartbeat says "stopped"
                 self._outbox.add(reply, wire.output_to_wire(out))
         finally:
             self._owners.pop(request_id, None)

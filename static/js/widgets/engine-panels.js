@@ -12,6 +12,7 @@ export function renderEngineInfo(stats) {
   byId("queue-depth").textContent = num(stats.queue_depth);
   byId("running").textContent = stats.batch_size === null ? DASH : `${num(stats.batch_size)} / ${num(stats.num_slots)}`;
   byId("total-tokens").textContent = num(stats.total_tokens_generated);
+  byId("resumed").textContent = num(stats.num_requests_resumed);
   byId("uptime").textContent = stats.engine_state === "ready" ? duration(stats.uptime_seconds) : (stats.engine_state ?? DASH).replace("_", " ");
 }
 
