@@ -223,7 +223,7 @@ def main(argv=None) -> dict:
     if not args.skip_peer and not args.skip_speculative and not args.base_url:
         from . import speculative as spec_bench
 
-        models = ["embedded"] if args.quick or args.skip_large else ["embedded", "large"]
+        models = ["embedded", "qwen"] if args.quick or args.skip_large else ["embedded", "qwen", "large"]
         raw["speculative"] = spec_bench.run(tokenizer, models=models, rounds=1, results_dir=args.results_dir)
     if not args.skip_structured and not args.base_url:
         from . import json_endings, structured

@@ -16,11 +16,14 @@ A figure with a failed request is measured again (twice at most); one that still
 measured", and a verdict needs every round's figure. Where llama-server had to be rebuilt without
 its native AMX path (bench/llama_server.py), no target against it counts as met.
 
-On the embedded SmolLM2 the guesses are a real model's; the 1.5B shaped model has random weights,
-so its acceptance says nothing about real text: its rows measure what a verification costs at that
-size, and the random and 32-client loads measure what speculation costs where it cannot help.
+On the embedded SmolLM2 and on Qwen2.5-Coder-0.5B-Instruct (the real GGUF `make test` fetches,
+tests/support/real_gguf.py; its prompts behind its own chat template) the guesses are a real
+model's; the 1.5B shaped model has random weights, so its acceptance says nothing about real text:
+its rows measure what a verification costs at that size, and the random and 32-client loads
+measure what speculation costs where it cannot help.
 
     python -m bench.speculative --model embedded --rounds 1     # ~6 min on 2 cores
+    python -m bench.speculative --model qwen --rounds 1         # Qwen2.5-Coder-0.5B (real weights), ~10 min
     python -m bench.speculative --model large --rounds 1        # the 1.5B Q4_K_M, ~12 min
     python -m bench.speculative --docs-dir docs/bench           # also docs/bench/raw/speculative.json and the page
 """
@@ -264,6 +267,17 @@ def render(result: dict) -> list[str]:
     return lines
 
 
+def real_qwen():
+    """The real Qwen2.5-Coder-0.5B-Instruct GGUF (fetched once, as `make test` does) and its own
+    tokenizer, whose chat template the prompts go behind."""
+    from transformers import AutoTokenizer
+
+    from tests.support.real_gguf import QWEN25_CODER
+
+    path = QWEN25_CODER.present() or QWEN25_CODER.fetch()
+    return str(path), AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
 def run(tokenizer, *, models: list[str], rounds: int, results_dir: str) -> dict:
     from .machine import machine_info
     from .shaped_model import shaped_model
@@ -272,18 +286,23 @@ def run(tokenizer, *, models: list[str], rounds: int, results_dir: str) -> dict:
     machine = machine_info()
     result = {"models": {}, "isa": " ".join(machine["isa_flags"]), "machine": machine}
     for model in models:
-        gguf = None if model == "embedded" else str(shaped_model())
-        title = "Embedded SmolLM2-135M (real weights)" if gguf is None else "1.5B Q4_K_M, Qwen2.5's shape (random weights)"
+        model_tokenizer = tokenizer
+        if model == "qwen":
+            gguf, model_tokenizer = real_qwen()
+            title = "Qwen2.5-Coder-0.5B-Instruct GGUF (real weights)"
+        else:
+            gguf = None if model == "embedded" else str(shaped_model())
+            title = "Embedded SmolLM2-135M (real weights)" if gguf is None else "1.5B Q4_K_M, Qwen2.5's shape (random weights)"
         result["models"][title] = []
         for r in range(rounds):
-            result["models"][title].append(one_round(tokenizer, gguf, r, results_dir))
+            result["models"][title].append(one_round(model_tokenizer, gguf, r, results_dir))
             print(f"speculative decoding, {model}: round {r + 1} done", flush=True)
     return result
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", choices=("embedded", "large", "both"), default="both")
+    p.add_argument("--model", choices=("embedded", "qwen", "large", "all"), default="all")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--results-dir", default="bench/results")
     p.add_argument("--docs-dir", default=None, help="also write DOCS_DIR/raw/speculative.json and rewrite the page there")
@@ -291,7 +310,7 @@ def main(argv=None) -> None:
     from .model_files import load_tokenizer
 
     os.makedirs(args.results_dir, exist_ok=True)
-    models = ["embedded", "large"] if args.model == "both" else [args.model]
+    models = ["embedded", "qwen", "large"] if args.model == "all" else [args.model]
     result = run(load_tokenizer(), models=models, rounds=args.rounds, results_dir=args.results_dir)
     result["command"] = "python -m bench.speculative " + " ".join(argv if argv is not None else sys.argv[1:])
     with open(os.path.join(args.results_dir, "speculative.json"), "w") as out:
