@@ -71,3 +71,40 @@ async def test_the_agent_calls_the_tool_and_answers_from_its_result(qwen_server,
     answer = result.final_output.lower()
     assert "sunny" in answer and "22" in answer, result.final_output
     await client.close()
+
+
+async def test_an_agent_with_two_tools_calls_one_then_the_other(qwen_server, qwen_model):
+    """Two tools on one agent: `find_city(landmark)`, then `get_weather(city)` with what the first
+    returned, then the answer. Each tool is offered while it is the next step (the SDK's `is_enabled`:
+    the 0.5B, offered both at once, asks for the weather at the landmark itself), through the
+    Responses model class under auto. The run ends there: after two tool turns the 0.5B's greedy
+    answer is an immediate end of turn (an empty final output; the rendered prompt is the template's
+    own, tool turns included), so this test holds the calls, and the one-tool test the answer."""
+    client = AsyncOpenAI(base_url=f"{qwen_server.url}/v1", api_key="x", max_retries=0, timeout=120)
+    found: list[str] = []
+    weather: list[str] = []
+
+    @function_tool(is_enabled=lambda context, agent: not found)
+    def find_city(landmark: str) -> str:
+        """The city a landmark is in."""
+        found.append(landmark)
+        return "Paris"
+
+    @function_tool(is_enabled=lambda context, agent: bool(found) and not weather)
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        weather.append(city)
+        return f"Sunny, 22 C in {city}"
+
+    agent = Agent(
+        name="travel",
+        instructions="You answer questions about the weather at landmarks. Use the tools.",
+        tools=[find_city, get_weather],
+        model=OpenAIResponsesModel(model=qwen_model, openai_client=client),
+        model_settings=ModelSettings(temperature=0, max_tokens=80),
+    )
+    result = await Runner.run(agent, "What is the weather at the Eiffel Tower?", max_turns=4)
+    assert "eiffel" in found[0].lower() and weather == ["Paris"]
+    called = [item.raw_item.name for item in result.new_items if item.type == "tool_call_item"]
+    assert called == ["find_city", "get_weather"] and isinstance(result.final_output, str)
+    await client.close()

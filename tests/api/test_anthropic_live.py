@@ -57,12 +57,11 @@ def test_a_tool_round_trip_with_tool_result(client, served_model, default_server
     [call] = [block for block in first.content if block.type == "tool_use"][:1]
     assert call.name == "get_weather" and call.id.startswith("toolu_")
     jsonschema.validate(call.input, WEATHER["input_schema"])
-    # tool_choice none asks for the answer: under "auto" the small embedded model, greedy, calls again
+    # the answer turn goes without tools: offered them, under "auto" or even "none" (which shows
+    # them, as Anthropic does), the small embedded model, greedy, writes the call again
     second = client.messages.create(
         model=served_model,
         max_tokens=40,
-        tools=[WEATHER],
-        tool_choice={"type": "none"},
         extra_body=GREEDY,
         messages=[
             *ASK,
@@ -93,6 +92,25 @@ def test_output_config_format_makes_the_reply_match_the_schema(client, served_mo
     )
     assert reply.stop_reason == "end_turn" and [block.type for block in reply.content] == ["text"]
     jsonschema.validate(json.loads(reply.content[0].text), schema)
+
+
+def test_messages_parse_fills_the_clients_model(client, served_model):
+    """`messages.parse(output_format=...)`, as agent code asks for typed output: the client sends
+    the model's schema as output_config.format and parses the reply into it."""
+    from pydantic import BaseModel, Field
+
+    class Weather(BaseModel):
+        city: str = Field(max_length=40)
+        sunny: bool
+
+    reply = client.messages.parse(
+        model=served_model,
+        max_tokens=60,
+        messages=[{"role": "user", "content": "The weather in Rome: sunny. Answer as JSON."}],
+        output_format=Weather,
+        extra_body=GREEDY,
+    )
+    assert reply.stop_reason == "end_turn" and isinstance(reply.parsed_output, Weather)
 
 
 def test_a_streamed_tool_use_is_assembled_by_the_client(client, served_model):

@@ -6,14 +6,16 @@ read out of the reply (api/common/tool_parsers.py); `stop_reason` is `end_turn`,
 does: `input_tokens` are the prompt tokens the prefix cache did not serve, `cache_read_input_tokens`
 those it did. A stream sends `message_start` with the first output (when the cached count is
 known), text as `text_delta`s held back while they may be the start of a call (CallHoldback),
-each call as a `tool_use` block with its input in one `input_json_delta`, then `message_delta`
-and `message_stop`; a failure mid-stream is an `error` event.
+each call as a `tool_use` block (`content_block_start` with an empty `input`) whose input follows
+as `input_json_delta`s, pieces of the JSON text (`json_pieces`) that join to it, then
+`content_block_stop`; then `message_delta` and `message_stop`; a failure mid-stream is an `error` event.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 from django.http import JsonResponse
 
@@ -54,6 +56,13 @@ def tool_use_id(call) -> str:
 
 def tool_use_block(call) -> dict:
     return {"type": "tool_use", "id": tool_use_id(call), "name": call.name, "input": json.loads(call.arguments)}
+
+
+def json_pieces(text: str) -> list[str]:
+    """A call's input JSON as a stream sends it, in `input_json_delta`s: split after each `,` and
+    `:` (as Anthropic's partial_json chunks come, pieces a client parses as partial JSON); joined,
+    the pieces are the text."""
+    return [piece for piece in re.split(r"(?<=[,:])", text) if piece] or [text]
 
 
 def stop_fields(choice: Choice) -> tuple[str | None, str | None]:
@@ -157,10 +166,10 @@ class AnthropicReply:
                     yield chunk
             for call in choice.tool_calls:
                 block = {**tool_use_block(call), "input": {}}
-                for chunk in blocks.delta(
-                    "tool_use", block, {"type": "input_json_delta", "partial_json": call.arguments}, own=True
-                ):
-                    yield chunk
+                for number, piece in enumerate(json_pieces(call.arguments)):
+                    delta = {"type": "input_json_delta", "partial_json": piece}
+                    for chunk in blocks.delta("tool_use", block, delta, own=number == 0):
+                        yield chunk
             for chunk in blocks.close():
                 yield chunk
             stop_reason, stop_sequence = stop_fields(choice)

@@ -4,8 +4,9 @@ request model underneath: chat messages for the template, a ToolRequest, Samplin
 The translation is at the edge only: `system` becomes the system message, `tool_use` blocks the
 assistant's calls written in the served model's format (as chat's `tool_calls` are), each
 `tool_result` a `tool` message, `tools` / `tool_choice` OpenAI's function tools (`any` is
-`required`, `tool` names one), `stop_sequences` the stop strings, `output_config.format` a JSON
-schema constraint. A last `assistant` message is a prefill the reply continues, as Anthropic's
+`required`, `tool` names one), `stop_sequences` the stop strings, `output_config.format` (or the beta's
+`output_format`) a JSON schema constraint; image and document blocks are refused with a 400 (the
+served model reads text). A last `assistant` message is a prefill the reply continues, as Anthropic's
 API does. Rejections name the field as Anthropic's API spells it.
 """
 
@@ -34,11 +35,22 @@ IGNORED_FIELDS = {
     "workspace_id",
     "context_management",
 }
-PROMPT_FIELDS = {"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config"} | IGNORED_FIELDS
+PROMPT_FIELDS = {"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config", "output_format"}
+PROMPT_FIELDS |= IGNORED_FIELDS
 # vLLM's extra sampling fields are taken here too; `stop` is Anthropic's stop_sequences.
 MESSAGES_FIELDS = PROMPT_FIELDS | {"max_tokens", "stream", "stop_sequences", "mcp_servers"} | (ENGINE_SAMPLING_FIELDS - {"stop"})
 COUNT_TOKENS_FIELDS = PROMPT_FIELDS
 THINKING_TYPES = {"enabled", "disabled", "adaptive", "between_tools"}
+MEDIA_BLOCKS = {"image": "image", "document": "document (PDF or text file)", "search_result": "search result"}
+
+
+def _media_refused(kind: str, where: str) -> ApiError:
+    """A 400 for an image or document block: the served model reads text only."""
+    return bad_request(
+        f"{where}: {MEDIA_BLOCKS[kind]} input is not supported: the served model is a text model and reads text "
+        "blocks only (send the content as text)",
+        param=where,
+    )
 
 
 @dataclass
@@ -67,6 +79,8 @@ def _text_blocks(value: Any, param: str) -> str:
         raise bad_request(f"{param} must be a string or a list of text blocks", param=param)
     parts = []
     for index, block in enumerate(value):
+        if isinstance(block, dict) and block.get("type") in MEDIA_BLOCKS:
+            raise _media_refused(block["type"], f"{param}.{index}")
         if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
             raise bad_request(f"{param}.{index}: only text blocks are supported here", param=f"{param}.{index}")
         parts.append(block["text"])
@@ -114,6 +128,8 @@ def _message(message: Any, index: int, parser: ToolParser) -> list[dict]:
             results.append(_tool_result(block, where))
         elif kind in ("thinking", "redacted_thinking") and role == "assistant":
             continue  # an earlier turn's reasoning: templates leave it out of the prompt
+        elif kind in MEDIA_BLOCKS:
+            raise _media_refused(kind, where)
         else:
             raise bad_request(
                 f"{where}: content blocks of type {kind!r} are not supported in a {role} message "
@@ -148,6 +164,8 @@ def _tools(body: dict, parser: ToolParser) -> ToolRequest | None:
         function = {"name": tool.get("name"), "parameters": schema}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
+        if "strict" in tool:  # strict tool use: the input matches the schema exactly
+            function["strict"] = tool["strict"]
         functions.append({"type": "function", "function": function})
     openai_choice, parallel = "auto", None
     if choice is not None:
@@ -187,9 +205,15 @@ def _thinking(body: dict) -> tuple[dict, int | None]:
 
 
 def _output_format(body: dict) -> dict | None:
-    """output_config.format (Anthropic's structured outputs): a JSON schema the reply must match."""
+    """output_config.format (Anthropic's structured outputs): a JSON schema the reply must match.
+    The beta's top-level `output_format` (the structured-outputs-2025-11-13 beta, which older
+    clients still send) is read as the same."""
     config = expect(body, "output_config", dict, "an object")
     form = config.get("format") if config else None
+    if body.get("output_format") is not None:
+        if form is not None:
+            raise bad_request("send output_config.format or the beta's output_format, not both", param="output_format")
+        form = body["output_format"]
     if form is None:
         return None
     if not isinstance(form, dict) or form.get("type") != "json_schema" or not isinstance(form.get("schema"), dict):

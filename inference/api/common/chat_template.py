@@ -1,7 +1,8 @@
 """Chat messages -> prompt text, with the tokenizer's own chat template.
 
 Rendering only runs Jinja (no tokenization), so it is safe on the event loop while the engine
-thread uses the same tokenizer.
+thread uses the same tokenizer; but a request with `truncation` in its options (Responses'
+`truncation: "auto"`) is tokenized to fit the context, so it is rendered in a worker thread.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import logging
 
 from django.conf import settings
 
-from .errors import bad_request
+from ...engine.prompt import prompt_token_ids
+from ...serving import runtime
+from .errors import ApiError, bad_request
 from .tool_calls import ToolRequest, active_tools, render_tools_prompt
 from .tool_parsers import ToolParser, tool_parser_for
 
@@ -26,10 +29,12 @@ def render(
     tool_parser: ToolParser | None = None,
     continue_final: bool = False,
     options: dict | None = None,
+    calling: bool = True,
 ) -> str:
     """The prompt text; `tools` go through the template's own tools section where it has one, else
     into a system message (api/common/tool_calls.py's generic prompt, asking for `tool_parser`'s format:
-    by default the served model's). `continue_final`: the last (assistant) message is left open
+    by default the served model's; `calling` False, tool_choice "none": asking for no call).
+    `continue_final`: the last (assistant) message is left open
     for the reply to continue (a prefill), with no generation prompt after it. `options`: what the
     request set (GenerationInput.template_options): template `kwargs` (e.g. enable_thinking), its
     own `template`, `add_generation_prompt`, `continue_final`."""
@@ -49,7 +54,7 @@ def render(
     if tools and template and "tools" in template:
         extra["tools"] = tools
     elif tools:
-        messages = with_tools_prompt(messages, tools, tool_parser or tool_parser_for(tokenizer))
+        messages = with_tools_prompt(messages, tools, tool_parser or tool_parser_for(tokenizer), calling=calling)
     if continue_final:
         add_generation_prompt = False
         extra["continue_final_message"] = True
@@ -62,23 +67,70 @@ def render(
 def render_request(
     tokenizer, messages: list[dict], tools: ToolRequest | None, *, options: dict | None = None, continue_final: bool = False
 ) -> str:
-    """`render` for a request's messages and its ToolRequest: the tools go in when they are in play,
-    calls are written in the request's parser's format."""
-    active = active_tools(tools)
+    """`render` for a request's messages and its ToolRequest: the tools go in whenever the request
+    offers them, tool_choice "none" included (the model sees them and must not call: as vLLM and
+    OpenAI do); calls are written in the request's parser's format. With `options["truncation"]`
+    ({"reserve": tokens}), a prompt that would not leave `reserve` tokens of the context loses its
+    oldest turns (`fitted`)."""
     parser = tools.parser if tools is not None else None
-    return render(
-        tokenizer,
-        messages,
-        tools=active.tools if active else None,
-        tool_parser=parser,
-        continue_final=continue_final,
-        options=options,
-    )
+
+    def text_of(kept: list[dict]) -> str:
+        return render(
+            tokenizer,
+            kept,
+            tools=tools.tools if tools is not None and tools.tools else None,
+            tool_parser=parser,
+            continue_final=continue_final,
+            options=options,
+            calling=active_tools(tools) is not None,
+        )
+
+    fit = (options or {}).get("truncation")
+    if not fit:
+        return text_of(messages)
+    return fitted(tokenizer, messages, text_of, _prompt_room(fit["reserve"]))
 
 
-def with_tools_prompt(messages: list[dict], tools: list[dict], tool_parser: ToolParser) -> list[dict]:
+def _prompt_room(reserve: int) -> int | None:
+    """The most prompt tokens the served model takes beside `reserve` tokens of reply (None: unknown)."""
+    info = runtime.current_model_info()
+    rooms = [info.token_limit - reserve] if info is not None and info.token_limit else []
+    if settings.MINIVLLM_MAX_PROMPT_TOKENS > 0:
+        rooms.append(settings.MINIVLLM_MAX_PROMPT_TOKENS)
+    return min(rooms) if rooms else None
+
+
+def fitted(tokenizer, messages: list[dict], text_of, room: int | None) -> str:
+    """The prompt of `messages`, or, where it holds more than `room` tokens, of the fewest of its
+    oldest turns dropped that fits (OpenAI's `truncation: "auto"`): the leading system message
+    stays, so does the last message, and a cut never leaves a tool result first (its call went
+    with the cut). Where nothing fits, the shortest is returned and the engine refuses it as too
+    long. Found by bisection: each try renders and tokenizes once."""
+    text = text_of(messages)
+    if room is None or len(prompt_token_ids(tokenizer, text)) <= room:
+        return text
+    head = messages[:1] if messages and messages[0]["role"] == "system" else []
+    turns = messages[len(head) :]
+    cuts = [k for k in range(1, len(turns)) if turns[k]["role"] != "tool"]
+    best, low, high = None, 0, len(cuts) - 1
+    while low <= high:
+        middle = (low + high) // 2
+        try:
+            candidate = text_of(head + turns[cuts[middle] :])
+        except ApiError:  # a template that refuses the turns as they start there: cut further
+            candidate = None
+        if candidate is not None and len(prompt_token_ids(tokenizer, candidate)) <= room:
+            best, high = candidate, middle - 1
+        else:
+            low = middle + 1
+    if best is not None:
+        return best
+    return text_of(head + turns[cuts[-1] :]) if cuts else text
+
+
+def with_tools_prompt(messages: list[dict], tools: list[dict], tool_parser: ToolParser, *, calling: bool = True) -> list[dict]:
     """The tools' description at the end of the system message (one is added if there is none)."""
-    prompt = render_tools_prompt(tools, tool_parser)
+    prompt = render_tools_prompt(tools, tool_parser, calling=calling)
     if messages and messages[0]["role"] == "system":
         return [{"role": "system", "content": messages[0]["content"] + "\n\n" + prompt}, *messages[1:]]
     return [{"role": "system", "content": prompt}, *messages]

@@ -7,7 +7,9 @@ Output items are a `message` (one `output_text` part, when there is text) and th
 while they may be the start of a call: CallHoldback), each call as an item with its arguments in
 one `response.function_call_arguments.delta`, then `response.completed` (also for an incomplete
 reply, whose status says so);
-every event carries its `sequence_number`. A failure is an `error` event and `response.failed`.
+every event carries its `sequence_number`. With `include: ["message.output_text.logprobs"]` the
+output text's tokens carry their logprobs (and `top_logprobs` alternatives), on the whole text and
+on each delta (the tokens behind its text). A failure is an `error` event and `response.failed`.
 Once the reply is whole, `on_done(response)` runs (the view stores it) before the last event.
 The stream is a ResponsesStream: the item it has open (an OpenMessage or OpenReasoning) builds
 its own events, each call is an OpenFunctionCall, and the stream numbers what they give.
@@ -20,6 +22,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 
+from ...engine.outputs import TokenLogprob
 from ...serving.jobs import Choice, GenerationJob
 from ..common import sse
 from ..common.reasoning_parsers import ReplyReasoning, split_delta
@@ -38,17 +41,53 @@ def usage(job: GenerationJob) -> dict:
     }
 
 
-def output_text(text: str) -> dict:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _bytes(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
 
 
-def message_item(item_id: str, text: str, status: str) -> dict:
+def logprobs_of(items: list[TokenLogprob]) -> list[dict]:
+    """OpenAI's Responses logprobs: per token its text, logprob, bytes and top alternatives."""
+    return [
+        {
+            "token": item.token,
+            "logprob": item.logprob,
+            "bytes": _bytes(item.token),
+            "top_logprobs": [{"token": text, "logprob": lp, "bytes": _bytes(text)} for _, text, lp in item.top],
+        }
+        for item in items
+    ]
+
+
+def answer_logprobs(choice: Choice) -> list[TokenLogprob]:
+    """The tokens behind the choice's answer: all of them for a plain reply; where reasoning or
+    calls were taken out of the text, those whose text overlaps the answer's."""
+    answer = choice.answer
+    if not answer or not choice.logprobs:
+        return []
+    if answer == choice.text:
+        return list(choice.logprobs)
+    start = choice.text.find(answer, len(choice.reasoning or ""))
+    if start < 0:
+        return []
+    end, offset, kept = start + len(answer), 0, []
+    for item in choice.logprobs:
+        if offset + len(item.token) > start and offset < end:
+            kept.append(item)
+        offset += len(item.token)
+    return kept
+
+
+def output_text(text: str, logprobs: list[dict] | None = None) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+
+
+def message_item(item_id: str, text: str, status: str, logprobs: list[dict] | None = None) -> dict:
     return {
         "id": item_id,
         "type": "message",
         "role": "assistant",
         "status": status,
-        "content": [output_text(text)] if text else [],
+        "content": [output_text(text, logprobs)] if text else [],
     }
 
 
@@ -92,6 +131,10 @@ class ResponsesReply:
     def failed(self) -> GenerationJob | None:
         return self.job if self.job.finish_reason == "error" else None
 
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.job.params.logprobs is not None
+
     def response_object(self, status: str, output: list[dict], *, with_usage: bool) -> dict:
         choice = self.job.choices[0]
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
@@ -118,7 +161,8 @@ class ResponsesReply:
         text = choice.answer
         status = "incomplete" if choice.finish_reason == "length" else "completed"
         items = [reasoning_item(self.reasoning_id, choice.reasoning, "completed")] if choice.reasoning else []
-        items += [message_item(self.message_id, text, status)] if text else []
+        logprobs = logprobs_of(answer_logprobs(choice)) if self.wants_logprobs else None
+        items += [message_item(self.message_id, text, status, logprobs)] if text else []
         return items + [function_call_item(call) for call in choice.tool_calls]
 
     def final(self) -> dict:
@@ -151,6 +195,7 @@ class OpenItem:
     item_id: str
     output_index: int
     text: str = ""
+    logprobs: list[dict] = dataclasses.field(default_factory=list)  # a message's, with include
 
     def where(self) -> dict:
         return {"item_id": self.item_id, "output_index": self.output_index, "content_index": 0}
@@ -158,7 +203,7 @@ class OpenItem:
     def opening(self) -> list[Event]:
         raise NotImplementedError
 
-    def delta(self, text: str) -> Event:
+    def delta(self, text: str, logprobs: list[dict]) -> Event:
         raise NotImplementedError
 
     def closing(self, status: str) -> list[Event]:
@@ -174,17 +219,18 @@ class OpenMessage(OpenItem):
         added = {"output_index": self.output_index, "item": message_item(self.item_id, "", "in_progress")}
         return [("response.output_item.added", added), ("response.content_part.added", {**self.where(), "part": output_text("")})]
 
-    def delta(self, text: str) -> Event:
+    def delta(self, text: str, logprobs: list[dict]) -> Event:
         self.text += text
-        return "response.output_text.delta", {**self.where(), "delta": text, "logprobs": []}
+        self.logprobs += logprobs
+        return "response.output_text.delta", {**self.where(), "delta": text, "logprobs": logprobs}
 
     def closing(self, status: str) -> list[Event]:
         return [
-            ("response.output_text.done", {**self.where(), "text": self.text, "logprobs": []}),
-            ("response.content_part.done", {**self.where(), "part": output_text(self.text)}),
+            ("response.output_text.done", {**self.where(), "text": self.text, "logprobs": self.logprobs}),
+            ("response.content_part.done", {**self.where(), "part": output_text(self.text, self.logprobs)}),
             (
                 "response.output_item.done",
-                {"output_index": self.output_index, "item": message_item(self.item_id, self.text, status)},
+                {"output_index": self.output_index, "item": message_item(self.item_id, self.text, status, self.logprobs)},
             ),
         ]
 
@@ -201,7 +247,7 @@ class OpenReasoning(OpenItem):
             )
         ]
 
-    def delta(self, text: str) -> Event:
+    def delta(self, text: str, logprobs: list[dict]) -> Event:
         self.text += text
         return "response.reasoning_text.delta", {**self.where(), "delta": text}
 
@@ -246,6 +292,7 @@ class ResponsesStream:
         self.open: OpenItem | None = None
         self.holdback = CallHoldback(reply.tools.parser) if reply.tools is not None else None
         self.splitter = reply.reasoning.splitter() if reply.reasoning is not None else None
+        self.pending: list[TokenLogprob] = []  # tokens of answer text not sent yet (held back)
 
     def event(self, kind: str, **fields) -> bytes:
         payload = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -256,17 +303,20 @@ class ResponsesStream:
         for kind, fields in events:
             yield self.event(kind, **fields)
 
-    def delta(self, kind: type[OpenItem], item_id: str, text: str) -> Iterator[bytes]:
+    def delta(self, kind: type[OpenItem], item_id: str, text: str, logprobs: list[dict] | None = None) -> Iterator[bytes]:
         """A text or reasoning delta, opening its item (and closing the one before) as needed."""
         if not isinstance(self.open, kind):
             yield from self.close()
             self.open = kind(item_id, self.opened)
             self.opened += 1
             yield from self.send(self.open.opening())
-        yield from self.send([self.open.delta(text)])
+        yield from self.send([self.open.delta(text, logprobs or [])])
 
     def text(self, text: str) -> Iterator[bytes]:
-        return self.delta(OpenMessage, self.reply.message_id, text)
+        """Answer text, with the logprobs of the tokens behind it so far (include asked for them)."""
+        logprobs = logprobs_of(self.pending) if self.reply.wants_logprobs else None
+        self.pending = []
+        return self.delta(OpenMessage, self.reply.message_id, text, logprobs)
 
     def close(self) -> Iterator[bytes]:
         if self.open is not None:
@@ -274,10 +324,12 @@ class ResponsesStream:
             yield from self.send(self.open.closing(status))
             self.open = None
 
-    def split(self, text: str, ended: bool) -> Iterator[bytes]:
+    def split(self, text: str, ended: bool, logprobs: list[TokenLogprob] | None = None) -> Iterator[bytes]:
         reasoning, answer = split_delta(self.splitter, text, ended)
         if reasoning:
             yield from self.delta(OpenReasoning, self.reply.reasoning_id, reasoning)
+        if answer and logprobs:  # an output of reasoning alone: its tokens are no answer text's
+            self.pending += logprobs
         answer = self.holdback.add(0, answer) if self.holdback is not None and answer else answer
         if answer:
             yield from self.text(answer)
@@ -289,7 +341,7 @@ class ResponsesStream:
             yield self.event("response.created", response=skeleton)
             yield self.event("response.in_progress", response=skeleton)
             async for out in job:
-                for chunk in self.split(out.text, out.finish_reason is not None or out.finished):
+                for chunk in self.split(out.text, out.finish_reason is not None or out.finished, out.logprobs):
                     yield chunk
             await job.wait_recorded()
             choice = job.choices[0]

@@ -5,10 +5,16 @@ request model underneath: chat messages for the template, a ToolRequest, Samplin
 `output_text` parts), `function_call`s (an assistant turn's calls, written back in the served
 model's format as chat's `tool_calls` are) and `function_call_output`s (`tool` messages);
 `reasoning` items of earlier turns are left out of the prompt, as templates leave reasoning out.
-`instructions` is the system message (not carried to a continuation, as OpenAI does); function
-tools are chat's function tools; `text.format` is a JSON schema or JSON object constraint;
-`max_output_tokens` is max_tokens. `previous_response_id` is resolved by the view (it needs the
-database): its conversation goes before this input.
+`instructions` is the system message (not carried to a continuation, as OpenAI does: the
+instructions of the response `previous_response_id` names are not in the prompt, this request's
+are); function tools are chat's function tools (`strict` honoured), `tool_choice` a mode, a named
+function or `allowed_tools`, `max_tool_calls` caps the calls of the reply; `text.format` is a JSON
+schema or JSON object constraint; `max_output_tokens` is max_tokens; `include`
+["message.output_text.logprobs"] with `top_logprobs` puts the tokens' logprobs on the output text;
+`truncation: "auto"` drops the oldest turns of a conversation too long for the context (the
+chat template's renderer does it: common/chat_template.py), "disabled" (the default) refuses it.
+`previous_response_id` is resolved by the view (it needs the database): its conversation goes
+before this input.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...serving.generation_input import GenerationInput
-from ..common.errors import bad_request
+from ..common.errors import ApiError, bad_request
 from ..common.extra_fields import drop_ignored
 from ..common.sampling_fields import (
     ENGINE_SAMPLING_FIELDS,
@@ -36,9 +42,23 @@ from ..common.tool_parsers import ToolParser
 from ..openai.request import REASONING_EFFORTS, thinking_budget
 
 PROMPT_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "previous_response_id"}
-PROMPT_FIELDS |= {"reasoning", "text", "conversation", "prompt"}
+PROMPT_FIELDS |= {"reasoning", "text", "conversation", "prompt", "truncation"}
 RESPONSES_FIELDS = PROMPT_FIELDS | {"max_output_tokens", "stream", "stream_options", "store", "metadata", "user", "background"}
-RESPONSES_FIELDS |= {"thinking_token_budget"} | ENGINE_SAMPLING_FIELDS
+RESPONSES_FIELDS |= {"thinking_token_budget", "include", "top_logprobs", "max_tool_calls"} | ENGINE_SAMPLING_FIELDS
+OUTPUT_LOGPROBS = "message.output_text.logprobs"
+# What `include` may name (OpenAI's list): the output text's logprobs are honoured; the others name
+# outputs this server never makes (hosted tools' results, images, encrypted reasoning) and add nothing.
+INCLUDABLE = {
+    OUTPUT_LOGPROBS,
+    "reasoning.encrypted_content",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+}
+TRUNCATIONS = ("auto", "disabled")
 ROLES = {"user", "system", "developer", "assistant"}
 
 
@@ -153,8 +173,37 @@ def _input(value: Any, parser: ToolParser) -> tuple[list[dict], list[dict]]:
     return messages, items
 
 
+def _tool_choice(choice: Any) -> Any:
+    """Responses' tool_choice as chat's: a mode, {type: function, name}, or {type: allowed_tools,
+    mode, tools: [{type: function, name}]}; the hosted tools' choices are refused by name."""
+    if not isinstance(choice, dict):
+        return choice
+    kind = choice.get("type")
+    if kind == "function":
+        if not isinstance(choice.get("name"), str):
+            raise bad_request("tool_choice {type: function} needs the function's name", param="tool_choice")
+        return {"type": "function", "function": {"name": choice["name"]}}
+    if kind == "allowed_tools":
+        listed = choice.get("tools")
+        if not isinstance(listed, list):
+            raise bad_request("tool_choice allowed_tools needs mode and a list of tools", param="tool_choice")
+        tools = []
+        for tool in listed:
+            if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("name"), str):
+                raise bad_request(
+                    "tool_choice allowed_tools may list function tools only ({type: function, name})", param="tool_choice"
+                )
+            tools.append({"type": "function", "function": {"name": tool["name"]}})
+        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.get("mode"), "tools": tools}}
+    raise bad_request(
+        f"tool_choice of type {kind!r} is not supported: none, auto, required, {{type: function, name}} or "
+        "{type: allowed_tools, mode, tools}",
+        param="tool_choice",
+    )
+
+
 def _tools(body: dict, parser: ToolParser) -> ToolRequest | None:
-    """Responses' function tools ({type, name, parameters}) and tool_choice, as chat's."""
+    """Responses' function tools ({type, name, parameters, strict}), tool_choice and max_tool_calls, as chat's."""
     tools = expect(body, "tools", list, "a list of tools")
     functions = []
     for index, tool in enumerate(tools or []):
@@ -163,17 +212,27 @@ def _tools(body: dict, parser: ToolParser) -> ToolRequest | None:
             raise bad_request(
                 f"tools[{index}]: tools of type {kind!r} are not supported (function tools only)", param=f"tools[{index}]"
             )
-        function = {key: tool[key] for key in ("name", "description", "parameters") if key in tool}
+        function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool}
         functions.append({"type": "function", "function": function})
-    choice = body.get("tool_choice", "auto")
-    if isinstance(choice, dict):
-        if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
-            raise bad_request("tool_choice must be none, auto, required or {type: function, name}", param="tool_choice")
-        choice = {"type": "function", "function": {"name": choice["name"]}}
+    most = expect(body, "max_tool_calls", int, "an integer")
+    if most is not None and most < 0:
+        raise bad_request(f"max_tool_calls must be >= 0, got {most}", param="max_tool_calls")
+    choice = _tool_choice(body.get("tool_choice", "auto"))
     translated = {"tools": functions, "tool_choice": choice if functions or choice != "auto" else "none"}
     if "parallel_tool_calls" in body:
         translated["parallel_tool_calls"] = body["parallel_tool_calls"]
-    return tools_from_body(translated, parser)
+    return tools_from_body(translated, parser, max_calls=most)
+
+
+def _output_logprobs(body: dict) -> int | None:
+    """SamplingParams.logprobs: top_logprobs (default 0) when include asks for the output text's
+    logprobs, else None (top_logprobs alone returns none, as OpenAI and vLLM read it)."""
+    include = expect(body, "include", list, "a list of strings") or []
+    for index, name in enumerate(include):
+        if name not in INCLUDABLE:
+            raise bad_request(f"include[{index}]: {name!r} is not one of {', '.join(sorted(INCLUDABLE))}", param="include")
+    top = expect(body, "top_logprobs", int, "an integer")
+    return (top or 0) if OUTPUT_LOGPROBS in include else None
 
 
 def text_format(body: dict) -> dict | None:
@@ -195,16 +254,21 @@ def text_format(body: dict) -> dict | None:
 
 
 def _template_options(body: dict) -> dict:
+    truncation = expect(body, "truncation", str, "a string")
+    if truncation is not None and truncation not in TRUNCATIONS:
+        raise bad_request(f"truncation must be auto or disabled, got {truncation!r}", param="truncation")
+    # auto: the renderer drops the oldest turns until the prompt leaves `reserve` tokens of the context
+    fit = {"truncation": {"reserve": 1}} if truncation == "auto" else {}
     reasoning = expect(body, "reasoning", dict, "an object") or {}
     effort = reasoning.get("effort")
     if effort is None:
-        return {}
+        return fit
     if effort not in REASONING_EFFORTS:
         raise bad_request(f"reasoning.effort must be one of {', '.join(REASONING_EFFORTS)}", param="reasoning.effort")
     kwargs = {"reasoning_effort": effort}
     if effort == "none":  # no reasoning: templates with a thinking switch turn it off
         kwargs["enable_thinking"] = False
-    return {"kwargs": kwargs}
+    return {"kwargs": kwargs, **fit}
 
 
 def parse_prompt(body: dict, parser: ToolParser) -> ResponsesPrompt:
@@ -255,14 +319,22 @@ def parse_responses_request(body: dict, parser: ToolParser) -> tuple[GenerationI
         if structured is not None:
             raise bad_request("tool_choice required or named cannot be combined with text.format", param="tool_choice")
         structured = {"kind": "lark", "value": grammar, "param": "tool_choice"}
-    params = sampling_params(
-        fields,
-        max_tokens=checked,
-        max_tokens_param="max_output_tokens",
-        logprobs=None,
-        structured=structured,
-        tool_trigger=tool_trigger(prompt.tools, structured),
-    )
+    top_logprobs = _output_logprobs(body)
+    try:
+        params = sampling_params(
+            fields,
+            max_tokens=checked,
+            max_tokens_param="max_output_tokens",
+            logprobs=top_logprobs,
+            structured=structured,
+            tool_trigger=tool_trigger(prompt.tools, structured),
+        )
+    except ApiError as exc:
+        if exc.param == "logprobs":
+            exc.param, exc.message = "top_logprobs", exc.message.replace("logprobs", "top_logprobs")
+        raise
+    if "truncation" in prompt.template_options:  # the room the reply needs beside the prompt
+        prompt.template_options["truncation"]["reserve"] = params.max_tokens or max(1, params.min_tokens)
     stream = bool(expect(body, "stream", bool, "a boolean"))
     store = expect(body, "store", bool, "a boolean")
     metadata = expect(body, "metadata", dict, "an object")
@@ -291,7 +363,9 @@ def parse_responses_request(body: dict, parser: ToolParser) -> tuple[GenerationI
         "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}},
         "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
         "store": store,
-        "truncation": "disabled",
+        "truncation": body.get("truncation", "disabled"),
+        "max_tool_calls": body.get("max_tool_calls"),
+        "top_logprobs": body.get("top_logprobs", 0),
         "user": body.get("user"),
     }
     return inp, ResponsesRequest(prompt, store, echoed)
