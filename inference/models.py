@@ -94,7 +94,11 @@ class ApiKey(models.Model):
 class StoredResponse(models.Model):
     """A Responses API response kept (`store`, default true) for GET / DELETE, input_items and
     `previous_response_id`: in the database, so every web process of a deployment sees it and it
-    survives a restart. Only the API key that made it may read it."""
+    survives a restart. Only the API key that made it may read it.
+
+    A conversation is stored once: each row holds its own turn's messages and links to the
+    response it continued (`previous`); the whole conversation is the chain's turns, oldest first
+    (stored_responses.conversation), so a 50-turn chain keeps 50 turns, not 50 growing copies."""
 
     id = models.CharField(primary_key=True, max_length=64)  # "resp_…", the request's id in the history
     created = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -102,9 +106,18 @@ class StoredResponse(models.Model):
     owner = models.CharField(max_length=64, blank=True, help_text="The key that made it (blank: a server without keys).")
     response = models.JSONField(help_text="The response object, as returned.")
     input_items = models.JSONField(default=list, help_text="The request's input items, with their ids.")
-    conversation = models.JSONField(
+    previous = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,  # deleting or purging a turn breaks the chains after it (OpenAI's rule)
+        db_constraint=False,
+        related_name="+",
+        help_text="The response this one continued (previous_response_id); its messages come before this row's.",
+    )
+    messages = models.JSONField(
         default=list,
-        help_text="Chat messages up to and including this reply (without instructions): what a continuation starts from.",
+        help_text="This turn's chat messages (its input, then the reply; without instructions): the conversation is the chain's turns.",
     )
 
     class Meta:

@@ -208,6 +208,9 @@ MINIVLLM_REASONING_PARSER = env_choice("MINIVLLM_REASONING_PARSER", "auto", ("au
 MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS = env_int("MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS", 128)
 # Seconds a shutdown waits for in-flight requests to record their final state.
 MINIVLLM_SHUTDOWN_TIMEOUT = env_float("MINIVLLM_SHUTDOWN_TIMEOUT", 10.0)
+# Days a stored Responses API response is kept (OpenAI keeps them 30); then it reads as missing and
+# the purge (manage.py purge_responses, run hourly by the engine) deletes it. 0: kept forever.
+MINIVLLM_RESPONSES_RETENTION_DAYS = env_float("MINIVLLM_RESPONSES_RETENTION_DAYS", 30.0)
 
 # --- access and limits (docs/configuration.md, "Security") ---
 # API keys besides the admin's; with any key, the API needs `Authorization: Bearer <key>`.

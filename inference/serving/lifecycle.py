@@ -1,4 +1,5 @@
-"""Serving-process lifecycle: start the engine once, repair history, stop cleanly.
+"""Serving-process lifecycle: start the engine once, repair history, purge expired stored
+responses hourly (local mode), stop cleanly.
 
 Daphne has no ASGI lifespan, so asgi.py calls `autostart()` at import. Shutdown, under Daphne
 (Twisted): once the reactor runs we take over SIGTERM/SIGINT, stop the engine (in-flight streams
@@ -25,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from django.conf import settings
 
@@ -47,8 +49,22 @@ def autostart() -> None:
         log.info("remote engine mode: start-up repair of interrupted rows is skipped")
     else:
         services.requests_fail_interrupted()
+        _purge_stored_responses_hourly()  # remote mode: the runengine workers purge
     runtime.start()
     install_shutdown_hooks()
+
+
+def _purge_stored_responses_hourly() -> None:
+    """Expired stored responses deleted now and every hour, in a daemon thread of their own: at
+    autostart no event loop runs yet, and the purge is a blocking database call anyway."""
+    from .. import stored_responses
+
+    def purge_forever() -> None:
+        while True:
+            stored_responses.purge_logged()
+            time.sleep(stored_responses.PURGE_INTERVAL_S)
+
+    threading.Thread(target=purge_forever, name="stored-responses-purge", daemon=True).start()
 
 
 def install_shutdown_hooks() -> None:

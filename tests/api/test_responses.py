@@ -1,11 +1,14 @@
 """OpenAI's Responses API through the real engine: the response object and its typed stream,
 incomplete replies, forced function calls, function_call_output in the prompt, text.format,
-stored responses (retrieve, delete, input items, previous_response_id), ownership by API key,
+stored responses (retrieve, delete, input items, previous_response_id, a conversation stored once,
+a broken chain, retention), ownership by API key,
 input_tokens and errors."""
 
+import datetime
 import json
 
 import pytest
+from django.utils import timezone
 
 from inference.models import GenerationRequest, StoredResponse
 from tests.support.asgi import post
@@ -153,6 +156,39 @@ async def test_a_stored_response_is_retrieved_listed_continued_and_deleted(async
     assert (await async_client.get(f"/v1/responses/{first['id']}")).status_code == 404
     again = await post(async_client, "/v1/responses", request(previous_response_id=first["id"]))
     assert again.status_code == 404 and again.json()["error"]["param"] == "previous_response_id"
+
+
+async def test_a_continuation_stores_its_own_turn_once_and_a_broken_chain_names_the_gap(async_client, engine_client):
+    """A response keeps its turn and a link, not a copy of the conversation; deleting a turn in the
+    middle breaks the chain after it (OpenAI's rule): continuing names the missing response."""
+    first = await create(async_client, input="One.")
+    second = await create(async_client, input="Two.", previous_response_id=first["id"])
+    third = await create(async_client, input="Three.", previous_response_id=second["id"])
+    row = await StoredResponse.objects.aget(id=third["id"])
+    assert row.previous_id == second["id"] and [m["role"] for m in row.messages] == ["user", "assistant"]
+    assert row.messages[0]["content"] == "Three."
+    fourth = await create(async_client, input="Four.", previous_response_id=third["id"])
+    said = [m["content"] for m in (await GenerationRequest.objects.aget(id=fourth["id"])).messages]
+    assert said[0::2] == ["One.", "Two.", "Three.", "Four."]  # the conversation rebuilt along the chain
+    assert (await async_client.delete(f"/v1/responses/{second['id']}")).status_code == 200
+    broken = await post(async_client, "/v1/responses", request(previous_response_id=third["id"]))
+    error = broken.json()["error"]
+    assert broken.status_code == 404 and error["param"] == "previous_response_id" and second["id"] in error["message"]
+    assert (await async_client.get(f"/v1/responses/{third['id']}")).status_code == 200  # still readable itself
+    assert (await post(async_client, "/v1/responses", request(previous_response_id=first["id"]))).status_code == 200
+
+
+async def test_an_expired_response_answers_as_a_missing_one(async_client, engine_client, settings):
+    settings.MINIVLLM_RESPONSES_RETENTION_DAYS = 30
+    old = await create(async_client)
+    await StoredResponse.objects.filter(id=old["id"]).aupdate(created=timezone.now() - datetime.timedelta(days=31))
+    assert (await async_client.get(f"/v1/responses/{old['id']}")).status_code == 404
+    assert (await async_client.get(f"/v1/responses/{old['id']}/input_items")).status_code == 404
+    assert (await async_client.delete(f"/v1/responses/{old['id']}")).status_code == 404
+    continued = await post(async_client, "/v1/responses", request(previous_response_id=old["id"]))
+    assert continued.status_code == 404 and continued.json()["error"]["param"] == "previous_response_id"
+    settings.MINIVLLM_RESPONSES_RETENTION_DAYS = 0  # kept forever
+    assert (await async_client.get(f"/v1/responses/{old['id']}")).status_code == 200
 
 
 async def test_store_false_keeps_nothing(async_client, engine_client):

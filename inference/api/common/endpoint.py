@@ -13,6 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ...engine.engine_state import ModelInfo
 from ...engine.errors import EngineNotReadyError, PromptTooLongError, QueueFullError, SamplingParamsError
+from ...engine.prompt import prompt_token_ids
 from ...serving import runtime, submission
 from ...serving.engine_client import EngineClient
 from ...serving.generation_input import GenerationInput
@@ -121,17 +122,33 @@ async def start_job(request, served: Served, inp: GenerationInput, *, request_id
         raise bad_request(exc.message, param=param) from None
 
 
-async def refuse_the_batch_if_one_is_refused(request, served: Served, inp, request_id: str, prompts, model: str) -> None:
-    """Every prompt of a batch is planned before any is queued: the first that cannot be is
-    submitted alone, so it is refused (and recorded) with its own reason, and none runs."""
-    for position, (prompt, text) in enumerate(prompts):
+def _plan_batch(info: ModelInfo, prompts, inp) -> tuple[list[list[int]], int | None]:
+    """Each prompt's token ids (each tokenized once), up to and including the first the engine
+    would refuse, and that one's position (None: every prompt can run)."""
+    planned = []
+    for position, (prompt, _) in enumerate(prompts):
+        planned.append(prompt_token_ids(info.tokenizer, prompt))
         try:
-            submission.plan(served.info, prompt, inp)
+            submission.plan(info, planned[-1], inp)
         except (*submission.REFUSALS, SamplingParamsError):
-            job = await start_job(
-                request, served, inp, request_id=f"{request_id}-{position}", prompt=prompt, prompt_text=text, model=model
-            )
-            await job.close()  # only if the engine changed in between: the batch goes ahead without it
+            return planned, position
+    return planned, None
+
+
+async def plan_the_batch(request, served: Served, inp, request_id: str, prompts, model: str) -> list:
+    """Every prompt of a batch is planned before any is queued, in one worker thread (a long prompt
+    takes milliseconds to tokenize: never on the event loop, which streams every other reply). The
+    first that cannot be planned is submitted alone, so it is refused (and recorded) with its own
+    reason, and none runs. Returns what to submit: each prompt's token ids, so none is tokenized twice."""
+    planned, refused = await asyncio.to_thread(_plan_batch, served.info, prompts, inp)
+    if refused is None:
+        return planned
+    text = prompts[refused][1]
+    job = await start_job(
+        request, served, inp, request_id=f"{request_id}-{refused}", prompt=planned[refused], prompt_text=text, model=model
+    )
+    await job.close()  # only if the engine changed in between: the batch goes ahead, the rest planned as submitted
+    return planned[:refused] + [prompt for prompt, _ in prompts[refused:]]
 
 
 def new_id(prefix: str) -> str:
@@ -145,14 +162,17 @@ async def serve(request, inp: GenerationInput, request_id: str, make_prompts, ma
     bytes), `finish()` (the whole body, once every job has ended) and `failed()`. Several prompts get ids `<id>-<position>` (one history row each)."""
     served = ready_model()
     model = resolve_model(inp.model, served)
-    prompts = make_prompts(served.info)
+    # rendering a chat template and laying out a FIM prompt (which tokenizes) take milliseconds on
+    # long input: in a worker thread, so the event loop keeps delivering every other stream's tokens
+    prompts = await asyncio.to_thread(make_prompts, served.info)
     slot = key_limits.acquire(request.api_caller)
     jobs = []
     try:
+        submitted = [prompt for prompt, _ in prompts]
         if len(prompts) > 1:
-            await refuse_the_batch_if_one_is_refused(request, served, inp, request_id, prompts, model)
+            submitted = await plan_the_batch(request, served, inp, request_id, prompts, model)
         try:
-            for position, (prompt, text) in enumerate(prompts):
+            for position, (prompt, (_, text)) in enumerate(zip(submitted, prompts)):
                 job_id = request_id if len(prompts) == 1 else f"{request_id}-{position}"
                 jobs.append(
                     await start_job(request, served, inp, request_id=job_id, prompt=prompt, prompt_text=text, model=model)

@@ -18,6 +18,7 @@ three FIM tokens cannot do this: `FimError`.
 
 from __future__ import annotations
 
+import copy
 import weakref
 from dataclasses import dataclass
 
@@ -74,11 +75,30 @@ def _lookup(tokenizer) -> FimTokens | FimError:
     return FimError("the served model has no fill-in-the-middle tokens (prefix, suffix, middle): it cannot infill")
 
 
+_splitting: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _splitting_backend(tokenizer):
+    """A copy of a fast tokenizer's backend that reads special-token names as text, made once per
+    tokenizer. transformers' `split_special_tokens=True` flips a flag on the shared backend, and
+    prompts are tokenized in worker threads: a chat prompt tokenized meanwhile would have its
+    template's special tokens split too. None for a tokenizer without a backend (a slow one)."""
+    backend = _splitting.get(tokenizer)
+    if backend is None and getattr(tokenizer, "_tokenizer", None) is not None:
+        backend = copy.deepcopy(tokenizer._tokenizer)
+        backend.encode_special_tokens = True
+        _splitting[tokenizer] = backend
+    return backend
+
+
 def _text_ids(tokenizer, text: str) -> list[int]:
     """Text as tokens, special-token names read as text (llama-server's parse_special=false)."""
     if not text:
         return []
-    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids)
+    backend = _splitting_backend(tokenizer)
+    if backend is None:
+        return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids)
+    return list(backend.encode_batch([text], add_special_tokens=False)[0].ids)  # the batch call frees the GIL
 
 
 def _adds_bos(tokenizer) -> bool:

@@ -10,6 +10,7 @@ engine's own rule (engine/prompt.py), so the count is the count a completion wou
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from django.http import JsonResponse
@@ -55,7 +56,14 @@ async def tokenize(request):
     check_unknown_fields(body, TOKENIZE_FIELDS)
     served = ready_model()
     resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, served)
-    tokenizer = served.info.tokenizer
+    # a long text takes milliseconds to tokenize (its pieces as long again): in a worker thread, as
+    # a completion's prompt is, so the event loop keeps delivering every other stream's tokens
+    return JsonResponse(await asyncio.to_thread(_tokenized, served.info, body))
+
+
+def _tokenized(info, body: dict) -> dict:
+    """/tokenize's answer (run off the event loop): vLLM's shape, or llama.cpp's for `content`."""
+    tokenizer = info.tokenizer
     given = [name for name in ("prompt", "messages", "content") if name in body]
     if len(given) != 1:
         raise bad_request("send exactly one of prompt, messages (vLLM) or content (llama.cpp)", param="prompt")
@@ -63,15 +71,15 @@ async def tokenize(request):
         content = _text(body["content"], "content")
         ids = _encode(tokenizer, content, bool(_flag(body, "add_special")))
         if _flag(body, "with_pieces"):
-            return JsonResponse({"tokens": [{"id": i, "piece": tokenizer.decode([i])} for i in ids]})
-        return JsonResponse({"tokens": ids})
+            return {"tokens": [{"id": i, "piece": tokenizer.decode([i])} for i in ids]}
+        return {"tokens": ids}
     if given[0] == "messages":
         messages = parse_messages(body["messages"], tool_parser_for(tokenizer))
         text = render_chat(tokenizer, messages, add_generation_prompt=_flag(body, "add_generation_prompt") is not False)
     else:
         text = _text(body["prompt"], "prompt")
     ids = _encode(tokenizer, text, _flag(body, "add_special_tokens"))
-    return JsonResponse({"count": len(ids), "max_model_len": served.info.max_model_len, "tokens": ids})
+    return {"count": len(ids), "max_model_len": info.max_model_len, "tokens": ids}
 
 
 @api_endpoint("POST")
@@ -86,7 +94,7 @@ async def detokenize(request):
         raise bad_request("tokens must be a list of token ids", param="tokens")
     if vocab and any(t < 0 or t >= vocab for t in ids):
         raise bad_request(f"token ids must be in [0, {vocab})", param="tokens")
-    text = served.info.tokenizer.decode(ids)
+    text = await asyncio.to_thread(served.info.tokenizer.decode, ids)  # a long list: off the loop, as /tokenize
     return JsonResponse({"prompt": text, "content": text})  # vLLM's name and llama.cpp's
 
 

@@ -20,7 +20,7 @@ from django.http import JsonResponse
 from ...engine.sample.sampling_params import SamplingParams
 from ...serving.generation_input import GenerationInput
 from ..common import key_limits
-from ..common.endpoint import api_endpoint, ready_model, refuse_the_batch_if_one_is_refused, resolve_model, start_job
+from ..common.endpoint import api_endpoint, plan_the_batch, ready_model, resolve_model, start_job
 from ..common.errors import ApiError, bad_request
 from ..common.extra_fields import drop_ignored
 from ..common.request_body import parse_json_body
@@ -107,16 +107,19 @@ async def embeddings(request):
     data, prompt_tokens = [], 0
     try:
         pairs = [(item, item if isinstance(item, str) else "") for item in inputs]
-        if len(pairs) > 1:  # every input is checked before any runs: one that cannot be refuses the request
-            await refuse_the_batch_if_one_is_refused(request, served, inp, request_id, pairs, model)
+        submitted = inputs  # with several, their token ids: every input is checked (off the loop) before any runs
+        if len(pairs) > 1:  # and one that cannot be refuses the request
+            submitted = await plan_the_batch(request, served, inp, request_id, pairs, model)
         for start in range(0, len(inputs), WINDOW):
             jobs = []
             try:
                 for index in range(start, min(start + WINDOW, len(inputs))):
-                    item, text = pairs[index]
+                    text = pairs[index][1]
                     job_id = request_id if len(inputs) == 1 else f"{request_id}-{index}"
                     jobs.append(
-                        await start_job(request, served, inp, request_id=job_id, prompt=item, prompt_text=text, model=model)
+                        await start_job(
+                            request, served, inp, request_id=job_id, prompt=submitted[index], prompt_text=text, model=model
+                        )
                     )
             except BaseException:
                 for job in jobs:  # the window's submitted inputs are aborted with it

@@ -35,15 +35,20 @@ def _not_found(response_id: str) -> ApiError:
 
 
 async def _earlier(prompt: ResponsesPrompt, owner: str) -> list[dict]:
-    """The stored conversation `previous_response_id` continues (404 if this key has none such)."""
+    """The stored conversation `previous_response_id` continues, rebuilt along its chain (404 if
+    this key has none such, or if a response of the chain was deleted or has expired: it names it)."""
     if prompt.previous_response_id is None:
         return []
-    stored = await stored_responses.find(prompt.previous_response_id, owner)
-    if stored is None:
-        error = _not_found(prompt.previous_response_id)
-        error.param = "previous_response_id"
-        raise error
-    return list(stored.conversation)
+    try:
+        return await stored_responses.conversation(prompt.previous_response_id, owner)
+    except stored_responses.BrokenChain as broken:
+        message = f"Response with id '{broken.missing}' not found."
+        if broken.missing != prompt.previous_response_id:
+            message = (
+                f"Response with id '{broken.missing}' not found: the conversation of '{prompt.previous_response_id}' "
+                "continues it, and it was deleted or has expired."
+            )
+        raise ApiError(404, message, param="previous_response_id", code="not_found") from None
 
 
 @api_endpoint("POST")
@@ -69,7 +74,8 @@ async def create(request):
                 model=model,
                 owner=owner,
                 input_items=prompt.items,
-                conversation=earlier + prompt.messages + [reply_turn],
+                messages=prompt.messages + [reply_turn],  # this turn only: the earlier ones are the previous response's
+                previous=prompt.previous_response_id,
             )
 
         return ResponsesReply(
@@ -144,9 +150,12 @@ async def input_tokens(request):
     served = ready_model()
     resolve_model(prompt.model, served)
     messages = prompt.conversation(await _earlier(prompt, stored_responses.owner_of(request.api_caller)))
-    text = render_request(served.info.tokenizer, messages, prompt.tools, options=prompt.template_options)
-    ids = await asyncio.to_thread(prompt_token_ids, served.info.tokenizer, text)
-    return JsonResponse({"object": "response.input_tokens", "input_tokens": len(ids)})
+
+    def count() -> int:  # rendered and tokenized off the event loop, as a response's prompt is
+        text = render_request(served.info.tokenizer, messages, prompt.tools, options=prompt.template_options)
+        return len(prompt_token_ids(served.info.tokenizer, text))
+
+    return JsonResponse({"object": "response.input_tokens", "input_tokens": await asyncio.to_thread(count)})
 
 
 @api_endpoint("POST")

@@ -88,6 +88,7 @@ class EngineWorker:
                 asyncio.create_task(self._pull_forever()),
                 asyncio.create_task(self._control_forever()),
                 asyncio.create_task(self._flush_forever()),
+                asyncio.create_task(purge_stored_responses_forever()),
             ]
             waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(self._wait_dead())]
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -261,6 +262,18 @@ class EngineWorker:
             },
             "stats": stats,
         }
+
+
+async def purge_stored_responses_forever(interval_s: float | None = None) -> None:
+    """Deletes expired stored Responses API responses now, then every `interval_s` (hourly): in a
+    worker thread, so the database call never holds up the loop that streams outputs; a database
+    error is logged by purge_logged, never fatal. Imported here, not at the top: this module loads
+    without Django's apps ready."""
+    from ... import stored_responses
+
+    while True:
+        await asyncio.to_thread(stored_responses.purge_logged)
+        await asyncio.sleep(stored_responses.PURGE_INTERVAL_S if interval_s is None else interval_s)
 
 
 def _gpu_memory(device: str) -> dict:
