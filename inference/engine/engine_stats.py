@@ -95,6 +95,7 @@ class EngineStats:
             prefix_cache_hits=blocks.prefix_hits,
             prefix_cache_hit_rate=blocks.prefix_hits / blocks.prefix_queries if blocks.prefix_queries else 0.0,
             num_preemptions=scheduler.num_preemptions,
+            num_requests_resumed=0,  # the engine thread counts its restarts' resumes (engine_thread.py)
             tokens_per_second=generated.per_second(),
             total_tokens_generated=generated.total,
             total_prompt_tokens=engine.total_prompt_tokens,
