@@ -9,6 +9,7 @@ import torch
 from ..layers.norm import RMSNorm
 from .llama import LlamaArgs, LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM
 from .moe import MoEModel, moe_args
+from .qwen3 import with_qk_norms
 
 
 class OlmoeArgs(LlamaArgs):
@@ -41,8 +42,4 @@ class OlmoeForCausalLM(MoEModel, LlamaForCausalLM):
     GGUF_ARCHITECTURES = ("olmoe",)
 
     def gguf_layout(self):
-        linears, floats = super().gguf_layout()
-        for i in range(self.cfg.num_hidden_layers):
-            for norm in ("q_norm", "k_norm"):
-                floats[f"layers.{i}.self_attn.{norm}.weight"] = f"blk.{i}.attn_{norm}.weight"
-        return linears, floats
+        return with_qk_norms(*super().gguf_layout(), self.cfg.num_hidden_layers)

@@ -36,8 +36,13 @@ class Qwen3ForCausalLM(LlamaForCausalLM):
     GGUF_ARCHITECTURES = ("qwen3",)
 
     def gguf_layout(self):
-        linears, floats = super().gguf_layout()
-        for i in range(self.cfg.num_hidden_layers):
-            for norm in ("q_norm", "k_norm"):
-                floats[f"layers.{i}.self_attn.{norm}.weight"] = f"blk.{i}.attn_{norm}.weight"
-        return linears, floats
+        return with_qk_norms(*super().gguf_layout(), self.cfg.num_hidden_layers)
+
+
+def with_qk_norms(linears: dict, floats: dict, layers: int) -> tuple[dict, dict]:
+    """A GGUF layout plus each layer's Q and K norm weights (`attn_q_norm` / `attn_k_norm`), which
+    the families with them (Qwen3, OLMoE) keep under the same names."""
+    for i in range(layers):
+        for norm in ("q_norm", "k_norm"):
+            floats[f"layers.{i}.self_attn.{norm}.weight"] = f"blk.{i}.attn_{norm}.weight"
+    return linears, floats
