@@ -253,7 +253,7 @@ def main(argv=None) -> dict:
             "ready_s": round(time.perf_counter() - started, 2),
             "dtype": str(engine.bundle.dtype).removeprefix("torch."),
             "weights": engine.bundle.weights_format,
-            "kv_blocks": engine.block_manager.num_blocks,
+            "kv_blocks": engine.kv_cache.num_blocks,
             "kv_pool_mb": round(engine.model_runner.kv_pool_bytes / 2**20, 1),
             "kv_dtype": str(engine.kv_dtype).removeprefix("torch."),
             "slots": engine.num_slots,

@@ -62,7 +62,7 @@ def passages(tokenizer) -> list[tuple[str, str]]:
     """(kind, text) pieces of 300-600 tokens: README prose and engine code, cut at line ends."""
     sources = [
         ("prose", (REPO / "README.md").read_text()),
-        ("code", (REPO / "inference/engine/block_manager.py").read_text()),
+        ("code", (REPO / "inference/engine/kv_cache/coordinator.py").read_text()),
         # the frozen log: committed, and never rewritten by a bench run (docs/bench/ is)
         ("prose", (REPO / "docs/performance-log.md").read_text() if (REPO / "docs/performance-log.md").exists() else ""),
         ("code", (REPO / "inference/engine/scheduler.py").read_text()),

@@ -36,9 +36,9 @@ class EngineConfig:
     dtype: str = _knob("auto", "MINIVLLM_DTYPE")  # auto | float32 | bfloat16 | float16
     device: str = _knob("auto", "MINIVLLM_DEVICE")  # auto | cpu | cuda
     block_size: int = _knob(16, "MINIVLLM_BLOCK_SIZE", env_int)
-    # KV pool size on CPU; None: planned from available memory (kv_pool.py)
+    # KV pool size on CPU; None: planned from available memory (kv_cache/memory_plan.py)
     kv_cache_mb: int | None = _knob(None, "MINIVLLM_KV_CACHE_MB", env_int)
-    # CUDA: this engine's share of the GPU's total memory, weights and KV pool together (kv_pool.py)
+    # CUDA: this engine's share of the GPU's total memory, weights and KV pool together (kv_cache/memory_plan.py)
     gpu_memory_utilization: float = _knob(0.9, "MINIVLLM_GPU_MEMORY_UTILIZATION", env_float)
     # batch slots; None: DEFAULT_SLOTS_CPU on CPU, DEFAULT_SLOTS_CUDA on CUDA (slots_for)
     max_num_seqs: int | None = _knob(None, "MINIVLLM_MAX_NUM_SEQS", env_int)

@@ -11,15 +11,15 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .block_manager import BlockManager
-from .block_pool import BlockCopy
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .engine_state import ModelInfo
 from .engine_stats import EngineStats
 from .errors import FatalDeviceError, is_fatal_device_error
 from .fault_hooks import FaultHooks
-from .kv_pool import fit_context
+from .kv_cache.block_pool import BlockCopy
+from .kv_cache.coordinator import KVCacheCoordinator
+from .kv_cache.memory_plan import fit_context, plan_kv_blocks
 from .layers.pooling import pooling_for
 from .loader import ModelBundle, load_model
 from .model_runner import ModelRunner, StepLogits
@@ -27,8 +27,7 @@ from .output_processor import OutputProcessor
 from .outputs import RequestOutput
 from .prompt import check_request, prompt_token_ids
 from .resume import check_resume, replay
-from .runner.kv_layout import model_window, window_pool_blocks
-from .runner.memory_profile import plan_kv_blocks
+from .runner.memory_profile import engine_bytes
 from .sample.reasoning import ReasoningState
 from .sample.sampler import Sampler, SamplerOutput, SamplingContext, make_generator
 from .sample.sampling_params import SamplingParams
@@ -38,7 +37,6 @@ from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
 from .spec_decode.proposer import Speculator
 from .spec_decode.verification import Verifier, verify_contexts
-from .window_blocks import WindowBlocks
 
 log = logging.getLogger("minivllm.engine")
 
@@ -63,15 +61,13 @@ class LLMEngine:
         self.tokenizer = bundle.tokenizer
         self.kv_dtype = config.kv_dtype_for(bundle.dtype, device.type, bundle.weights_format)
         self.num_slots = config.slots_for(device.type)
-        num_blocks = config.num_kv_blocks or plan_kv_blocks(config, bundle, self.kv_dtype, self.num_slots)
-        self.max_model_len = fit_context(num_blocks, config.block_size, bundle.max_model_len)
-        # sliding-window layers keep each sequence's window only, in a pool of their own (window_blocks.py)
-        window_blocks = window_pool_blocks(
-            model, config.block_size, self.num_slots, config.max_num_batched_tokens, self.max_model_len
+        num_blocks = config.num_kv_blocks or plan_kv_blocks(
+            config, bundle, self.kv_dtype, self.num_slots, engine_bytes(config, bundle, self.kv_dtype, self.num_slots)
         )
-        window = WindowBlocks(window_blocks, config.block_size, model_window(model)) if window_blocks else None
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching, window)
-        self.scheduler = Scheduler(self.block_manager, self.num_slots, config.max_num_batched_tokens)
+        self.max_model_len = fit_context(num_blocks, config.block_size, bundle.max_model_len)
+        # one manager per kind of cache the model keeps (kv_cache/coordinator.py)
+        self.kv_cache = KVCacheCoordinator.for_model(model, num_blocks, config, self.num_slots, self.max_model_len)
+        self.scheduler = Scheduler(self.kv_cache, self.num_slots, config.max_num_batched_tokens)
         self.model_runner = ModelRunner(
             model,
             num_blocks,
@@ -80,9 +76,10 @@ class LLMEngine:
             device,
             self.kv_dtype,
             cpu_step=bundle.cpu_step,
-            num_window_blocks=window_blocks,
+            num_window_blocks=self.kv_cache.num_window_blocks,
+            num_state_slots=self.kv_cache.num_state_slots,
         )
-        if device.type == "cuda" and config.cuda_graphs == "auto" and window is None:
+        if device.type == "cuda" and config.cuda_graphs == "auto" and not self.kv_cache.others:
             # every table as wide as the longest context a sequence reaches, its guesses included
             max_blocks = -(-(self.max_model_len + config.spec_tokens + 1) // config.block_size)
             self.model_runner.enable_static_decode(self.num_slots, max_blocks, graphs=True)
@@ -111,7 +108,7 @@ class LLMEngine:
         self.speculator = Speculator(config.speculative, config.spec_tokens, config.spec_ngram_min, config.spec_ngram_max)
         self.requests: dict[str, list[Sequence]] = {}  # each request's completions (n of them once forked)
         self.output_processor = OutputProcessor(self.scheduler, self.requests, bundle, self.max_model_len)
-        self.verifier = Verifier(self.output_processor, self.speculator, self.block_manager)
+        self.verifier = Verifier(self.output_processor, self.speculator, self.kv_cache)
         self._pending: list[RequestOutput] = []  # outputs of aborts, delivered by the next step
         self.started_at = time.monotonic()
         self.num_steps = 0
@@ -288,7 +285,7 @@ class LLMEngine:
         logprobs are recorded, and embedding requests whose prompt completed end."""
         for seq, n in [(s, 1) for s in batch.decodes] + batch.prefills:
             seq.num_computed_tokens += n
-            self.block_manager.register_computed_blocks(seq)
+            self.kv_cache.register_computed_blocks(seq)
         for seq, first, logits in step.prompt:
             # logprobs of the prompt tokens at positions first+1.., and the top alternatives at each
             targets = seq.token_ids[first + 1 : first + 1 + logits.shape[0]]

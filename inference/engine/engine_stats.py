@@ -68,7 +68,7 @@ class EngineStats:
     @classmethod
     def of(cls, engine: LLMEngine) -> EngineStats:
         """The engine's snapshot now."""
-        blocks, scheduler, speculator = engine.block_manager, engine.scheduler, engine.speculator
+        blocks, scheduler, speculator = engine.kv_cache, engine.scheduler, engine.speculator
         slots = [
             {"request_id": seq.request_id, "choice": seq.index, "tokens": seq.num_output_tokens}
             if seq

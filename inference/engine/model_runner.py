@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .block_pool import BlockCopy
+from .kv_cache.block_pool import FULL, STATE, WINDOW, BlockCopy
+from .kv_cache.memory_plan import model_window
+from .kv_cache.tensors import KVGroup, allocate_layer_caches
 from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
+from .layers.gated_deltanet import StateMetadata
 from .runner.decode_graphs import StaticDecode
-from .runner.kv_layout import KVGroup, allocate_layer_caches, model_window
 from .runner.transfers import to_device
 from .scheduler import ScheduledBatch, pools_after, samples_after
 from .sequence import Sequence
@@ -47,8 +49,7 @@ class StepInputs:
     prefills: list[tuple[Sequence, int]]  # the batch's (sequence, tokens this step)
     input_ids: list[int] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
-    slots: list[int] = field(default_factory=list)  # each row's cache slot
-    window_slots: list[int] = field(default_factory=list)  # and in the sliding-window pool, where there is one
+    slots: dict[str, list[int]] = field(default_factory=dict)  # each row's cache slot, in each kind's pool
     decode_rows: list[tuple[Sequence, int]] = field(default_factory=list)  # (seq, position) of every row attending as a decode
     sampling_rows: list[int] = field(default_factory=list)
     sampling_seqs: list[Sequence] = field(default_factory=list)
@@ -68,9 +69,11 @@ class ModelRunner:
         kv_dtype=None,
         cpu_step=None,
         num_window_blocks: int = 0,
+        num_state_slots: int = 0,
     ):
-        """`num_window_blocks`: the sliding-window layers' own pool (window_blocks.py), where the
-        model has such layers; 0 keeps every layer's K/V in the one pool."""
+        """`num_window_blocks`: the sliding-window layers' own pool (kv_cache/sliding_window.py),
+        where the model has such layers; 0 keeps every layer's K/V in the one pool. `num_state_slots`:
+        a hybrid model's recurrent states (kv_cache/recurrent_state.py)."""
         self.model = model
         # The loader's fused C++ step (models/cpu_step.py) where it installed one; it computes the model's maths.
         self.forward = cpu_step or model
@@ -83,8 +86,11 @@ class ModelRunner:
         self.full = KVGroup.create(num_blocks, block_size, kv_heads, self.device)
         window = model_window(model)
         self.window = KVGroup.create(num_window_blocks, block_size, kv_heads, self.device, window) if num_window_blocks else None
-        self.kv_caches, in_window = allocate_layer_caches(model, self.full, self.window, kv_dtype, self.device)
-        self.window_layers = {layer for layer, windowed in enumerate(in_window) if windowed}  # in the window pool
+        self.groups = {FULL: self.full, **({WINDOW: self.window} if self.window is not None else {})}  # by kind
+        self.kv_caches, self.layer_kinds = allocate_layer_caches(
+            model, self.full, self.window, kv_dtype, self.device, num_state_slots
+        )  # each layer's cache, and which kind of cache it is
+        self.recurrent = STATE in self.layer_kinds
         self.kv_pool_bytes = sum(k.nbytes + v.nbytes for k, v in self.kv_caches)
         # Each kv head's part of the head-major cache starts this many slots / blocks further on.
         self.head_slot_offsets, self.head_block_offsets = self.full.head_slot_offsets, self.full.head_block_offsets
@@ -134,10 +140,9 @@ class ModelRunner:
         """The batch as flat rows (decodes and verifications first, then prefill chunks), with the
         rows whose logits are read, after bringing the device's block tables up to date."""
         seqs = batch.decodes + batch.verifies + [seq for seq, _ in batch.prefills]
-        self.block_tables.update(seqs)
-        if self.window is not None:
-            self.window.tables.update(seqs)
-        inp = StepInputs(prefills=batch.prefills)
+        for group in self.groups.values():
+            group.tables.update(seqs)
+        inp = StepInputs(prefills=batch.prefills, slots={kind: [] for kind in self.groups})
         for seq, verifying in [(s, False) for s in batch.decodes] + [(s, True) for s in batch.verifies]:
             start = seq.num_computed_tokens
             tokens = [seq.token_ids[start], *seq.draft] if verifying else [seq.token_ids[start]]
@@ -172,7 +177,7 @@ class ModelRunner:
     def forward_pass(self, inp: StepInputs) -> torch.Tensor:
         """Every row's hidden state: the decodes at a static shape where one fits (a CUDA graph's
         replay), else eagerly; prefill chunks always eagerly."""
-        input_ids, positions, slots, decode_rows = inp.input_ids, inp.positions, inp.slots, inp.decode_rows
+        input_ids, positions, slots, decode_rows = inp.input_ids, inp.positions, inp.slots[FULL], inp.decode_rows
         lengths = [position + 1 for _, position in decode_rows]
         static, decodes = self.static_decode, len(decode_rows)
         if static is not None and decodes and static.fits(decodes, max(lengths)):
@@ -183,9 +188,10 @@ class ModelRunner:
                 )
             ]
             if inp.prefills:
-                parts.append(self._eager(input_ids[decodes:], positions[decodes:], slots[decodes:], [], [], inp.prefills))
+                rest = {kind: kind_slots[decodes:] for kind, kind_slots in inp.slots.items()}
+                parts.append(self._eager(input_ids[decodes:], positions[decodes:], rest, [], [], inp.prefills))
             return torch.cat(parts) if len(parts) > 1 else parts[0]
-        return self._eager(input_ids, positions, slots, decode_rows, lengths, inp.prefills, inp.window_slots)
+        return self._eager(input_ids, positions, inp.slots, decode_rows, lengths, inp.prefills)
 
     def _logits(self, inp: StepInputs, hidden: torch.Tensor) -> StepLogits:
         """The rows' logits the step reads: sampling and verifying rows in one pass over the output
@@ -198,11 +204,18 @@ class ModelRunner:
         pooled = [done for seq, row, n in inp.pooling_rows if (done := self._pool(seq, hidden, row, n)) is not None]
         return StepLogits(plain, inp.sampling_seqs, prompt, pooled, verify, logits)
 
-    def _eager(self, input_ids, positions, slots, decode_rows, lengths, prefills, window_slots=()) -> torch.Tensor:
-        """Hidden states of these rows (decodes first, then prefill chunks) by one eager forward."""
-        meta = self._metadata(self.full, slots, decode_rows, lengths, prefills)
+    def _eager(self, input_ids, positions, slots: dict, decode_rows, lengths, prefills) -> torch.Tensor:
+        """Hidden states of these rows (decodes first, then prefill chunks) by one eager forward;
+        `slots`: the rows' cache slots in each kind's pool."""
+        meta = self._metadata(self.full, slots[FULL], decode_rows, lengths, prefills)
         if self.window is not None:  # what the sliding-window layers read: their own pool's rows
-            meta.window = self._metadata(self.window, window_slots, decode_rows, lengths, prefills)
+            meta.window = self._metadata(self.window, slots[WINDOW], decode_rows, lengths, prefills)
+        if self.recurrent:  # which state slot each sequence's recurrent layers read and write
+            meta.state = StateMetadata(
+                self._tensor([seq.state_table[0] for seq, _ in decode_rows]) if decode_rows else None,
+                [seq.state_table[0] for seq, _ in prefills],
+                [seq.num_computed_tokens == 0 for seq, _ in prefills],
+            )
         return self.forward(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
 
     def _metadata(self, group: KVGroup, slots, decode_rows, lengths, prefills) -> AttentionMetadata:
@@ -243,23 +256,23 @@ class ModelRunner:
 
     def copy_blocks(self, copies: list[BlockCopy]) -> None:
         """Copies whole KV blocks (source -> destination) in every layer of their pool: a forked
-        completion's own copy of the prompt's partial last block."""
-        for windowed in (False, True):
-            pairs = [copy for copy in copies if copy.window == windowed]
+        completion's own copy of the prompt's partial last block; and recurrent states, slot to slot."""
+        for kind in (*self.groups, STATE):
+            pairs = [copy for copy in copies if copy.kind == kind]
             if not pairs:
                 continue
             sources = self._tensor([copy.source for copy in pairs])
             destinations = self._tensor([copy.destination for copy in pairs])
+            dim = 0 if kind == STATE else 1  # states are slot-major, K/V head-major
             for layer, (k_cache, v_cache) in enumerate(self.kv_caches):
-                if (layer in self.window_layers) == windowed:
-                    k_cache.index_copy_(1, destinations, k_cache.index_select(1, sources))
-                    v_cache.index_copy_(1, destinations, v_cache.index_select(1, sources))
+                if self.layer_kinds[layer] == kind:
+                    k_cache.index_copy_(dim, destinations, k_cache.index_select(dim, sources))
+                    v_cache.index_copy_(dim, destinations, v_cache.index_select(dim, sources))
 
     def _add_slots(self, inp: StepInputs, seq: Sequence, positions) -> None:
-        """Each row's cache slot, in the full pool and (where there is one) the sliding-window pool."""
-        inp.slots.extend(self.full.slot(seq, p) for p in positions)
-        if self.window is not None:
-            inp.window_slots.extend(self.window.slot(seq, p) for p in positions)
+        """Each row's cache slot in each kind's pool."""
+        for kind, group in self.groups.items():
+            inp.slots[kind].extend(group.slot(seq, p) for p in positions)
 
     def _block_tables(self, group: KVGroup, seqs: list[Sequence], length: int) -> torch.Tensor:
         """[rows, blocks] tables covering positions 0..length-1 (entries past a table's end are

@@ -16,8 +16,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from .block_manager import BlockManager
-from .block_pool import BlockCopy
+from .kv_cache.block_pool import BlockCopy
+from .kv_cache.coordinator import KVCacheCoordinator
 from .sequence import Sequence, SequenceStatus
 
 
@@ -60,8 +60,8 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
-        self.block_manager = block_manager
+    def __init__(self, kv_cache: KVCacheCoordinator, max_num_seqs: int, max_num_batched_tokens: int):
+        self.kv_cache = kv_cache
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
@@ -82,7 +82,7 @@ class Scheduler:
             self._release(seq)
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
-            self.block_manager.free(seq)
+            self.kv_cache.free(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         seq.finished_time = time.monotonic()
@@ -98,7 +98,7 @@ class Scheduler:
             wanted = min(seq.num_uncomputed_tokens, budget)
             if not self._make_room(seq, wanted, batch):
                 continue  # seq itself was preempted
-            self.block_manager.grow(seq, wanted)
+            self.kv_cache.grow(seq, wanted)
             budget -= wanted
             if seq.num_uncomputed_tokens == 1 and wanted == 1 and seq.num_computed_tokens > 0:
                 batch.decodes.append(seq)
@@ -109,16 +109,16 @@ class Scheduler:
             seq = self.waiting[0]
             if self.slots_taken + seq.num_slots > self.max_num_seqs:
                 break  # n completions need n slots: the request waits until they are free
-            self.block_manager.reuse_cached_prefix(seq)
+            self.kv_cache.reuse_cached_prefix(seq)
             wanted = min(seq.num_uncomputed_tokens, budget)
-            if not self.block_manager.can_grow(seq, wanted):
+            if not self.kv_cache.can_grow(seq, wanted):
                 # Wait for running sequences to finish rather than evict them for a newcomer, and
                 # hold no blocks while waiting: the cached ones stay findable for the next try.
-                self.block_manager.free(seq)
+                self.kv_cache.free(seq)
                 seq.reset_for_recompute()
                 break
             self.waiting.popleft()
-            self.block_manager.grow(seq, wanted)
+            self.kv_cache.grow(seq, wanted)
             self._admit(seq)
             budget -= wanted
             batch.prefills.append((seq, wanted))
@@ -129,15 +129,21 @@ class Scheduler:
         """Turns decodes with guesses into verifications with what the step has left once every
         decode, prefill chunk and admission has its share: the token budget and free blocks (the
         guesses' blocks come back at the end of the step, bar the next token's). A guess that does
-        not fit is dropped; nobody waits or is preempted for one."""
+        not fit is dropped; nobody waits or is preempted for one. None where a kind of cache cannot
+        roll rejected guesses back (a hybrid model's recurrent states)."""
+        if not self.kv_cache.can_speculate:
+            for seq in batch.decodes:
+                if seq.spec is not None:
+                    seq.spec.draft = []
+            return
         for seq in list(batch.decodes):
             draft = seq.draft[:budget]
-            if draft and not self.block_manager.can_grow(seq, 1 + len(draft)):
+            if draft and not self.kv_cache.can_grow(seq, 1 + len(draft)):
                 draft = []
             if seq.spec is not None:
                 seq.spec.draft = draft
             if draft:
-                self.block_manager.grow(seq, 1 + len(draft))
+                self.kv_cache.grow(seq, 1 + len(draft))
                 budget -= len(draft)
                 batch.decodes.remove(seq)
                 batch.verifies.append(seq)
@@ -152,16 +158,16 @@ class Scheduler:
         reserved. Returns the block copies (source, destination) the runner must make for it (its
         own copy of the prompt's partial last block, if any), or None when no block is free for
         that copy: the child then waits and prefills through the prefix cache."""
-        if not self.block_manager.can_fork(parent):
+        if not self.kv_cache.can_fork(parent):
             self.add(child)
             return None
-        copies = self.block_manager.fork(parent, child)
+        copies = self.kv_cache.fork(parent, child)
         self._admit(child)
         return copies
 
     def _make_room(self, seq: Sequence, wanted: int, batch: ScheduledBatch) -> bool:
         """Preempts the newest running sequences until `seq` can grow; False if `seq` itself went."""
-        while not self.block_manager.can_grow(seq, wanted):
+        while not self.kv_cache.can_grow(seq, wanted):
             victim = self.running[-1]
             self._preempt(victim)
             batch.preempted.append(victim)
@@ -186,7 +192,7 @@ class Scheduler:
         self.num_preemptions += 1
 
     def _release(self, seq: Sequence) -> None:
-        self.block_manager.free(seq)
+        self.kv_cache.free(seq)
         if seq.slot is not None:
             self.slots[seq.slot] = None
             seq.slot = None

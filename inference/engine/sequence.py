@@ -25,8 +25,9 @@ class Sequence:
         self.num_prefix_hit_tokens = 0  # of those, how many the prefix cache supplied (this admission)
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # hashes of this sequence's full, computed blocks
-        self.window_table: list[int] = []  # its sliding-window layers' blocks (window_blocks.py)
+        self.window_table: list[int] = []  # its sliding-window layers' blocks (kv_cache/sliding_window.py)
         self.window_named = 0  # how many of those have been named for the prefix cache
+        self.state_table: list[int] = []  # its recurrent layers' state slot (kv_cache/recurrent_state.py)
         self.slot: int | None = None  # batch slot index while running
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None  # the stop string or stop token id that ended it
@@ -91,6 +92,7 @@ class Sequence:
         self.block_hashes = []
         self.window_table = []
         self.window_named = 0
+        self.state_table = []
         self.status = SequenceStatus.WAITING
         self.slot = None
         self.pool_sum = None  # mean pooling sums the prompt again as it is recomputed

@@ -108,21 +108,21 @@ def test_preemption_with_tiny_pool_keeps_outputs_identical(tiny_hf, smollm_token
     results = run_to_completion(tight)
     assert tight.scheduler.num_preemptions > 0
     assert {k: generated_ids(v) for k, v in results.items()} == expected
-    assert tight.block_manager.num_free_blocks == tight.block_manager.num_blocks
+    assert tight.kv_cache.num_free_blocks == tight.kv_cache.num_blocks
 
 
 def test_abort_frees_every_block_for_running_and_waiting(tiny_hf, smollm_tokenizer):
     engine = engine_for(tiny_hf, smollm_tokenizer, max_num_seqs=2, block_size=4)
-    total = engine.block_manager.num_blocks
+    total = engine.kv_cache.num_blocks
     for rid in ("run1", "run2", "wait1"):
         engine.add_request(rid, engine.tokenize("some prompt that spans several blocks of four tokens"), greedy(50))
     for _ in range(3):
         engine.step()
     assert {s.request_id for s in engine.scheduler.running} == {"run1", "run2"}
-    assert engine.block_manager.num_free_blocks < total
+    assert engine.kv_cache.num_free_blocks < total
     for rid in ("run1", "wait1", "run2"):
         assert engine.abort(rid)
-    assert engine.block_manager.num_free_blocks == total
+    assert engine.kv_cache.num_free_blocks == total
     assert all(slot is None for slot in engine.scheduler.slots)
     finals = {o.request_id: o for o in engine.step()}
     assert {rid: o.finish_reason for rid, o in finals.items()} == {"run1": "abort", "run2": "abort", "wait1": "abort"}
@@ -135,12 +135,12 @@ def test_prefix_cache_hit_is_counted_and_output_identical(tiny_hf, smollm_tokeni
     long_prompt = "You are a helpful assistant. Answer briefly and precisely. " * 4 + "Question: what is two plus two?"
     engine.add_request("first", engine.tokenize(long_prompt), greedy(12))
     first = generated_ids(run_to_completion(engine)["first"])
-    hits_before = engine.block_manager.prefix_hits
+    hits_before = engine.kv_cache.prefix_hits
     engine.add_request("second", engine.tokenize(long_prompt), greedy(12))
     [seq] = engine.requests["second"]
     results = run_to_completion(engine)
     prompt_len = len(engine.tokenize(long_prompt))
-    assert engine.block_manager.prefix_hits - hits_before == (prompt_len - 1) // 4
+    assert engine.kv_cache.prefix_hits - hits_before == (prompt_len - 1) // 4
     assert seq.num_prefix_hit_tokens == (prompt_len - 1) // 4 * 4
     assert generated_ids(results["second"]) == first
     assert engine.stats().prefix_cache_hit_rate > 0
@@ -171,7 +171,7 @@ def test_stop_string_ends_the_request_without_leaking(tiny_hf, smollm_tokenizer)
     text = "".join(o.text for o in outputs)
     assert text == full[: full.index(stop)]
     assert outputs[-1].finish_reason == "stop"
-    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    assert engine.kv_cache.num_free_blocks == engine.kv_cache.num_blocks
 
 
 def test_logprobs_are_returned_with_token_text(tiny_hf, smollm_tokenizer):

@@ -30,7 +30,7 @@ def test_failing_step_fails_only_its_requests(tiny_hf, smollm_tokenizer):
     outputs = engine.step()
     assert [(o.request_id, o.finish_reason) for o in outputs] == [("victim", "error")]
     assert "injected step failure" in outputs[0].error
-    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    assert engine.kv_cache.num_free_blocks == engine.kv_cache.num_blocks
     engine.add_request("survivor", engine.tokenize("second request"), greedy(5))
     result = run_to_completion(engine)["survivor"]
     assert result[-1].finish_reason == "length" and len(generated_ids(result)) == 5
@@ -60,7 +60,7 @@ async def test_a_dead_loop_restarts_and_its_streams_carry_on_where_they_were(tin
     assert engine_thread.engine is not first_engine and engine_thread.engine.bundle is first_engine.bundle
     # the old pool was given back before the new one was planned (on a GPU, one beside the other would shrink it)
     assert first_engine.model_runner.kv_caches == [] and first_engine.model_runner.kv_pool_bytes == 0
-    assert engine_thread.engine.block_manager.num_blocks == first_engine.block_manager.num_blocks
+    assert engine_thread.engine.kv_cache.num_blocks == first_engine.kv_cache.num_blocks
     again = [
         out async for out in engine_thread.submit("after", engine_thread.engine.tokenize("served after the restart"), greedy(4))
     ]

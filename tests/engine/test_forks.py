@@ -37,7 +37,7 @@ def test_each_child_is_the_request_alone_with_seed_plus_its_index(tiny_hf, smoll
     finished = [out for out in outputs if out.finish_reason is not None]
     assert sorted(out.index for out in finished) == [0, 1, 2] and outputs[-1].finished
     assert [out.finished for out in outputs].count(True) == 1
-    assert engine.block_manager.num_used_blocks == 0
+    assert engine.kv_cache.num_used_blocks == 0
 
 
 def test_the_prompt_is_prefilled_once_and_its_full_blocks_are_shared(tiny_hf, smollm_tokenizer):
@@ -52,7 +52,7 @@ def test_the_prompt_is_prefilled_once_and_its_full_blocks_are_shared(tiny_hf, sm
     full = len(ids) // 4
     shared = group[0].block_table[:full]
     assert all(s.block_table[:full] == shared for s in group)
-    assert all(engine.block_manager.blocks[b].ref_count == 4 for b in shared)
+    assert all(engine.kv_cache.blocks[b].ref_count == 4 for b in shared)
     partial = [s.block_table[full] for s in group]
     assert len(set(partial)) == 4  # each its own copy of the last, partial block
     assert engine.stats().total_prompt_tokens == len(ids)
@@ -61,7 +61,7 @@ def test_the_prompt_is_prefilled_once_and_its_full_blocks_are_shared(tiny_hf, sm
     assert sorted(steps.last.decodes) == ["n"] * 4  # all four decode; nothing is prefilled again
     assert engine.abort("n")  # a disconnect: every child goes, and every block with it
     assert [out.finished for out in engine.step()] == [True]
-    assert all(b.ref_count == 0 for b in engine.block_manager.blocks)
+    assert all(b.ref_count == 0 for b in engine.kv_cache.blocks)
 
 
 def test_children_count_against_the_slots(tiny_hf, smollm_tokenizer):

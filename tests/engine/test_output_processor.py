@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from inference.engine.block_manager import BlockManager
 from inference.engine.detokenizer import IncrementalDetokenizer
+from inference.engine.kv_cache.coordinator import KVCacheCoordinator
 from inference.engine.output_processor import OutputProcessor
 from inference.engine.sample.sampling_params import SamplingParams
 from inference.engine.scheduler import Scheduler
@@ -18,7 +18,7 @@ EOS = 2
 
 @pytest.fixture
 def make(smollm_tokenizer):
-    scheduler = Scheduler(BlockManager(64, 4), max_num_seqs=4, max_num_batched_tokens=64)
+    scheduler = Scheduler(KVCacheCoordinator(64, 4), max_num_seqs=4, max_num_batched_tokens=64)
     requests: dict[str, list[Sequence]] = {}
     processor = OutputProcessor(scheduler, requests, SimpleNamespace(eos_token_ids={EOS}), max_model_len=12)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inference.engine.block_manager import BlockManager
+from inference.engine.kv_cache.coordinator import KVCacheCoordinator
 from inference.engine.sample.sampling_params import SamplingParams
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import Sequence
@@ -20,7 +20,7 @@ def commit(batch):
 
 
 def test_long_prompt_is_chunked_and_decodes_share_the_step():
-    scheduler = Scheduler(BlockManager(100, 4), max_num_seqs=4, max_num_batched_tokens=10)
+    scheduler = Scheduler(KVCacheCoordinator(100, 4), max_num_seqs=4, max_num_batched_tokens=10)
     short = Sequence("short", [1, 2, 3], SamplingParams())
     scheduler.add(short)
     commit(scheduler.schedule())  # short prefilled, now decoding
@@ -40,7 +40,7 @@ def test_long_prompt_is_chunked_and_decodes_share_the_step():
 
 
 def test_slots_are_capped_and_reused_lowest_first():
-    scheduler = Scheduler(BlockManager(100, 4), max_num_seqs=2, max_num_batched_tokens=100)
+    scheduler = Scheduler(KVCacheCoordinator(100, 4), max_num_seqs=2, max_num_batched_tokens=100)
     seqs = [Sequence(f"s{i}", [1, 2], SamplingParams()) for i in range(3)]
     for seq in seqs:
         scheduler.add(seq)
@@ -55,7 +55,7 @@ def test_slots_are_capped_and_reused_lowest_first():
 
 
 def test_out_of_blocks_preempts_the_newest_running_sequence():
-    blocks = BlockManager(4, 2)
+    blocks = KVCacheCoordinator(4, 2)
     scheduler = Scheduler(blocks, max_num_seqs=4, max_num_batched_tokens=100)
     old, new = Sequence("old", [1, 2, 3], SamplingParams()), Sequence("new", [4, 5, 6], SamplingParams())
     scheduler.add(old)
@@ -69,7 +69,7 @@ def test_out_of_blocks_preempts_the_newest_running_sequence():
 
 
 def test_abort_of_a_waiting_sequence():
-    scheduler = Scheduler(BlockManager(10, 4), max_num_seqs=1, max_num_batched_tokens=100)
+    scheduler = Scheduler(KVCacheCoordinator(10, 4), max_num_seqs=1, max_num_batched_tokens=100)
     a, b = Sequence("a", [1], SamplingParams()), Sequence("b", [2], SamplingParams())
     scheduler.add(a)
     scheduler.add(b)

@@ -91,7 +91,7 @@ def test_batched_greedy_tokens_are_hfs(torch_path, smollm_tokenizer):
     for i, ids in enumerate(prompts):
         tie = 0.0 if reference.dtype == torch.float32 else BF16_TIE
         assert max(worse_than_hfs_best(reference, ids, generated_ids(results[f"r{i}"]))) <= tie, PROMPTS[i]
-    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    assert engine.kv_cache.num_free_blocks == engine.kv_cache.num_blocks
 
 
 STEP_PARAMS = {
@@ -118,7 +118,7 @@ def test_a_step_waits_for_the_device_once(torch_path, smollm_tokenizer, kind):
         steps.append(syncs.events)
         assert not any(out.error for out in outputs)
     assert len(steps) >= 6 and all(events == ["tolist"] for events in steps), steps
-    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    assert engine.kv_cache.num_free_blocks == engine.kv_cache.num_blocks
 
 
 STATIC_PROMPTS = PROMPTS + ["Once upon a time, in a village by the sea, there lived an old fisherman who"]
@@ -158,7 +158,7 @@ def test_a_static_bucketed_decode_gives_the_dynamic_tokens(torch_path, smollm_to
     finally:
         runner.static_decode = None
     assert static.buckets == [1, 2, 4, 8] and static.steps >= 20
-    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    assert engine.kv_cache.num_free_blocks == engine.kv_cache.num_blocks
 
 
 def test_a_cuda_engine_never_builds_the_cpu_kernels(monkeypatch):

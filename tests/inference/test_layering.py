@@ -69,7 +69,19 @@ def test_no_layer_imports_a_layer_above_it(layer, forbidden):
     assert not upward, upward
 
 
-@pytest.mark.parametrize("name", ["block_manager", "scheduler", "sequence", "engine", "output_processor"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kv_cache/coordinator",
+        "kv_cache/full_attention",
+        "kv_cache/sliding_window",
+        "kv_cache/block_pool",
+        "scheduler",
+        "sequence",
+        "engine",
+        "output_processor",
+    ],
+)
 def test_the_engine_loop_imports_no_torch(name):
     """The orchestration (what runs, which blocks, when a request ends) is bookkeeping: tensors
     stay in the model runner, the sampler and the grammar masks, so this reads without torch."""

@@ -30,7 +30,7 @@ import torch
 
 from ..env import cache_home
 from ..kernels import kernels
-from ..kv_pool import MADV_HUGEPAGE
+from ..kv_cache.tensors import MADV_HUGEPAGE
 from .config import fast_gguf_config
 
 log = logging.getLogger("minivllm.engine")

@@ -23,7 +23,7 @@ def _first_difference(held: list[int], table: list[int]) -> int:
 class BlockTables:
     def __init__(self, device: torch.device, rows: int = 8, blocks: int = 64, windowed: bool = False):
         self.device = device
-        self.windowed = windowed  # the rows hold sequences' sliding-window tables (window_blocks.py)
+        self.windowed = windowed  # the rows hold sequences' sliding-window tables (kv_cache/sliding_window.py)
         self.table = torch.zeros(rows, blocks, dtype=torch.long, device=device)
         self._held: list[list[int]] = [[] for _ in range(rows)]  # what each device row holds
 

@@ -18,7 +18,7 @@ from ..outputs import RequestOutput
 from ..sample.sampler import SamplerOutput, SamplingContext, rewind_generator
 
 if TYPE_CHECKING:
-    from ..block_manager import BlockManager
+    from ..kv_cache.coordinator import KVCacheCoordinator
     from ..output_processor import OutputProcessor
     from ..sample.structured import Grammars
     from ..sequence import Sequence
@@ -56,8 +56,8 @@ def guess_masks(seq: Sequence, masks: dict, grammars: Grammars) -> list:
 class Verifier:
     """Writes what a verification step decided: the accepted guesses and one more token each."""
 
-    def __init__(self, processor: OutputProcessor, speculator: Speculator, block_manager: BlockManager):
-        self.processor, self.speculator, self.block_manager = processor, speculator, block_manager
+    def __init__(self, processor: OutputProcessor, speculator: Speculator, kv_cache: KVCacheCoordinator):
+        self.processor, self.speculator, self.kv_cache = processor, speculator, kv_cache
 
     def verify(self, sampled: SamplerOutput, seqs: list[Sequence], saved: dict, vocab: int, now: float) -> list[RequestOutput]:
         """Guesses are accepted while they equal what their row sampled; the first row that
@@ -87,8 +87,8 @@ class Verifier:
             written[-1] = dataclasses.replace(written[-1], **spec_counts(seq))
             self.processor.generated.add(now, len(written))
             if not seq.is_finished:
-                self.block_manager.truncate(seq)
-                self.block_manager.register_computed_blocks(seq)
+                self.kv_cache.truncate(seq)
+                self.kv_cache.register_computed_blocks(seq)
             outputs.append(merged_output(written))
         return outputs
 

@@ -56,7 +56,7 @@ def test_preempted_sequences_recompute_to_the_same_tokens(hf, smollm_tokenizer, 
     results = run_to_completion(tight)
     assert tight.scheduler.num_preemptions > 0
     assert {key: generated_ids(outs) for key, outs in results.items()} == expected
-    assert tight.block_manager.num_free_blocks == tight.block_manager.num_blocks
+    assert tight.kv_cache.num_free_blocks == tight.kv_cache.num_blocks
 
 
 def test_a_prefix_cached_prompt_gives_the_same_tokens(hf, smollm_tokenizer, expected):
@@ -66,7 +66,7 @@ def test_a_prefix_cached_prompt_gives_the_same_tokens(hf, smollm_tokenizer, expe
     for key in ("first", "second"):
         engine.add_request(key, ids, greedy(20))
         assert generated_ids(run_to_completion(engine)[key]) == expected["c"]
-    assert engine.block_manager.prefix_hits > 0
+    assert engine.kv_cache.prefix_hits > 0
 
 
 def test_in_bfloat16_the_norms_stay_float32_as_transformers_computes_them(hf, smollm_tokenizer):
@@ -108,12 +108,12 @@ def test_float16_is_refused_when_asked_and_avoided_under_auto(hf, smollm_tokeniz
 def test_the_sliding_window_layers_keep_each_slots_window_not_the_context(hf, smollm_tokenizer):
     """Their K/V lives in a pool of its own, sized by slots and a step's tokens; a long reply still
     gives HF's tokens, and every block comes back when it ends."""
-    from inference.engine.window_blocks import WindowBlocks
+    from inference.engine.kv_cache.sliding_window import SlidingWindowBlocks
 
     engine = engine_for(hf, smollm_tokenizer, block_size=4, max_num_seqs=2, max_num_batched_tokens=16, speculative="off")
-    runner, window = engine.model_runner, engine.block_manager.window
+    runner, window = engine.model_runner, engine.kv_cache.window
     assert window is not None and window.window == 8
-    assert runner.window.pool_blocks == WindowBlocks.pool_size(2, 8, 4, 16, engine.max_model_len) + 1 == 2 * 4 + 4 + 1
+    assert runner.window.pool_blocks == SlidingWindowBlocks.pool_size(2, 8, 4, 16, engine.max_model_len) + 1 == 2 * 4 + 4 + 1
     windowed = [i for i, w in enumerate(engine.bundle.model.layer_windows()) if w is not None]
     assert all(runner.kv_caches[i][0].shape[1] == runner.window.pool_blocks for i in windowed)
     ids = smollm_tokenizer(PROMPTS["c"]).input_ids

@@ -72,4 +72,4 @@ def test_a_reply_past_the_window_through_the_engine_agrees_with_transformers(eng
         expected = reference(torch.tensor([ids + reply]), logits_to_keep=len(reply) + 1).logits[0, :-1].argmax(-1)
     agree = sum(int(a == b) for a, b in zip(reply, expected.tolist()))
     assert agree >= 14, f"{agree} of 16 generated tokens are transformers' argmax"
-    assert engine.block_manager.window.pool.num_free == engine.block_manager.window.pool.num_blocks
+    assert engine.kv_cache.window.pool.num_free == engine.kv_cache.window.pool.num_blocks

@@ -81,7 +81,7 @@ def test_greedy_replies_are_token_for_token_those_without_speculation(real_bundl
     batched = complete(engine, {f"p{i}": (ids, greedy(40)) for i, ids in enumerate(real_prompts)})
     assert [batched[f"p{i}"] for i in range(len(real_prompts))] == reference
     assert engine.speculator.num_accepted_tokens > 40  # the grounded prompts' guesses were verified and taken
-    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    assert engine.kv_cache.num_free_blocks == engine.kv_cache.num_blocks
     for i in (0, 3, 11):  # and alone
         assert complete(engine, {"alone": (real_prompts[i], greedy(40))})["alone"] == reference[i]
 
@@ -159,7 +159,7 @@ def test_preempted_speculating_sequences_recompute_and_write_the_same(real_bundl
     engine = real_engine(real_bundle, speculative="ngram", block_size=4, num_kv_blocks=110)
     assert complete(engine, requests()) == off
     assert engine.scheduler.num_preemptions > 0 and engine.speculator.num_accepted_tokens > 0
-    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    assert engine.kv_cache.num_free_blocks == engine.kv_cache.num_blocks
 
 
 # -- the tiny model: rollback, aborts, grammars, n, the distribution ---------------------------------
@@ -189,12 +189,12 @@ def test_rejected_guesses_give_back_their_blocks_and_never_reach_the_prefix_cach
     assert seq.spec.accepted == 0 and seq.spec.proposed == 8
     # the step took blocks for 1 + 8 positions: all but the verified ones and the next token's slot are back
     assert len(seq.block_table) == -(-(seq.num_computed_tokens + 1) // 4)
-    assert engine.block_manager.num_used_blocks == len(seq.block_table)
+    assert engine.kv_cache.num_used_blocks == len(seq.block_table)
     outputs = run_to_completion(engine)["r"]
     assert outputs[-1].prediction_draft_tokens >= 8 and outputs[-1].prediction_accepted_tokens == 0
-    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    assert engine.kv_cache.num_free_blocks == engine.kv_cache.num_blocks
     verified = {tuple(seq.token_ids[i : i + 4]) for i in range(0, len(seq.token_ids), 4)}
-    named = [block.token_ids for block in engine.block_manager.blocks if block.hash is not None]
+    named = [block.token_ids for block in engine.kv_cache.blocks if block.hash is not None]
     assert named and all(tokens in verified for tokens in named)  # every named block holds verified tokens
     assert all(wrong not in tokens for tokens in named)
 
@@ -220,7 +220,7 @@ def test_an_abort_during_a_verification_step_frees_everything(tiny_hf, smollm_to
     assert [o.finish_reason for o in engine.step() if o.request_id == "gone"] == ["abort"]
     rest = run_to_completion(engine)
     assert "gone" not in rest and rest["stays"][-1].finished
-    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+    assert engine.kv_cache.num_free_blocks == engine.kv_cache.num_blocks
 
 
 def test_a_guess_the_grammar_forbids_is_never_proposed_and_grammars_hold(tiny_hf, smollm_tokenizer):

@@ -25,5 +25,7 @@ class AttentionMetadata:
     # decode_gathered.GatheredDecode, chosen once for the runner); None in a step without decodes.
     decode: object | None
     prefills: list[PrefillChunk]
-    # The same step in the sliding-window layers' own pool (window_blocks.py), where the runner keeps one.
+    # The same step in the sliding-window layers' own pool (kv_cache/sliding_window.py), where the runner keeps one.
     window: AttentionMetadata | None = None
+    # A hybrid model's recurrent layers: each sequence's state slot (layers/gated_deltanet.StateMetadata).
+    state: object | None = None

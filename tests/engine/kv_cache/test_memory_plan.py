@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from inference.engine import kv_pool
 from inference.engine.config import EngineConfig
 from inference.engine.errors import PromptTooLongError
-from inference.engine.kv_pool import bytes_per_block, plan_num_blocks
+from inference.engine.kv_cache import memory_plan as kv_pool
+from inference.engine.kv_cache.memory_plan import bytes_per_block, plan_num_blocks
 from inference.engine.sample.sampling_params import SamplingParams
 from tests.support.engine_helpers import engine_for
 
@@ -110,4 +110,4 @@ def test_a_float16_pool_holds_twice_the_tokens_of_a_float32_one(tiny_hf, smollm_
     engine = engine_for(tiny_hf, smollm_tokenizer, kv_cache_mb=4, quantization="int8")
     assert engine.kv_dtype == torch.float16 and all(k.dtype == v.dtype == torch.float16 for k, v in engine.model_runner.kv_caches)
     wide = engine_for(tiny_hf, smollm_tokenizer, kv_cache_mb=4, quantization="int8", kv_cache_dtype="float32")
-    assert engine.block_manager.num_blocks == 2 * wide.block_manager.num_blocks
+    assert engine.kv_cache.num_blocks == 2 * wide.kv_cache.num_blocks

@@ -1,23 +1,24 @@
-"""The sliding-window layers' blocks (window_blocks.py), kept by the BlockManager beside the
+"""The sliding-window layers' blocks (kv_cache/sliding_window.py), kept by the KVCacheCoordinator beside the
 full-attention ones: a sequence holds only what its window reaches, blocks behind it go back at
 once, and a cached prefix resumes only where the window's blocks are cached too."""
 
 from __future__ import annotations
 
-from inference.engine.block_manager import BlockManager
-from inference.engine.block_pool import BlockCopy
+from inference.engine.kv_cache.block_pool import WINDOW as WINDOW_KIND
+from inference.engine.kv_cache.block_pool import BlockCopy
+from inference.engine.kv_cache.coordinator import KVCacheCoordinator
+from inference.engine.kv_cache.sliding_window import SlidingWindowBlocks
 from inference.engine.sample.sampling_params import SamplingParams
 from inference.engine.sequence import Sequence
-from inference.engine.window_blocks import WindowBlocks
 
 BS, WINDOW = 4, 8
 
 
-def manager(window_blocks: int = 64, full_blocks: int = 64) -> BlockManager:
-    return BlockManager(full_blocks, BS, enable_prefix_caching=True, window=WindowBlocks(window_blocks, BS, WINDOW))
+def manager(window_blocks: int = 64, full_blocks: int = 64) -> KVCacheCoordinator:
+    return KVCacheCoordinator(full_blocks, BS, enable_prefix_caching=True, window=SlidingWindowBlocks(window_blocks, BS, WINDOW))
 
 
-def step(blocks: BlockManager, seq: Sequence, n: int) -> None:
+def step(blocks: KVCacheCoordinator, seq: Sequence, n: int) -> None:
     """What the engine does around one step of n tokens: grow, compute, name the full blocks."""
     assert blocks.can_grow(seq, n)
     blocks.grow(seq, n)
@@ -25,7 +26,7 @@ def step(blocks: BlockManager, seq: Sequence, n: int) -> None:
     blocks.register_computed_blocks(seq)
 
 
-def held(blocks: BlockManager, seq: Sequence) -> list[int]:
+def held(blocks: KVCacheCoordinator, seq: Sequence) -> list[int]:
     return [b for b in seq.window_table if b != blocks.window.null_block]
 
 
@@ -54,8 +55,10 @@ def test_a_chunk_longer_than_the_window_holds_its_blocks_for_its_step_only():
 
 
 def test_the_pool_size_covers_every_slot_and_a_steps_tokens():
-    assert WindowBlocks.pool_size(slots=32, window=512, block_size=16, step_tokens=512, max_model_len=32768) == 32 * 34 + 32
-    assert WindowBlocks.pool_size(slots=4, window=512, block_size=16, step_tokens=512, max_model_len=64) == 4 * 5 + 32
+    assert (
+        SlidingWindowBlocks.pool_size(slots=32, window=512, block_size=16, step_tokens=512, max_model_len=32768) == 32 * 34 + 32
+    )
+    assert SlidingWindowBlocks.pool_size(slots=4, window=512, block_size=16, step_tokens=512, max_model_len=64) == 4 * 5 + 32
 
 
 def test_a_follow_up_turn_resumes_from_the_cached_window():
@@ -103,7 +106,7 @@ def test_a_fork_shares_full_window_blocks_and_copies_a_partial_one():
     copies = blocks.fork(parent, child)
     assert copies == [
         BlockCopy(parent.block_table[5], child.block_table[5]),
-        BlockCopy(parent.window_table[5], child.window_table[5], window=True),
+        BlockCopy(parent.window_table[5], child.window_table[5], WINDOW_KIND),
     ]
     assert child.window_table[:5] == parent.window_table[:5]  # null entries and shared blocks alike
     assert all(blocks.window.pool.blocks[b].ref_count == 2 for b in held(blocks, child)[:-1])

@@ -1,13 +1,13 @@
-"""BlockManager: reference counts, chained prefix hashes, LRU reuse of freed cached blocks."""
+"""KVCacheCoordinator: reference counts, chained prefix hashes, LRU reuse of freed cached blocks."""
 
 from __future__ import annotations
 
-from inference.engine.block_manager import BlockManager
+from inference.engine.kv_cache.coordinator import KVCacheCoordinator
 from inference.engine.sample.sampling_params import SamplingParams
 from inference.engine.sequence import Sequence
 
 
-def computed_seq(manager: BlockManager, request_id: str, tokens: list[int]) -> Sequence:
+def computed_seq(manager: KVCacheCoordinator, request_id: str, tokens: list[int]) -> Sequence:
     """A sequence whose prompt has been fully computed into its blocks."""
     seq = Sequence(request_id, tokens, SamplingParams())
     manager.reuse_cached_prefix(seq)
@@ -18,7 +18,7 @@ def computed_seq(manager: BlockManager, request_id: str, tokens: list[int]) -> S
 
 
 def test_grow_allocates_ceil_blocks_and_free_returns_them():
-    manager = BlockManager(num_blocks=10, block_size=4)
+    manager = KVCacheCoordinator(num_blocks=10, block_size=4)
     seq = Sequence("a", list(range(9)), SamplingParams())
     manager.grow(seq, 9)
     assert len(seq.block_table) == 3 and manager.num_free_blocks == 7
@@ -32,7 +32,7 @@ def test_grow_allocates_ceil_blocks_and_free_returns_them():
 
 
 def test_shared_prefix_blocks_are_reference_counted():
-    manager = BlockManager(num_blocks=10, block_size=4)
+    manager = KVCacheCoordinator(num_blocks=10, block_size=4)
     first = computed_seq(manager, "a", list(range(10)))  # 2 full blocks + 1 partial
     second = Sequence("b", list(range(8)) + [99, 98, 97], SamplingParams())
     manager.reuse_cached_prefix(second)
@@ -45,7 +45,7 @@ def test_shared_prefix_blocks_are_reference_counted():
 
 
 def test_hash_is_chained_so_equal_blocks_after_different_prefixes_do_not_match():
-    manager = BlockManager(num_blocks=10, block_size=2)
+    manager = KVCacheCoordinator(num_blocks=10, block_size=2)
     computed_seq(manager, "a", [1, 2, 3, 4, 5])
     other = Sequence("b", [9, 9, 3, 4, 5], SamplingParams())  # block [3, 4] follows a different prefix
     manager.reuse_cached_prefix(other)
@@ -53,7 +53,7 @@ def test_hash_is_chained_so_equal_blocks_after_different_prefixes_do_not_match()
 
 
 def test_at_least_one_prompt_token_is_left_to_compute():
-    manager = BlockManager(num_blocks=10, block_size=4)
+    manager = KVCacheCoordinator(num_blocks=10, block_size=4)
     computed_seq(manager, "a", list(range(8)))
     again = Sequence("b", list(range(8)), SamplingParams())
     manager.reuse_cached_prefix(again)
@@ -61,7 +61,7 @@ def test_at_least_one_prompt_token_is_left_to_compute():
 
 
 def test_freed_cached_blocks_are_reused_until_evicted_least_recent_first():
-    manager = BlockManager(num_blocks=4, block_size=2, enable_prefix_caching=True)
+    manager = KVCacheCoordinator(num_blocks=4, block_size=2, enable_prefix_caching=True)
     old = computed_seq(manager, "old", [1, 2, 3])
     new = computed_seq(manager, "new", [7, 8, 9])
     manager.free(old)
@@ -78,7 +78,7 @@ def test_freed_cached_blocks_are_reused_until_evicted_least_recent_first():
 
 
 def test_prefix_caching_off_never_shares():
-    manager = BlockManager(num_blocks=10, block_size=4, enable_prefix_caching=False)
+    manager = KVCacheCoordinator(num_blocks=10, block_size=4, enable_prefix_caching=False)
     computed_seq(manager, "a", list(range(10)))
     b = Sequence("b", list(range(10)), SamplingParams())
     manager.reuse_cached_prefix(b)
@@ -86,7 +86,7 @@ def test_prefix_caching_off_never_shares():
 
 
 def test_a_fork_shares_full_blocks_and_copies_only_a_partial_one():
-    blocks = BlockManager(num_blocks=3, block_size=4)
+    blocks = KVCacheCoordinator(num_blocks=3, block_size=4)
     aligned = Sequence("a", list(range(8)), SamplingParams(max_tokens=4, n=2))
     blocks.grow(aligned, 8)
     aligned.num_computed_tokens = 8

@@ -1,6 +1,6 @@
 """One pool's blocks: reference counts, the free lists and the names (chained prefix hashes) that
-let a freed block be found again. The full-attention pool (block_manager.py) and the
-sliding-window layers' own pool (window_blocks.py) keep their blocks the same way."""
+let a freed block be found again. The full-attention pool (full_attention.py) and the
+sliding-window layers' own pool (sliding_window.py) keep their blocks the same way."""
 
 from __future__ import annotations
 
@@ -80,9 +80,13 @@ class BlockPool:
         return block_id
 
 
+FULL, WINDOW, STATE = "full", "window", "state"  # the kinds of cache (coordinator.py)
+
+
 class BlockCopy(NamedTuple):
-    """A block's K/V copied into another of the same pool: a fork's own copy of a partial block."""
+    """A block's K/V copied into another of the same pool (a fork's own copy of a partial block),
+    or a recurrent state into another slot (a fork's own state)."""
 
     source: int
     destination: int
-    window: bool = False  # in the sliding-window layers' pool (window_blocks.py)
+    kind: str = FULL  # which kind of cache's pool: FULL, WINDOW, STATE

@@ -1,15 +1,19 @@
-"""The KV pool: how many blocks fit in memory, and their preallocated K/V tensors, one pair per layer."""
+"""The memory plan: how many blocks of each kind fit in memory, and where each layer's K/V goes.
+
+A layer's place follows its window (`model.layer_windows()`, where the model has sliding-window
+layers, else every layer is full): the full-attention pool, sized from memory, or the
+sliding-window layers' own pool, sized by the batch (sliding_window.py), taken off the budget first.
+"""
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import math
-import mmap
-import threading
 
 import psutil
 import torch
+
+from .block_pool import FULL, STATE, WINDOW
+from .sliding_window import SlidingWindowBlocks
 
 MB = 1024 * 1024
 log = logging.getLogger("minivllm.engine")
@@ -106,51 +110,66 @@ def gpu_budget(total: int, free: int, utilization: float, engine_bytes: int) -> 
     return budget
 
 
-MADV_HUGEPAGE, MADV_POPULATE_WRITE = 14, 23  # Linux's madvise advice numbers (the latter: 5.14 and later)
+def layer_windows(model) -> list[int | None]:
+    """Each layer's sliding window, None for full attention."""
+    windows = getattr(model, "layer_windows", None)
+    return list(windows()) if windows is not None else [None] * model.kv_shape[0]
 
 
-def _zero_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """The CPU pool as anonymous memory, zero by the kernel's promise: torch.zeros wrote 1 GB of zeros
-    before the engine could be ready (~1.3 s on a 2-core EPYC). A background thread then asks the
-    kernel to back every page (MADV_POPULATE_WRITE, which writes nothing, so blocks already in use
-    keep their K/V), so the resident size settles at the pool's within a second or two instead of
-    creeping up as requests first reach each block."""
-    nbytes = math.prod(shape) * torch.finfo(dtype).bits // 8
-    memory = mmap.mmap(-1, max(nbytes, 1))
-    tensor = torch.frombuffer(memory, dtype=dtype).view(shape)  # the tensor keeps the map alive
-    address = tensor.data_ptr()
-    libc = _libc()
-    if libc is not None:
-        libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(nbytes), MADV_HUGEPAGE)
-        threading.Thread(
-            target=libc.madvise,
-            args=(ctypes.c_void_p(address), ctypes.c_size_t(nbytes), MADV_POPULATE_WRITE),
-            name="kv-pool-populate",
-            daemon=True,
-        ).start()
-    return tensor
+def model_window(model) -> int | None:
+    """The window the sliding-window pool keeps per sequence (the widest, where layers differ)."""
+    return max((w for w in layer_windows(model) if w is not None), default=None)
 
 
-def _libc():
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        return libc
-    except (OSError, AttributeError):
-        return None
+def window_pool_blocks(model, block_size: int, num_slots: int, step_tokens: int, max_model_len: int) -> int:
+    """The sliding-window pool's blocks (0 for a model without sliding-window layers)."""
+    window = model_window(model)
+    return 0 if window is None else SlidingWindowBlocks.pool_size(num_slots, window, block_size, step_tokens, max_model_len)
 
 
-def allocate_kv_pool(kv_shape, num_blocks: int, block_size: int, dtype, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One preallocated K and V tensor per layer, head-major: [kv_heads, num_blocks, block_size, head_dim].
+def layer_kinds(model) -> list[str]:
+    """Each layer's kind of cache: FULL or WINDOW (by its window) or, in a hybrid model, STATE
+    (a recurrent layer: `model.cache_kinds()`)."""
+    kinds = getattr(model, "cache_kinds", None)
+    if kinds is not None:
+        return list(kinds())
+    return [FULL if window is None else WINDOW for window in layer_windows(model)]
 
-    Head-major because decode attention batches over (kv head, sequence): gathering a
-    sequence's blocks out of this layout yields keys already laid out for one batched matmul,
-    where a [slots, kv_heads, head_dim] layout needs a transposing copy of every key, every
-    layer, every step (measured 2.5x the cost of the attention maths at 32 sequences).
-    """
-    layers, kv_heads, head_dim = kv_shape
-    if layers == 0:  # (a model whose every layer keeps its K/V in the sliding-window pool)
-        return []
-    shape = (layers, 2, kv_heads, num_blocks, block_size, head_dim)
-    pool = _zero_pages(shape, dtype) if device.type == "cpu" else torch.zeros(shape, dtype=dtype, device=device)
-    return [(pool[i, 0], pool[i, 1]) for i in range(layers)]
+
+def split_kv_shape(model) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(full-attention layers, kv heads, head dim) and the same for the sliding-window layers."""
+    kinds = layer_kinds(model)
+    _, kv_heads, head_dim = model.kv_shape
+    return (kinds.count(FULL), kv_heads, head_dim), (kinds.count(WINDOW), kv_heads, head_dim)
+
+
+def state_bytes(model, num_slots: int) -> int:
+    """The recurrent-state pool: every recurrent layer's conv and recurrent state (float32) per slot."""
+    shapes = model.state_shapes() if STATE in layer_kinds(model) else []
+    return num_slots * 4 * sum(conv[0] * conv[1] + rec[0] * rec[1] * rec[2] for conv, rec in shapes)
+
+
+def plan_kv_blocks(config, bundle, kv_dtype, num_slots: int, engine_bytes: int = 0) -> int:
+    """The full-attention pool's blocks (plan_num_blocks), after the sliding-window pool's share;
+    `engine_bytes`: on CUDA, what the weights and the largest step take (runner/memory_profile.py)."""
+    full_shape, window_shape = split_kv_shape(bundle.model)
+    window_blocks = window_pool_blocks(
+        bundle.model, config.block_size, num_slots, config.max_num_batched_tokens, bundle.max_model_len
+    )
+    if window_blocks and full_shape[0] == 0:  # every layer windowed: the full pool is bookkeeping only
+        return num_slots * -(-bundle.max_model_len // config.block_size)
+    reserved = state_bytes(bundle.model, num_slots)  # a hybrid's state slots, before the blocks
+    if window_blocks:
+        reserved += (window_blocks + 1) * bytes_per_block(window_shape, config.block_size, kv_dtype)
+    return plan_num_blocks(
+        full_shape,
+        config.block_size,
+        kv_dtype,
+        bundle.device,
+        config.kv_cache_mb,
+        config.gpu_memory_utilization,
+        bundle.max_model_len,
+        num_slots,
+        engine_bytes,
+        reserved_bytes=reserved,
+    )

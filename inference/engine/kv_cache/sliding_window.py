@@ -17,11 +17,13 @@ prompt that shares only an old, evicted stretch is recomputed from where its win
 
 from __future__ import annotations
 
-from .block_pool import BlockPool
-from .sequence import Sequence
+from ..sequence import Sequence
+from .block_pool import WINDOW, BlockCopy, BlockPool
 
 
-class WindowBlocks:
+class SlidingWindowBlocks:
+    kind = WINDOW
+
     def __init__(self, num_blocks: int, block_size: int, window: int):
         self.pool = BlockPool(num_blocks)
         self.block_size = block_size
@@ -63,8 +65,11 @@ class WindowBlocks:
         while len(seq.window_table) < -(-total // self.block_size):
             seq.window_table.append(self.pool.take())
 
+    def can_grow(self, seq: Sequence, num_new_tokens: int) -> bool:
+        return self.blocks_needed(seq, num_new_tokens) <= self.pool.num_free
+
     def truncate(self, seq: Sequence) -> None:
-        """As BlockManager.truncate: the blocks past the computed tokens and the next one go back."""
+        """As FullAttentionBlocks.truncate: the blocks past the computed tokens and the next one go back."""
         keep = -(-(seq.num_computed_tokens + 1) // self.block_size)
         while len(seq.window_table) > keep:
             self._release(seq.window_table.pop())
@@ -110,8 +115,8 @@ class WindowBlocks:
     def can_fork(self, parent: Sequence) -> bool:
         return parent.num_computed_tokens % self.block_size == 0 or self.pool.num_free >= 1
 
-    def fork(self, parent: Sequence, child: Sequence) -> tuple[int, int] | None:
-        """As BlockManager.fork: shared full blocks, a copy of a partial last one."""
+    def fork(self, parent: Sequence, child: Sequence) -> BlockCopy | None:
+        """As FullAttentionBlocks.fork: shared full blocks, a copy of a partial last one."""
         full = parent.num_computed_tokens // self.block_size
         for block_id in parent.window_table[:full]:
             if block_id != self.null_block:
@@ -122,7 +127,7 @@ class WindowBlocks:
             return None
         copy = self.pool.take()
         child.window_table.append(copy)
-        return parent.window_table[full], copy
+        return BlockCopy(parent.window_table[full], copy, WINDOW)
 
     def _release(self, block_id: int) -> None:
         if block_id != self.null_block:

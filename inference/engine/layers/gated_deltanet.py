@@ -1,0 +1,178 @@
+"""Gated DeltaNet: the linear-attention layer of hybrid models (Qwen3.5's three of every four layers).
+
+Instead of a growing KV cache, each sequence carries a fixed-size state per layer: the last
+`kernel - 1` inputs of a short causal convolution over Q/K/V, and a float32 matrix per value
+head (key dim x value dim) that the gated delta rule updates token by token:
+
+    S <- S * exp(g);  S <- S + k (beta (v - S^T k))^T;  out = S^T q
+
+with q and k L2-normalised (q also scaled by 1/sqrt(key dim)), g = -exp(A_log) softplus(a + dt_bias)
+the per-head decay and beta = sigmoid(b) the per-head write strength. The output goes through an
+RMSNorm gated by silu(z) and the output projection.
+
+Two forms compute the rule. A decode step (one token per sequence) runs the recurrence once, batched
+over every decoding sequence's state. A prefill chunk runs the chunked form: within chunks of 64
+tokens the updates are condensed into triangular solves and matmuls (the UT transform of the
+DeltaNet papers), and the state is carried from chunk to chunk. Both are held to transformers'
+torch reference (tests/engine/layers/test_gated_deltanet.py).
+
+Where the states live is the runner's business (kv_cache/recurrent_state.py): a layer is handed its
+(conv, recurrent) state tensors, one row per state slot, and the step's `meta.state` says which slot
+each sequence reads and writes, and whether it starts from zeros.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CHUNK = 64
+
+
+@dataclass
+class StateMetadata:
+    """One step's recurrent-state addressing, shared by every linear layer."""
+
+    decode_slots: torch.Tensor | None  # [decodes] the state slot of each decode row's sequence
+    prefill_slots: list[int]  # per prefill chunk (the step's order), its sequence's slot
+    prefill_fresh: list[bool]  # per prefill chunk: starts at position 0 (the state starts from zeros)
+
+
+def l2_normalized(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x / sqrt(sum(x^2) + eps) over the last dim (the reference's form, not F.normalize's)."""
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def causal_conv(x: torch.Tensor, weight: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Depthwise causal convolution of one sequence's chunk, then SiLU. x: [T, C]; weight: [C, K];
+    state: [K-1, C], the inputs before the chunk (zeros at the start). Returns (out [T, C], the new
+    state: the last K-1 inputs)."""
+    kernel = weight.shape[1]
+    padded = torch.cat([state.to(x.dtype), x], dim=0)  # [K-1+T, C]
+    windows = padded.unfold(0, kernel, 1)  # [T, C, K]
+    out = torch.einsum("tck,ck->tc", windows, weight)
+    return F.silu(out), padded[-(kernel - 1) :]
+
+
+def conv_step(x: torch.Tensor, weight: torch.Tensor, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token for each of B sequences. x: [B, C]; states: [B, K-1, C]. Returns (out [B, C], new states)."""
+    padded = torch.cat([states.to(x.dtype), x[:, None]], dim=1)  # [B, K, C]
+    out = torch.einsum("bkc,ck->bc", padded, weight)
+    return F.silu(out), padded[:, 1:]
+
+
+def delta_rule_step(q, k, v, g, beta, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The recurrence for one token of each of B sequences, in float32. q, k: [B, H, dk] (normalised,
+    q scaled); v: [B, H, dv]; g, beta: [B, H]; state: [B, H, dk, dv]. Returns (out [B, H, dv], new state)."""
+    state = state * g.exp()[..., None, None]
+    remembered = torch.einsum("bhkv,bhk->bhv", state, k)
+    delta = (v - remembered) * beta[..., None]
+    state = state + k[..., :, None] * delta[..., None, :]
+    return torch.einsum("bhkv,bhk->bhv", state, q), state
+
+
+def chunked_delta_rule(q, k, v, g, beta, state: torch.Tensor, chunk: int = CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rule over one sequence's T tokens, in float32, a chunk at a time. q, k: [H, T, dk]
+    (normalised, q scaled); v: [H, T, dv]; g, beta: [H, T]; state: [H, dk, dv]. Returns
+    (out [H, T, dv], the state after the last token)."""
+    heads, length, _ = q.shape
+    out = torch.empty(heads, length, v.shape[-1], dtype=torch.float32, device=q.device)
+    for start in range(0, length, chunk):
+        end = min(start + chunk, length)
+        qc, kc, vc, gc, bc = q[:, start:end], k[:, start:end], v[:, start:end], g[:, start:end], beta[:, start:end]
+        n = end - start
+        decay = gc.cumsum(-1)  # [H, n]: log of the decay from the chunk's start to each position
+        lower = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        pairwise = (decay[:, :, None] - decay[:, None, :]).masked_fill(~lower, float("-inf")).exp()  # [H, n, n]
+        k_beta = kc * bc[..., None]
+        # (I + strictly-lower(k_beta k^T * pairwise)) X = ...: each write corrected by the writes before it
+        system = ((k_beta @ kc.transpose(-1, -2)) * pairwise).tril(-1)
+        system = system + torch.eye(n, dtype=system.dtype, device=system.device)
+        values = torch.linalg.solve_triangular(system, vc * bc[..., None], upper=False, unitriangular=True)
+        keys_read = torch.linalg.solve_triangular(system, k_beta * decay.exp()[..., None], upper=False, unitriangular=True)
+        new_values = values - keys_read @ state  # what the state before the chunk does not already predict
+        attention = (qc @ kc.transpose(-1, -2)) * pairwise
+        out[:, start:end] = (qc * decay.exp()[..., None]) @ state + attention @ new_values
+        last = decay[:, -1:]  # [H, 1]
+        state = state * last.exp()[..., None] + (kc * (last - decay).exp()[..., None]).transpose(-1, -2) @ new_values
+    return out, state
+
+
+class GatedRMSNorm(nn.Module):
+    """RMSNorm over each value head, times silu(z): in float32, the result in x's dtype."""
+
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype) * self.weight
+        return (normed * F.silu(gate.float())).to(x.dtype)
+
+
+class GatedDeltaNet(nn.Module):
+    """The layer: one fused input projection (Q/K/V, z, b, a), the causal convolution, the rule,
+    the gated norm and the output projection. `state`: this layer's (conv, recurrent) tensors,
+    [slots, K-1, conv channels] and [slots, value heads, key dim, value dim]."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.num_k_heads, self.num_v_heads = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+        self.head_k_dim, self.head_v_dim = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        self.key_dim = self.num_k_heads * self.head_k_dim
+        self.value_dim = self.num_v_heads * self.head_v_dim
+        self.conv_dim = 2 * self.key_dim + self.value_dim
+        self.kernel = cfg.linear_conv_kernel_dim
+        self.split = [self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads]  # qkv, z, b, a
+        self.in_proj = nn.Linear(cfg.hidden_size, sum(self.split), bias=False)
+        self.conv_weight = nn.Parameter(torch.zeros(self.conv_dim, self.kernel))
+        self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
+        self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
+        self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps)
+        self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False)
+
+    @property
+    def state_shapes(self) -> tuple[tuple[int, int], tuple[int, int, int]]:
+        """One sequence's conv state and recurrent state."""
+        return (self.kernel - 1, self.conv_dim), (self.num_v_heads, self.head_k_dim, self.head_v_dim)
+
+    def forward(self, x: torch.Tensor, state, meta) -> torch.Tensor:
+        conv_states, rec_states = state
+        mixed, z, b, a = self.in_proj(x).split(self.split, dim=-1)
+        beta = b.float().sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        weight = self.conv_weight.to(x.dtype)
+        out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
+        info, decodes = meta.state, meta.num_decodes
+        if decodes:
+            slots = info.decode_slots
+            conv_out, conv_states[slots] = conv_step(mixed[:decodes], weight, conv_states[slots])
+            q, k, v = self._heads(conv_out)
+            out[:decodes], rec_states[slots] = delta_rule_step(q, k, v, g[:decodes], beta[:decodes], rec_states[slots])
+        for chunk, slot, fresh in zip(meta.prefills, info.prefill_slots, info.prefill_fresh):
+            rows = slice(chunk.start, chunk.end)
+            if fresh:
+                conv_states[slot].zero_()
+                rec_states[slot].zero_()
+            conv_out, conv_states[slot] = causal_conv(mixed[rows], weight, conv_states[slot])
+            q, k, v = (t.transpose(0, 1) for t in self._heads(conv_out))
+            chunk_out, rec_states[slot] = chunked_delta_rule(q, k, v, g[rows].T, beta[rows].T, rec_states[slot])
+            out[rows] = chunk_out.transpose(0, 1)
+        normed = self.norm(out.to(x.dtype).reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+        return self.out_proj(normed.reshape(x.shape[0], self.value_dim))
+
+    def _heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[rows, conv channels] -> q, k [rows, value heads, key dim] (normalised, q scaled; each key
+        head serves num_v / num_k consecutive value heads) and v [rows, value heads, value dim], float32."""
+        rows = mixed.shape[0]
+        q, k, v = mixed.float().split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        repeat = self.num_v_heads // self.num_k_heads
+        q = l2_normalized(q.reshape(rows, self.num_k_heads, self.head_k_dim)) * self.head_k_dim**-0.5
+        k = l2_normalized(k.reshape(rows, self.num_k_heads, self.head_k_dim))
+        if repeat > 1:
+            q, k = q.repeat_interleave(repeat, dim=1), k.repeat_interleave(repeat, dim=1)
+        return q, k, v.reshape(rows, self.num_v_heads, self.head_v_dim)
