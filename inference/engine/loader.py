@@ -377,6 +377,7 @@ def _dtype_label(dtype) -> str:
 
 
 def _context_length(hf_config, requested: int | None) -> int:
+    hf_config = getattr(hf_config, "text_config", None) or hf_config  # a multimodal checkpoint: its language model
     native = getattr(hf_config, "max_position_embeddings", None) or getattr(hf_config, "n_positions", None) or 2048
     return min(native, requested) if requested else native
 

@@ -116,6 +116,10 @@ def prefill_logits(engine: LLMEngine, token_ids: list[int] | torch.Tensor, fused
     if window is not None:  # its sliding-window layers write their own pool (read back by nothing here)
         slots = torch.arange(n) % ((window.pool_blocks - 1) * window.block_size)
         meta.window = AttentionMetadata(window.head_slot_offsets.add(slots).reshape(-1), 0, None, meta.prefills)
+    if engine.model_runner.recurrent:  # a hybrid's recurrent layers: state slot 0, from zeros
+        from inference.engine.layers.gated_deltanet import StateMetadata
+
+        meta.state = StateMetadata(None, [0], [True])
     model = engine.bundle.model
     with torch.inference_mode():
         step = (engine.bundle.cpu_step if fused else None) or model

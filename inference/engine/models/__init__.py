@@ -8,6 +8,7 @@ from .mixtral import MixtralForCausalLM
 from .olmoe import OlmoeForCausalLM
 from .phi3 import Phi3ForCausalLM
 from .qwen3 import Qwen3ForCausalLM
+from .qwen3_5 import Qwen35ForCausalLM
 from .qwen3_moe import Qwen3MoeForCausalLM
 from .smollm3 import SmolLM3ForCausalLM
 
@@ -20,6 +21,8 @@ MODEL_CLASSES = {
     "qwen2": LlamaForCausalLM,
     "qwen3": Qwen3ForCausalLM,
     "qwen3_moe": Qwen3MoeForCausalLM,
+    "qwen3_5": Qwen35ForCausalLM,  # the text part of Qwen3_5ForConditionalGeneration
+    "qwen3_5_text": Qwen35ForCausalLM,
     "smollm3": SmolLM3ForCausalLM,
     "gemma3_text": Gemma3ForCausalLM,
     "gpt2": GPT2LMHeadModel,
