@@ -133,6 +133,7 @@ class ModelRunner:
         the cache up to itself, so each row computes exactly what a plain decode at that position
         would; all k+1 rows' logits come back in `verify`.
         """
+        self.copy_blocks(batch.copies)
         inputs = self.prepare_inputs(batch)
         return self._logits(inputs, self.forward_pass(inputs))
 
@@ -215,6 +216,7 @@ class ModelRunner:
                 self._tensor([seq.state_table[0] for seq, _ in decode_rows]) if decode_rows else None,
                 [seq.state_table[0] for seq, _ in prefills],
                 [seq.num_computed_tokens == 0 for seq, _ in prefills],
+                [_checkpoint(seq, n) for seq, n in prefills],
             )
         return self.forward(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
 
@@ -323,3 +325,13 @@ class ModelRunner:
 
     def _tensor(self, values) -> torch.Tensor:
         return to_device(values, torch.long, self.device)
+
+
+def _checkpoint(seq: Sequence, n: int) -> tuple[int, int] | None:
+    """(row in the chunk after which to keep the state, its checkpoint row), where this chunk of
+    `n` tokens passes the sequence's checkpoint position (kv_cache/recurrent_state.py)."""
+    if seq.state_checkpoint is None:
+        return None
+    position, row = seq.state_checkpoint
+    start = seq.num_computed_tokens
+    return (position - start, row) if start < position <= start + n else None

@@ -39,6 +39,7 @@ class ScheduledBatch:
     verifies: list[Sequence] = field(default_factory=list)  # a decode and its guesses (seq.draft): 1 + k tokens
     prefills: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, tokens this step)
     preempted: list[Sequence] = field(default_factory=list)
+    copies: list[BlockCopy] = field(default_factory=list)  # made before the forward (resumed recurrent states)
 
     @property
     def is_empty(self) -> bool:
@@ -123,6 +124,7 @@ class Scheduler:
             budget -= wanted
             batch.prefills.append((seq, wanted))
         self._add_guesses(batch, budget)
+        batch.copies = self.kv_cache.take_copies()
         return batch
 
     def _add_guesses(self, batch: ScheduledBatch, budget: int) -> None:

@@ -50,12 +50,16 @@ class KVCacheCoordinator:
         recurrent ones."""
         window_blocks = window_pool_blocks(model, config.block_size, num_slots, config.max_num_batched_tokens, max_model_len)
         window = SlidingWindowBlocks(window_blocks, config.block_size, model_window(model)) if window_blocks else None
-        state = RecurrentStateSlots(num_slots) if STATE in layer_kinds(model) else None
+        state = None
+        if STATE in layer_kinds(model):
+            checkpoints = num_slots if config.enable_prefix_caching else 0
+            state = RecurrentStateSlots(num_slots, config.block_size, checkpoints)
         return cls(num_blocks, config.block_size, config.enable_prefix_caching, window, state)
 
     @property
     def num_state_slots(self) -> int:
-        return self.state.num_slots if self.state is not None else 0
+        """Rows of the recurrent-state tensors: running slots and prefix checkpoints."""
+        return self.state.num_rows if self.state is not None else 0
 
     @property
     def can_speculate(self) -> bool:
@@ -129,6 +133,10 @@ class KVCacheCoordinator:
         self.full.name_full_blocks(seq)
         for manager in self.others:
             manager.name_full_blocks(seq, seq.block_hashes, lambda index: self.full.block_tokens(seq, index))
+
+    def take_copies(self) -> list[BlockCopy]:
+        """What the next step copies before its forward: resumed prefixes' states into their slots."""
+        return self.state.take_copies() if self.state is not None else []
 
     def free(self, seq: Sequence) -> None:
         for manager in self.managers:

@@ -158,7 +158,8 @@ def plan_kv_blocks(config, bundle, kv_dtype, num_slots: int, engine_bytes: int =
     )
     if window_blocks and full_shape[0] == 0:  # every layer windowed: the full pool is bookkeeping only
         return num_slots * -(-bundle.max_model_len // config.block_size)
-    reserved = state_bytes(bundle.model, num_slots)  # a hybrid's state slots, before the blocks
+    checkpoints = num_slots if config.enable_prefix_caching else 0  # (kv_cache/recurrent_state.py)
+    reserved = state_bytes(bundle.model, num_slots + checkpoints)  # a hybrid's state slots, before the blocks
     if window_blocks:
         reserved += (window_blocks + 1) * bytes_per_block(window_shape, config.block_size, kv_dtype)
     return plan_num_blocks(

@@ -5,11 +5,19 @@ inputs and a fixed-size recurrent matrix: one slot per running sequence holds th
 layer (the tensors: kv_cache/tensors.py). The slot is taken when the sequence first runs and given
 back when it finishes or is preempted (a preempted sequence recomputes its state from its tokens,
 as its K/V). A fork gets a slot of its own with a copy of its parent's state: both go on from the
-same prompt. The pool has a slot per batch slot, so a running sequence never waits for one.
+same prompt. There is a running slot per batch slot, so a running sequence never waits for one.
 
-What this manager cannot do yet (the coordinator asks, and the others follow): resume a cached
-prefix (no state is kept at block boundaries, so a hybrid model's prompt is always computed
-whole), and roll a state back past guessed tokens (so such a model does not speculate).
+Prefix caching: a state cannot be cut back to an earlier position, so a cached prefix resumes only
+where a copy of the state was kept, a checkpoint. Each prompt leaves one, at its last block
+boundary (the layer saves the state there as its chunk passes it), named by the chained hash of the
+block that ends there, as llama.cpp's context checkpoints and vLLM's hybrid prefix caching keep
+them. A later prompt with that prefix (an agent's next turn, the same system prompt) takes a running
+slot holding a copy of it (`take_copies`: made before the step's forward) and computes from there.
+Checkpoints live in rows of their own after the running slots, kept as blocks are (block_pool.py):
+a freed one stays findable until it is reused, least recently used first.
+
+What this manager cannot do yet: roll a state back past rejected guesses (so a hybrid model does
+not speculate).
 """
 
 from __future__ import annotations
@@ -17,17 +25,26 @@ from __future__ import annotations
 from collections import deque
 
 from ..sequence import Sequence
-from .block_pool import STATE, BlockCopy
+from .block_pool import STATE, BlockCopy, BlockPool
 
 
 class RecurrentStateSlots:
     kind = STATE
-    resumes_prefixes = False  # no state checkpoints at block boundaries (yet)
     rolls_back = False  # no per-position states to return to after rejected guesses (yet)
 
-    def __init__(self, num_slots: int):
+    def __init__(self, num_slots: int, block_size: int = 16, num_checkpoints: int = 0):
+        """`num_slots` running slots (rows 0..num_slots-1 of the state tensors), then
+        `num_checkpoints` checkpoint rows (0: no prefix caching)."""
         self.num_slots = num_slots
+        self.block_size = block_size
         self.free_slots: deque[int] = deque(range(num_slots))
+        self.checkpoints = BlockPool(num_checkpoints)
+        self.pending: list[BlockCopy] = []  # checkpoint -> running slot copies the next step makes first
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of the state tensors: running slots, then checkpoints."""
+        return self.num_slots + self.checkpoints.num_blocks
 
     @property
     def num_free(self) -> int:
@@ -37,20 +54,46 @@ class RecurrentStateSlots:
         return bool(seq.state_table) or bool(self.free_slots)
 
     def grow(self, seq: Sequence, num_new_tokens: int) -> None:
+        """A running slot on first run; and a checkpoint row where this step's tokens pass the
+        prompt's last block boundary (the layer saves the state there)."""
         if not seq.state_table:
             seq.state_table.append(self.free_slots.popleft())
+        boundary = (seq.num_prompt_tokens - 1) // self.block_size * self.block_size
+        start = seq.num_computed_tokens
+        wanted = self.checkpoints.num_blocks and seq.state_checkpoint is None and 0 < boundary and start < boundary
+        if wanted and boundary <= start + num_new_tokens and self.checkpoints.num_free:
+            row = self.checkpoints.take()
+            seq.state_checkpoint = (boundary, self.num_slots + row)
 
     def truncate(self, seq: Sequence) -> None:
         """Nothing to give back: a state's size does not depend on the tokens it has seen."""
 
     def usable_prefix(self, hashes: list[int], tokens: list[tuple[int, ...]]) -> int:
+        """The most cached blocks after which a checkpoint of the state is kept."""
+        for count in range(len(hashes), 0, -1):
+            if self.checkpoints.lookup(hashes[count - 1], tokens[count - 1]) is not None:
+                return count
         return 0
 
     def attach(self, seq: Sequence, hashes: list[int], tokens: list[tuple[int, ...]]) -> None:
-        """Nothing cached to attach (usable_prefix is 0)."""
+        """A running slot for the resumed sequence, filled from the checkpoint at the prefix's end."""
+        if not hashes:
+            return
+        row = self.checkpoints.lookup(hashes[-1], tokens[-1])
+        self.checkpoints.acquire(row)  # (and released: now the most recently used)
+        self.checkpoints.release(row)
+        seq.state_table = [self.free_slots.popleft()]
+        self.pending.append(BlockCopy(self.num_slots + row, seq.state_table[0], STATE))
 
     def name_full_blocks(self, seq: Sequence, hashes: list[int], tokens_of) -> None:
-        """Nothing named: no state is kept per block."""
+        """Names the sequence's checkpoint once the block ending at it is named (then computed)."""
+        if seq.state_checkpoint is None or len(hashes) * self.block_size < seq.state_checkpoint[0]:
+            return
+        index = seq.state_checkpoint[0] // self.block_size - 1
+        row = seq.state_checkpoint[1] - self.num_slots
+        self.checkpoints.name(row, hashes[index], tokens_of(index))
+        self.checkpoints.release(row)
+        seq.state_checkpoint = None
 
     def can_fork(self, parent: Sequence) -> bool:
         return bool(self.free_slots)
@@ -61,7 +104,15 @@ class RecurrentStateSlots:
         child.state_table = [slot]
         return BlockCopy(parent.state_table[0], slot, STATE)
 
+    def take_copies(self) -> list[BlockCopy]:
+        copies, self.pending = self.pending, []
+        return copies
+
     def free(self, seq: Sequence) -> None:
         for slot in seq.state_table:
             self.free_slots.append(slot)
+            self.pending = [copy for copy in self.pending if copy.destination != slot]
         seq.state_table = []
+        if seq.state_checkpoint is not None:  # reserved, never reached: back unnamed
+            self.checkpoints.release(seq.state_checkpoint[1] - self.num_slots)
+            seq.state_checkpoint = None

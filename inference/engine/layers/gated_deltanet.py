@@ -18,12 +18,13 @@ torch reference (tests/engine/layers/test_gated_deltanet.py).
 
 Where the states live is the runner's business (kv_cache/recurrent_state.py): a layer is handed its
 (conv, recurrent) state tensors, one row per state slot, and the step's `meta.state` says which slot
-each sequence reads and writes, and whether it starts from zeros.
+each sequence reads and writes, whether it starts from zeros, and where a prefill chunk keeps a copy
+of its state (a prefix checkpoint).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,8 @@ class StateMetadata:
     decode_slots: torch.Tensor | None  # [decodes] the state slot of each decode row's sequence
     prefill_slots: list[int]  # per prefill chunk (the step's order), its sequence's slot
     prefill_fresh: list[bool]  # per prefill chunk: starts at position 0 (the state starts from zeros)
+    # per prefill chunk: (rows, row) to copy the state into state row `row` after the chunk's first `rows`
+    prefill_checkpoints: list[tuple[int, int] | None] = field(default_factory=list)
 
 
 def l2_normalized(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -153,15 +156,21 @@ class GatedDeltaNet(nn.Module):
             conv_out, conv_states[slots] = conv_step(mixed[:decodes], weight, conv_states[slots])
             q, k, v = self._heads(conv_out)
             out[:decodes], rec_states[slots] = delta_rule_step(q, k, v, g[:decodes], beta[:decodes], rec_states[slots])
-        for chunk, slot, fresh in zip(meta.prefills, info.prefill_slots, info.prefill_fresh):
-            rows = slice(chunk.start, chunk.end)
+        checkpoints = info.prefill_checkpoints or [None] * len(meta.prefills)
+        for chunk, slot, fresh, checkpoint in zip(meta.prefills, info.prefill_slots, info.prefill_fresh, checkpoints):
             if fresh:
                 conv_states[slot].zero_()
                 rec_states[slot].zero_()
-            conv_out, conv_states[slot] = causal_conv(mixed[rows], weight, conv_states[slot])
-            q, k, v = (t.transpose(0, 1) for t in self._heads(conv_out))
-            chunk_out, rec_states[slot] = chunked_delta_rule(q, k, v, g[rows].T, beta[rows].T, rec_states[slot])
-            out[rows] = chunk_out.transpose(0, 1)
+            split = chunk.start + checkpoint[0] if checkpoint is not None else chunk.end
+            for rows in (slice(chunk.start, split), slice(split, chunk.end)):
+                if rows.start == rows.stop:
+                    continue
+                conv_out, conv_states[slot] = causal_conv(mixed[rows], weight, conv_states[slot])
+                q, k, v = (t.transpose(0, 1) for t in self._heads(conv_out))
+                part, rec_states[slot] = chunked_delta_rule(q, k, v, g[rows].T, beta[rows].T, rec_states[slot])
+                out[rows] = part.transpose(0, 1)
+                if rows.stop == split and checkpoint is not None:  # the state at a prompt's last block boundary
+                    conv_states[checkpoint[1]], rec_states[checkpoint[1]] = conv_states[slot], rec_states[slot]
         normed = self.norm(out.to(x.dtype).reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
         return self.out_proj(normed.reshape(x.shape[0], self.value_dim))
 

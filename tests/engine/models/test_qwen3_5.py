@@ -63,7 +63,8 @@ def test_the_layout_is_the_hybrids(hf, smollm_tokenizer):
     assert isinstance(engine.kv_cache.state, RecurrentStateSlots)
     assert engine.model_runner.layer_kinds == ["state", "state", "state", "full"]
     conv, recurrent = engine.model_runner.kv_caches[0]
-    assert conv.shape == (engine.num_slots, 3, 2 * 2 * 16 + 4 * 24) and recurrent.shape == (engine.num_slots, 4, 16, 24)
+    rows = 2 * engine.num_slots  # running slots, then as many prefix checkpoints
+    assert conv.shape == (rows, 3, 2 * 2 * 16 + 4 * 24) and recurrent.shape == (rows, 4, 16, 24)
     assert recurrent.dtype == torch.float32
 
 
@@ -117,3 +118,25 @@ def test_the_text_part_of_a_conditional_generation_checkpoint_loads(hf, smollm_t
     ids = smollm_tokenizer(PROMPTS["a"]).input_ids
     engine.add_request("a", ids, greedy(8))
     assert generated_ids(run_to_completion(engine)["a"]) == hf_greedy(hf, ids, 8)
+
+
+def test_a_repeated_prefix_resumes_from_a_state_checkpoint(hf, smollm_tokenizer):
+    """The first request keeps its state at its prompt's last block boundary; the same prompt again,
+    and a next turn that extends it, resume from there (cached_tokens says how far) and generate
+    what transformers does from the whole prompt."""
+    engine = engine_for(hf, smollm_tokenizer, block_size=4, max_num_batched_tokens=7)
+    first = smollm_tokenizer(PROMPTS["c"]).input_ids  # 13 tokens: its checkpoint after 12
+    engine.add_request("first", first, greedy(6))
+    outs = run_to_completion(engine)["first"]
+    assert generated_ids(outs) == hf_greedy(hf, first, 6) and outs[-1].num_cached_tokens == 0
+    engine.add_request("again", first, greedy(6))
+    outs = run_to_completion(engine)["again"]
+    assert generated_ids(outs) == hf_greedy(hf, first, 6) and outs[-1].num_cached_tokens == 12
+    follow_up = first + generated_ids(outs) + smollm_tokenizer(" and then").input_ids
+    engine.add_request("next", follow_up, greedy(6))
+    outs = run_to_completion(engine)["next"]
+    assert generated_ids(outs) == hf_greedy(hf, follow_up, 6) and outs[-1].num_cached_tokens == 12
+    unrelated = smollm_tokenizer(PROMPTS["a"]).input_ids
+    engine.add_request("other", unrelated, greedy(6))
+    outs = run_to_completion(engine)["other"]
+    assert generated_ids(outs) == hf_greedy(hf, unrelated, 6) and outs[-1].num_cached_tokens == 0

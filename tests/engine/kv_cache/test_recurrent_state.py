@@ -1,0 +1,94 @@
+"""The recurrent layers' state slots (kv_cache/recurrent_state.py), kept by the KVCacheCoordinator
+beside the full-attention blocks: a slot per running sequence, a copy for a fork, and prefix
+checkpoints at a prompt's last block boundary that a later prompt resumes from."""
+
+from __future__ import annotations
+
+from inference.engine.kv_cache.block_pool import STATE, BlockCopy
+from inference.engine.kv_cache.coordinator import KVCacheCoordinator
+from inference.engine.kv_cache.recurrent_state import RecurrentStateSlots
+from inference.engine.sample.sampling_params import SamplingParams
+from inference.engine.sequence import Sequence
+
+BS, SLOTS = 4, 3
+
+
+def manager(checkpoints: int = 2) -> KVCacheCoordinator:
+    return KVCacheCoordinator(64, BS, enable_prefix_caching=True, state=RecurrentStateSlots(SLOTS, BS, checkpoints))
+
+
+def step(cache: KVCacheCoordinator, seq: Sequence, n: int) -> None:
+    assert cache.can_grow(seq, n)
+    cache.grow(seq, n)
+    seq.num_computed_tokens += n
+    cache.register_computed_blocks(seq)
+
+
+def test_a_running_sequence_holds_one_slot_whatever_its_length_and_gives_it_back():
+    cache = manager()
+    seq = Sequence("a", list(range(30)), SamplingParams())
+    step(cache, seq, 10)
+    slot = list(seq.state_table)
+    for _ in range(20):
+        step(cache, seq, 1)
+    assert seq.state_table == slot and cache.state.num_free == SLOTS - 1
+    cache.free(seq)
+    assert seq.state_table == [] and cache.state.num_free == SLOTS
+
+
+def test_slots_run_out_with_the_batch_slots():
+    cache = manager()
+    seqs = [Sequence(str(i), [i] * 5, SamplingParams()) for i in range(SLOTS + 1)]
+    for seq in seqs[:SLOTS]:
+        step(cache, seq, 5)
+    assert not cache.can_grow(seqs[SLOTS], 5)
+
+
+def test_a_fork_gets_its_own_slot_with_a_copy_of_the_parents_state():
+    cache = manager()
+    parent, child = Sequence("p", list(range(6)), SamplingParams()), Sequence("p", list(range(6)), SamplingParams())
+    step(cache, parent, 6)
+    copies = cache.fork(parent, child)
+    assert BlockCopy(parent.state_table[0], child.state_table[0], STATE) in copies
+    assert child.state_table != parent.state_table
+
+
+def test_a_prompt_keeps_a_checkpoint_at_its_last_block_boundary_that_the_same_prefix_resumes_from():
+    cache = manager()
+    first = Sequence("a", list(range(14)), SamplingParams())  # last block boundary before its last token: 12
+    step(cache, first, 10)
+    assert first.state_checkpoint is None  # this chunk does not reach 12
+    cache.grow(first, 4)
+    position, row = first.state_checkpoint
+    assert position == 12 and row >= SLOTS  # checkpoint rows follow the running slots
+    first.num_computed_tokens += 4
+    cache.register_computed_blocks(first)
+    assert first.state_checkpoint is None  # named: findable
+    cache.free(first)
+    again = Sequence("b", list(range(14)) + [99, 98], SamplingParams())
+    cache.reuse_cached_prefix(again)
+    assert again.num_computed_tokens == 12 and again.num_prefix_hit_tokens == 12
+    assert cache.take_copies() == [BlockCopy(row, again.state_table[0], STATE)]
+    other = Sequence("c", [7] * 14, SamplingParams())
+    cache.reuse_cached_prefix(other)
+    assert other.num_computed_tokens == 0 and cache.take_copies() == []
+
+
+def test_a_prefix_with_cached_blocks_but_no_checkpoint_is_computed_whole():
+    """The blocks alone cannot resume a recurrent state: without checkpoint rows nothing is reused."""
+    cache = manager(checkpoints=0)
+    first = Sequence("a", list(range(14)), SamplingParams())
+    step(cache, first, 14)
+    cache.free(first)
+    again = Sequence("b", list(range(14)), SamplingParams())
+    cache.reuse_cached_prefix(again)
+    assert again.num_computed_tokens == 0 and again.state_table == [] and again.block_table == []
+
+
+def test_a_checkpoint_reserved_by_a_sequence_that_goes_is_given_back():
+    cache = manager(checkpoints=1)
+    seq = Sequence("a", list(range(9)), SamplingParams())
+    cache.grow(seq, 9)
+    assert seq.state_checkpoint is not None and cache.state.checkpoints.num_free == 0
+    cache.free(seq)
+    assert seq.state_checkpoint is None and cache.state.checkpoints.num_free == 1
