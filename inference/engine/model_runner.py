@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 
@@ -91,6 +92,8 @@ class ModelRunner:
             model, self.full, self.window, kv_dtype, self.device, num_state_slots
         )  # each layer's cache, and which kind of cache it is
         self.recurrent = STATE in self.layer_kinds
+        self.replay_inputs: dict = {}  # verifications' recurrent inputs, until replayed (layers/gated_deltanet.py)
+        self.mixers = model.recurrent_mixers() if self.recurrent else {}  # layer index -> its recurrent mixer
         self.kv_pool_bytes = sum(k.nbytes + v.nbytes for k, v in self.kv_caches)
         # Each kv head's part of the head-major cache starts this many slots / blocks further on.
         self.head_slot_offsets, self.head_block_offsets = self.full.head_slot_offsets, self.full.head_block_offsets
@@ -133,6 +136,7 @@ class ModelRunner:
         the cache up to itself, so each row computes exactly what a plain decode at that position
         would; all k+1 rows' logits come back in `verify`.
         """
+        self.replay(batch.replays)
         self.copy_blocks(batch.copies)
         inputs = self.prepare_inputs(batch)
         return self._logits(inputs, self.forward_pass(inputs))
@@ -212,11 +216,15 @@ class ModelRunner:
         if self.window is not None:  # what the sliding-window layers read: their own pool's rows
             meta.window = self._metadata(self.window, slots[WINDOW], decode_rows, lengths, prefills)
         if self.recurrent:  # which state slot each sequence's recurrent layers read and write
+            runs = [(seq, len(list(rows))) for seq, rows in itertools.groupby(decode_rows, key=lambda row: row[0])]
+            plain = [seq.state_table[0] for seq, count in runs if count == 1]  # (plain decodes come first)
             meta.state = StateMetadata(
-                self._tensor([seq.state_table[0] for seq, _ in decode_rows]) if decode_rows else None,
+                self._tensor(plain) if plain else None,
                 [seq.state_table[0] for seq, _ in prefills],
                 [seq.num_computed_tokens == 0 for seq, _ in prefills],
                 [_checkpoint(seq, n) for seq, n in prefills],
+                [(seq.state_table[0], count) for seq, count in runs if count > 1],
+                self.replay_inputs,
             )
         return self.forward(self._tensor(input_ids), self._tensor(positions), self.kv_caches, meta)
 
@@ -255,6 +263,12 @@ class ModelRunner:
         computed row each samples from), after the forks' block copies are made."""
         self.copy_blocks(copies)
         return logits[self._tensor(rows)]
+
+    def replay(self, replays) -> None:
+        """Each verification's accepted rows onto its recurrent states (kv_cache/recurrent_state.py)."""
+        for slot, rows in replays:
+            for index, mixer in self.mixers.items():
+                mixer.replay(self.kv_caches[index], slot, rows, self.replay_inputs.pop((mixer, slot)))
 
     def copy_blocks(self, copies: list[BlockCopy]) -> None:
         """Copies whole KV blocks (source -> destination) in every layer of their pool: a forked

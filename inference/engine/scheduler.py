@@ -40,6 +40,7 @@ class ScheduledBatch:
     prefills: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, tokens this step)
     preempted: list[Sequence] = field(default_factory=list)
     copies: list[BlockCopy] = field(default_factory=list)  # made before the forward (resumed recurrent states)
+    replays: list = field(default_factory=list)  # verified rows replayed onto recurrent states, before the forward
 
     @property
     def is_empty(self) -> bool:
@@ -124,20 +125,14 @@ class Scheduler:
             budget -= wanted
             batch.prefills.append((seq, wanted))
         self._add_guesses(batch, budget)
-        batch.copies = self.kv_cache.take_copies()
+        batch.copies, batch.replays = self.kv_cache.take_copies(), self.kv_cache.take_replays()
         return batch
 
     def _add_guesses(self, batch: ScheduledBatch, budget: int) -> None:
         """Turns decodes with guesses into verifications with what the step has left once every
         decode, prefill chunk and admission has its share: the token budget and free blocks (the
         guesses' blocks come back at the end of the step, bar the next token's). A guess that does
-        not fit is dropped; nobody waits or is preempted for one. None where a kind of cache cannot
-        roll rejected guesses back (a hybrid model's recurrent states)."""
-        if not self.kv_cache.can_speculate:
-            for seq in batch.decodes:
-                if seq.spec is not None:
-                    seq.spec.draft = []
-            return
+        not fit is dropped; nobody waits or is preempted for one."""
         for seq in list(batch.decodes):
             draft = seq.draft[:budget]
             if draft and not self.kv_cache.can_grow(seq, 1 + len(draft)):
@@ -146,6 +141,7 @@ class Scheduler:
                 seq.spec.draft = draft
             if draft:
                 self.kv_cache.grow(seq, 1 + len(draft))
+                self.kv_cache.begin_verification(seq)
                 budget -= len(draft)
                 batch.decodes.remove(seq)
                 batch.verifies.append(seq)

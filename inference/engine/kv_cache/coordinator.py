@@ -7,8 +7,7 @@ everything a prefix cache can find. A model with sliding-window layers adds thei
 (sliding_window.py); a hybrid model's recurrent layers, a state slot per sequence
 (recurrent_state.py). Each manager grows, forks, trims and frees its part of a sequence with the
 others; a sequence holds one table per kind (`seq.block_table`, `seq.window_table`,
-`seq.state_table`). A cached prefix is resumed only as far as every kind can resume it, and a
-sequence speculates only where every kind can roll back rejected guesses.
+`seq.state_table`). A cached prefix is resumed only as far as every kind can resume it.
 """
 
 from __future__ import annotations
@@ -60,11 +59,6 @@ class KVCacheCoordinator:
     def num_state_slots(self) -> int:
         """Rows of the recurrent-state tensors: running slots and prefix checkpoints."""
         return self.state.num_rows if self.state is not None else 0
-
-    @property
-    def can_speculate(self) -> bool:
-        """Whether every kind can roll back a verification's rejected guesses."""
-        return getattr(self.state, "rolls_back", True)
 
     @property
     def num_window_blocks(self) -> int:
@@ -134,9 +128,18 @@ class KVCacheCoordinator:
         for manager in self.others:
             manager.name_full_blocks(seq, seq.block_hashes, lambda index: self.full.block_tokens(seq, index))
 
+    def begin_verification(self, seq: Sequence) -> None:
+        """`seq` verifies guesses this step (it has grown by them): recurrent states stay put."""
+        if self.state is not None:
+            self.state.begin_verification(seq)
+
     def take_copies(self) -> list[BlockCopy]:
         """What the next step copies before its forward: resumed prefixes' states into their slots."""
         return self.state.take_copies() if self.state is not None else []
+
+    def take_replays(self) -> list:
+        """What the next step replays before its forward: verified rows onto recurrent states."""
+        return self.state.take_replays() if self.state is not None else []
 
     def free(self, seq: Sequence) -> None:
         for manager in self.managers:

@@ -16,21 +16,30 @@ slot holding a copy of it (`take_copies`: made before the step's forward) and co
 Checkpoints live in rows of their own after the running slots, kept as blocks are (block_pool.py):
 a freed one stays findable until it is reused, least recently used first.
 
-What this manager cannot do yet: roll a state back past rejected guesses (so a hybrid model does
-not speculate).
+Speculation: a state cannot be cut back past rejected guesses either, so a verification's rows
+read the slot's state without writing it (layers/gated_deltanet.py keeps their inputs), and once
+the verifier knows how many were accepted, the next step replays just those rows onto the slot
+first (`take_replays`): the state is then exactly what decoding them one by one would have left.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 from ..sequence import Sequence
 from .block_pool import STATE, BlockCopy, BlockPool
 
 
+class StateReplay(NamedTuple):
+    """A verification's first `rows` rows, replayed onto `slot` before the next step's forward."""
+
+    slot: int
+    rows: int
+
+
 class RecurrentStateSlots:
     kind = STATE
-    rolls_back = False  # no per-position states to return to after rejected guesses (yet)
 
     def __init__(self, num_slots: int, block_size: int = 16, num_checkpoints: int = 0):
         """`num_slots` running slots (rows 0..num_slots-1 of the state tensors), then
@@ -40,6 +49,7 @@ class RecurrentStateSlots:
         self.free_slots: deque[int] = deque(range(num_slots))
         self.checkpoints = BlockPool(num_checkpoints)
         self.pending: list[BlockCopy] = []  # checkpoint -> running slot copies the next step makes first
+        self.replays: list[StateReplay] = []  # verified rows the next step replays first
 
     @property
     def num_rows(self) -> int:
@@ -65,8 +75,16 @@ class RecurrentStateSlots:
             row = self.checkpoints.take()
             seq.state_checkpoint = (boundary, self.num_slots + row)
 
+    def begin_verification(self, seq: Sequence) -> None:
+        """This step verifies guesses after the sequence's computed tokens: its state stays there."""
+        seq.state_verified_from = seq.num_computed_tokens
+
     def truncate(self, seq: Sequence) -> None:
-        """Nothing to give back: a state's size does not depend on the tokens it has seen."""
+        """After a verification (its computed tokens now count the accepted ones): those rows are
+        replayed onto the state before the next step."""
+        if seq.state_verified_from is not None:
+            self.replays.append(StateReplay(seq.state_table[0], seq.num_computed_tokens - seq.state_verified_from))
+            seq.state_verified_from = None
 
     def usable_prefix(self, hashes: list[int], tokens: list[tuple[int, ...]]) -> int:
         """The most cached blocks after which a checkpoint of the state is kept."""
@@ -108,11 +126,17 @@ class RecurrentStateSlots:
         copies, self.pending = self.pending, []
         return copies
 
+    def take_replays(self) -> list[StateReplay]:
+        replays, self.replays = self.replays, []
+        return replays
+
     def free(self, seq: Sequence) -> None:
         for slot in seq.state_table:
             self.free_slots.append(slot)
             self.pending = [copy for copy in self.pending if copy.destination != slot]
+            self.replays = [replay for replay in self.replays if replay.slot != slot]
         seq.state_table = []
+        seq.state_verified_from = None
         if seq.state_checkpoint is not None:  # reserved, never reached: back unnamed
             self.checkpoints.release(seq.state_checkpoint[1] - self.num_slots)
             seq.state_checkpoint = None

@@ -37,11 +37,15 @@ CHUNK = 64
 class StateMetadata:
     """One step's recurrent-state addressing, shared by every linear layer."""
 
-    decode_slots: torch.Tensor | None  # [decodes] the state slot of each decode row's sequence
+    decode_slots: torch.Tensor | None  # [plain decodes] the state slot of each plain decode row's sequence
     prefill_slots: list[int]  # per prefill chunk (the step's order), its sequence's slot
     prefill_fresh: list[bool]  # per prefill chunk: starts at position 0 (the state starts from zeros)
     # per prefill chunk: (rows, row) to copy the state into state row `row` after the chunk's first `rows`
     prefill_checkpoints: list[tuple[int, int] | None] = field(default_factory=list)
+    # verifications (after the plain decodes): (slot, rows); their rows read the slot's state but
+    # leave it as it was, keeping their inputs in `replay_inputs` until the accepted ones are replayed
+    verifies: list[tuple[int, int]] = field(default_factory=list)
+    replay_inputs: dict = field(default_factory=dict)  # (layer, slot) -> the verification's (inputs, g, beta)
 
 
 def l2_normalized(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -150,12 +154,19 @@ class GatedDeltaNet(nn.Module):
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         weight = self.conv_weight.to(x.dtype)
         out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
-        info, decodes = meta.state, meta.num_decodes
-        if decodes:
+        info = meta.state
+        plain = 0 if info.decode_slots is None else len(info.decode_slots)
+        if plain:
             slots = info.decode_slots
-            conv_out, conv_states[slots] = conv_step(mixed[:decodes], weight, conv_states[slots])
+            conv_out, conv_states[slots] = conv_step(mixed[:plain], weight, conv_states[slots])
             q, k, v = self._heads(conv_out)
-            out[:decodes], rec_states[slots] = delta_rule_step(q, k, v, g[:decodes], beta[:decodes], rec_states[slots])
+            out[:plain], rec_states[slots] = delta_rule_step(q, k, v, g[:plain], beta[:plain], rec_states[slots])
+        row = plain
+        for slot, count in info.verifies:
+            rows = slice(row, row + count)
+            row += count
+            out[rows] = self._steps(mixed[rows], g[rows], beta[rows], weight, conv_states[slot], rec_states[slot])[0]
+            info.replay_inputs[(self, slot)] = (mixed[rows].clone(), g[rows], beta[rows])
         checkpoints = info.prefill_checkpoints or [None] * len(meta.prefills)
         for chunk, slot, fresh, checkpoint in zip(meta.prefills, info.prefill_slots, info.prefill_fresh, checkpoints):
             if fresh:
@@ -173,6 +184,27 @@ class GatedDeltaNet(nn.Module):
                     conv_states[checkpoint[1]], rec_states[checkpoint[1]] = conv_states[slot], rec_states[slot]
         normed = self.norm(out.to(x.dtype).reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
         return self.out_proj(normed.reshape(x.shape[0], self.value_dim))
+
+    def _steps(self, mixed, g, beta, weight, conv_state, rec_state):
+        """One sequence's rows one token at a time, as decode steps compute them, from copies of its
+        states: (out [rows, heads, value dim], conv state, recurrent state) after the last row."""
+        conv_state, rec_state, outs = conv_state[None], rec_state[None], []
+        for i in range(mixed.shape[0]):
+            conv_out, conv_state = conv_step(mixed[i : i + 1], weight, conv_state)
+            q, k, v = self._heads(conv_out)
+            row_out, rec_state = delta_rule_step(q, k, v, g[i : i + 1], beta[i : i + 1], rec_state)
+            outs.append(row_out)
+        return torch.cat(outs), conv_state[0], rec_state[0]
+
+    def replay(self, state, slot: int, rows: int, inputs) -> None:
+        """After a verification: the slot's state advanced over its first `rows` rows, the ones
+        accepted (and the token before them), as if the rejected guesses had never been computed."""
+        conv_states, rec_states = state
+        mixed, g, beta = inputs
+        weight = self.conv_weight.to(mixed.dtype)
+        _, conv_states[slot], rec_states[slot] = self._steps(
+            mixed[:rows], g[:rows], beta[:rows], weight, conv_states[slot], rec_states[slot]
+        )
 
     def _heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """[rows, conv channels] -> q, k [rows, value heads, key dim] (normalised, q scaled; each key

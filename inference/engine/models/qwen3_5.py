@@ -108,6 +108,10 @@ class Qwen35ForCausalLM(LlamaForCausalLM):
     def layer_windows(self) -> list[int | None]:
         return [None] * len(self.layers)
 
+    def recurrent_mixers(self) -> dict[int, nn.Module]:
+        """The DeltaNet of each linear layer, by layer index (the runner replays verified rows on them)."""
+        return {i: layer.linear_attn for i, layer in enumerate(self.layers) if layer.linear}
+
     def state_shapes(self) -> list[tuple]:
         """Each DeltaNet layer's (conv state, recurrent state) shape for one sequence."""
         return [layer.linear_attn.state_shapes for layer in self.layers if layer.linear]

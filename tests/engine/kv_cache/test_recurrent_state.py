@@ -92,3 +92,21 @@ def test_a_checkpoint_reserved_by_a_sequence_that_goes_is_given_back():
     assert seq.state_checkpoint is not None and cache.state.checkpoints.num_free == 0
     cache.free(seq)
     assert seq.state_checkpoint is None and cache.state.checkpoints.num_free == 1
+
+
+def test_a_verification_replays_only_its_accepted_rows_and_a_freed_sequence_none():
+    from inference.engine.kv_cache.recurrent_state import StateReplay
+
+    cache = manager()
+    seq = Sequence("a", list(range(6)), SamplingParams())
+    step(cache, seq, 6)
+    cache.grow(seq, 5)  # the token after the prompt and 4 guesses
+    cache.begin_verification(seq)
+    seq.num_computed_tokens += 1 + 2  # two guesses accepted
+    cache.truncate(seq)
+    assert cache.take_replays() == [StateReplay(seq.state_table[0], 3)] and cache.take_replays() == []
+    cache.begin_verification(seq)
+    seq.num_computed_tokens += 1
+    cache.truncate(seq)
+    cache.free(seq)  # preempted before the next step: nothing to replay onto a slot it no longer holds
+    assert cache.take_replays() == []

@@ -2,8 +2,8 @@
 transformers' own Qwen3_5ForCausalLM on a tiny random config in float32: logits at 1e-4 over a
 prompt longer than the DeltaNet's 64-token chunk, and greedy tokens through every engine feature
 that touches the recurrent state: batching, chunked prefill (the state carried between chunks),
-preemption (recomputed), forks (n=2: the state copied), and a request that asks for speculation
-(the hybrid does not speculate: its tokens stay the same)."""
+preemption (recomputed), forks (n=2: the state copied), prefix caching (state checkpoints) and
+n-gram speculation (a rejected guess leaves the state as if it had never been computed)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_greedy_tokens_alone_batched_and_chunked_are_transformers(hf, smollm_tok
 def test_preempted_forked_and_speculating_requests_keep_their_tokens(hf, smollm_tokenizer):
     """A pool too small for the batch (a preempted sequence recomputes its state), n=2 (the fork
     copies its parent's state: both completions go on from the prompt's), and n-gram speculation
-    asked for (a hybrid does not speculate, so nothing changes)."""
+    on a prompt that repeats (guesses made, some accepted, some rejected)."""
     expected = {key: hf_greedy(hf, smollm_tokenizer(text).input_ids, 16) for key, text in PROMPTS.items()}
     engine = engine_for(hf, smollm_tokenizer, block_size=4, num_kv_blocks=14, speculative="ngram")
     for key, text in PROMPTS.items():
@@ -98,6 +98,14 @@ def test_preempted_forked_and_speculating_requests_keep_their_tokens(hf, smollm_
     assert {key: generated_ids(outs) for key, outs in run_to_completion(engine).items()} == expected
     assert engine.scheduler.num_preemptions > 0
     assert engine.kv_cache.state.num_free == engine.num_slots  # every slot given back
+    prompt = smollm_tokenizer(PROMPTS["a"]).input_ids
+    reply = hf_greedy(hf, prompt, 20)
+    edited = reply[:6] + [reply[6] + 1] + reply[7:]  # a prediction right but for one token: guesses accepted, then one rejected
+    engine.add_request("predicted", prompt, greedy(20, prediction=edited))
+    outs = run_to_completion(engine)["predicted"]
+    assert generated_ids(outs) == reply
+    counts = outs[-1].prediction_draft_tokens, outs[-1].prediction_accepted_tokens
+    assert counts[1] > 6 and counts[0] > counts[1], counts
     engine.add_request("n2", smollm_tokenizer(PROMPTS["c"]).input_ids, greedy(16, n=2))
     outputs = run_to_completion(engine)["n2"]
     by_index = {index: [t for out in outputs if out.index == index for t in out.token_ids] for index in (0, 1)}
