@@ -7,7 +7,9 @@ head (key dim x value dim) that the gated delta rule updates token by token:
     S <- S * exp(g);  S <- S + k (beta (v - S^T k))^T;  out = S^T q
 
 with q and k L2-normalised (q also scaled by 1/sqrt(key dim)), g = -exp(A_log) softplus(a + dt_bias)
-the per-head decay and beta = sigmoid(b) the per-head write strength. The output goes through an
+the per-head decay (-exp(A_log) kept as `decay_rate`, as llama.cpp's files store it) and
+beta = sigmoid(b) the per-head write strength. Each key head serves several value heads: the
+consecutive ones in transformers' order, every `key heads`-th one in llama.cpp's (`tiled_heads`). The output goes through an
 RMSNorm gated by silu(z) and the output projection.
 
 Two forms compute the rule. A decode step (one token per sequence) runs the recurrence once, batched
@@ -138,7 +140,8 @@ class GatedDeltaNet(nn.Module):
         self.in_proj = nn.Linear(cfg.hidden_size, sum(self.split), bias=False)
         self.conv_weight = nn.Parameter(torch.zeros(self.conv_dim, self.kernel))
         self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
-        self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
+        self.decay_rate = nn.Parameter(-torch.ones(self.num_v_heads))  # -exp(A_log)
+        self.tiled_heads = bool(getattr(cfg, "gguf_tiled_value_heads", False))
         self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps)
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False)
 
@@ -151,7 +154,7 @@ class GatedDeltaNet(nn.Module):
         conv_states, rec_states = state
         mixed, z, b, a = self.in_proj(x).split(self.split, dim=-1)
         beta = b.float().sigmoid()
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        g = self.decay_rate.float() * F.softplus(a.float() + self.dt_bias.float())
         weight = self.conv_weight.to(x.dtype)
         out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
         info = meta.state
@@ -208,12 +211,14 @@ class GatedDeltaNet(nn.Module):
 
     def _heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """[rows, conv channels] -> q, k [rows, value heads, key dim] (normalised, q scaled; each key
-        head serves num_v / num_k consecutive value heads) and v [rows, value heads, value dim], float32."""
+        head serves num_v / num_k value heads) and v [rows, value heads, value dim], float32."""
         rows = mixed.shape[0]
         q, k, v = mixed.float().split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         repeat = self.num_v_heads // self.num_k_heads
         q = l2_normalized(q.reshape(rows, self.num_k_heads, self.head_k_dim)) * self.head_k_dim**-0.5
         k = l2_normalized(k.reshape(rows, self.num_k_heads, self.head_k_dim))
-        if repeat > 1:
+        if repeat > 1 and self.tiled_heads:  # value head i reads key head i % key heads
+            q, k = q.repeat(1, repeat, 1), k.repeat(1, repeat, 1)
+        elif repeat > 1:  # value heads g * repeat .. g * repeat + repeat - 1 read key head g
             q, k = q.repeat_interleave(repeat, dim=1), k.repeat_interleave(repeat, dim=1)
         return q, k, v.reshape(rows, self.num_v_heads, self.head_v_dim)

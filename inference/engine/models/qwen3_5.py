@@ -92,7 +92,7 @@ class Qwen35DecoderLayer(nn.Module):
 class Qwen35ForCausalLM(LlamaForCausalLM):
     args_class = Qwen35Args
     FUSED_CPU_STEP = False  # the C++ layer is Llama's
-    GGUF_ARCHITECTURES = ("qwen35",)
+    GGUF_ARCHITECTURES = ("qwen3_5_text",)  # llama.cpp's `qwen35` files (gguf/config.py)
 
     def make_layer(self, cfg, index: int) -> nn.Module:
         return Qwen35DecoderLayer(cfg, cfg.layer_types[index])
@@ -124,6 +124,42 @@ class Qwen35ForCausalLM(LlamaForCausalLM):
         mb = elements * 4 / 2**20
         return f"hybrid: {linear} Gated DeltaNet + {len(self.layers) - linear} attention layers, state {mb:.3g} MB a sequence"
 
+    def gguf_layout(self):
+        """llama.cpp's names, for the builders that read a file's tensors as they are (gguf/weights.py,
+        gguf/dense.py; transformers' own GGUF reader, which the other paths take, undoes the converter's
+        changes). Its converter stores the 1 + weight norms shifted (our norms' weights), -exp(A_log)
+        as `ssm_a`, q_proj whole (gate rows beside each head's), and the value heads tiled: the
+        DeltaNets are told so here (`tiled_heads`) and read them in that order."""
+        for layer in self.layers:
+            if layer.linear:
+                layer.linear_attn.tiled_heads = True
+        linears, floats = {"lm_head.weight": self._gguf_output()}, {"norm.weight": "output_norm.weight"}
+        for i, layer in enumerate(self.layers):
+            blk, ours = f"blk.{i}.", f"layers.{i}."
+            floats[ours + "input_layernorm.weight"] = blk + "attn_norm.weight"
+            floats[ours + "post_attention_layernorm.weight"] = blk + "post_attention_norm.weight"
+            linears[ours + "mlp.gate_up_proj.weight"] = [(blk + "ffn_gate.weight", None), (blk + "ffn_up.weight", None)]
+            linears[ours + "mlp.down_proj.weight"] = [(blk + "ffn_down.weight", None)]
+            if layer.linear:
+                lin = ours + "linear_attn."
+                parts = ("attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha")
+                linears[lin + "in_proj.weight"] = [(f"{blk}{part}.weight", None) for part in parts]
+                linears[lin + "out_proj.weight"] = [(blk + "ssm_out.weight", None)]
+                floats[lin + "conv_weight"] = blk + "ssm_conv1d.weight"
+                floats[lin + "dt_bias"] = blk + "ssm_dt.bias"
+                floats[lin + "decay_rate"] = blk + "ssm_a"
+                floats[lin + "norm.weight"] = blk + "ssm_norm.weight"
+                continue
+            attn = ours + "self_attn."
+            linears[attn + "qkv_proj.weight"] = [(f"{blk}attn_{p}.weight", None) for p in "qkv"]
+            linears[attn + "o_proj.weight"] = [(blk + "attn_output.weight", None)]
+            floats[attn + "q_norm.weight"] = blk + "attn_q_norm.weight"
+            floats[attn + "k_norm.weight"] = blk + "attn_k_norm.weight"
+        return linears, floats
+
+    def _gguf_output(self) -> list[tuple[str, None]]:
+        return [("token_embd.weight" if self.cfg.tie_word_embeddings else "output.weight", None)]
+
     def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """transformers' names (a Qwen3_5ForConditionalGeneration's language model too: its vision
         tower is left out) onto ours: the DeltaNet's four input projections fused, its conv weight
@@ -146,6 +182,7 @@ class Qwen35ForCausalLM(LlamaForCausalLM):
             parts = [ours.pop(f"{lin}in_proj_{p}.weight") for p in ("qkv", "z", "b", "a")]
             ours[lin + "in_proj.weight"] = torch.cat(parts)
             ours[lin + "conv_weight"] = ours.pop(lin + "conv1d.weight").reshape(layer.linear_attn.conv_dim, -1)
+            ours[lin + "decay_rate"] = -ours.pop(lin + "A_log").float().exp()
         for i in range(len(self.layers)):
             mlp = f"layers.{i}.mlp."
             ours[mlp + "gate_up_proj.weight"] = torch.cat([ours.pop(mlp + "gate_proj.weight"), ours.pop(mlp + "up_proj.weight")])

@@ -1,0 +1,176 @@
+"""Tiny GGUFs of the hybrid families (Qwen3.5's Gated DeltaNet, Gemma 4), written by llama.cpp's own
+converter: gguf-py alone cannot say how llama.cpp lays such a file out (it renames, reorders and
+shifts tensors: `ssm_a` is -exp(A_log), V heads are re-tiled, zero-centred norms get +1), and a loader
+checked against files we wrote ourselves would only agree with itself.
+
+The converter is `convert_hf_to_gguf.py` of the llama.cpp tree vendored in the llama-cpp-python sdist
+that bench/llama_server.py builds llama-server from (same version, same cache); it runs in a
+subprocess of this interpreter with the tree's own gguf-py first on PYTHONPATH (newer than the pinned
+gguf package under the same version number). Folders with a `tokenizer.json` (what save_pretrained
+writes for SmolLM2's and Gemma's fast tokenizers) convert without `sentencepiece`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from bench.llama_server import CACHE, VERSION
+
+
+def llama_cpp_tree() -> Path:
+    """The vendored llama.cpp source, the sdist downloaded (pip) and unpacked into CACHE the first time."""
+    source = CACHE / f"llama-cpp-python-{VERSION}"
+    if not source.is_dir():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        sdist = CACHE / f"llama_cpp_python-{VERSION}.tar.gz"
+        if not sdist.is_file():
+            pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps"]
+            subprocess.run([*pip, f"llama-cpp-python=={VERSION}", "-d", str(CACHE)], check=True)
+        with tarfile.open(sdist) as archive:
+            archive.extractall(CACHE, filter="data")
+        shutil.move(str(CACHE / f"llama_cpp_python-{VERSION}"), str(source))
+    return source / "vendor" / "llama.cpp"
+
+
+def converter_path() -> Path:
+    return llama_cpp_tree() / "convert_hf_to_gguf.py"
+
+
+def convert_to_gguf(hf_folder: Path, out_path: Path, outtype: str = "f32", extra_args=()) -> Path:
+    """`hf_folder` (save_pretrained's model + tokenizer) as a GGUF at `out_path`; the converter's log on failure."""
+    script = converter_path()
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(script.parent / "gguf-py"), os.environ.get("PYTHONPATH")]))
+    )
+    command = [sys.executable, str(script), str(hf_folder), "--outtype", outtype, "--outfile", str(out_path), *extra_args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"convert_hf_to_gguf.py failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    return Path(out_path)
+
+
+QWEN35_TINY = dict(
+    vocab_size=49152,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    # llama.cpp's rope asserts sum(mrope sections) <= head_dim; the default [11, 11, 10] needs head_dim >= 32.
+    # Text positions are the same in every section, so any split of the 2 rotated pairs is plain rope.
+    rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25, mrope_section=[1, 1, 0]),
+    max_position_embeddings=512,
+    bos_token_id=1,
+    eos_token_id=2,
+    tie_word_embeddings=False,
+)
+
+
+def tiny_qwen35_folder(path: Path, tokenizer=None, seed: int = 0, **overrides) -> Path:
+    """A random 4-layer Qwen3.5 text model (3 Gated DeltaNet layers, then full attention) saved at `path`
+    with `tokenizer` (the embedded SmolLM2's by default). Convert with `extra_args=("--no-mtp",)`: the
+    text-only class has no MTP weights, and without the flag the converter asserts it finds some."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        from inference.engine.loader import embedded_model_source
+
+        source = embedded_model_source()
+        tokenizer = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+    return _save(Qwen3_5ForCausalLM, Qwen3_5TextConfig(**{**QWEN35_TINY, **overrides}), tokenizer, path, seed)
+
+
+GEMMA4_TINY = dict(
+    vocab_size=262144,  # Gemma's tokenizer: the converter crops token_embd to the tokenizer's size
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    global_head_dim=32,
+    # llama.cpp's KV sharing is hard-wired: a shared layer reuses layer first_shared-2 if sliding, else
+    # first_shared-1, so the last two unshared layers must be [sliding, full] for HF and llama.cpp to agree.
+    layer_types=["sliding_attention"] * 3 + ["full_attention", "sliding_attention", "full_attention"],
+    num_kv_shared_layers=2,
+    sliding_window=16,
+    max_position_embeddings=512,
+    hidden_size_per_layer_input=8,  # per-layer embeddings, as in E2B/E4B; 0 drops them
+)
+
+
+def tiny_gemma4_folder(path: Path, tokenizer=None, seed: int = 0, **overrides) -> Path:
+    """A random 6-layer Gemma 4 text model (sliding window, 2 KV-shared layers, per-layer embeddings) saved
+    at `path` with `tokenizer`, by default Gemma 3 270M's (the real GGUF `make real-gguf` fetches): the
+    converter writes Gemma 4's own tokenizer model and needs Gemma's vocabulary."""
+    from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        from tests.support.real_gguf import GEMMA3
+
+        if GEMMA3.present() is None:
+            raise FileNotFoundError(f"{GEMMA3.path()} is missing: `make real-gguf` fetches it")
+        tokenizer = AutoTokenizer.from_pretrained(str(GEMMA3.path().parent), gguf_file=GEMMA3.name)
+    return _save(Gemma4ForCausalLM, Gemma4TextConfig(**{**GEMMA4_TINY, **overrides}), tokenizer, path, seed)
+
+
+def _save(model_class, config, tokenizer, path: Path, seed: int) -> Path:
+    """Random weights, every 1-D parameter (norms, A_log, dt_bias) moved off its initial value, so a loader
+    that misses one of the converter's transforms (+1 norms, -exp(A_log), head reordering) shows it."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.ndim == 1:
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return Path(path)
+
+
+def quantizer_path() -> Path | None:
+    """llama.cpp's llama-quantize where it was built beside llama-server (`cmake --build build
+    --target llama-quantize` in the same tree), else None."""
+    from bench.llama_server import binary_path
+
+    path = binary_path().parent / "llama-quantize"
+    return path if path.is_file() else None
+
+
+def quantize(source: Path, out_path: Path, kind: str) -> Path:
+    """`source` re-quantized by llama-quantize to `kind` ("Q4_K_M", ...)."""
+    done = subprocess.run([str(quantizer_path()), str(source), str(out_path), kind], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"llama-quantize failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return Path(out_path)
+
+
+def llama_server_greedy(path: Path, prompt_ids: list[int], tokens: int) -> list[int] | None:
+    """llama-server's greedy continuation of `prompt_ids` on the file (one slot, 2 threads), as ids;
+    None where llama-server is not built."""
+    from bench.llama_server import LlamaServer, binary_path
+
+    if not binary_path().is_file():
+        return None
+    import httpx
+
+    with LlamaServer(str(path), slots=1, context=1024) as server:
+        body = {"prompt": prompt_ids, "n_predict": tokens, "temperature": 0, "top_k": 1, "cache_prompt": False}
+        reply = httpx.post(f"{server.base_url}/completion", json={**body, "return_tokens": True}, timeout=120).json()
+    return reply["tokens"]
