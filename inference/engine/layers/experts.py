@@ -106,3 +106,17 @@ class SparseMoE(nn.Module):
         weights, ids = route(self.gate(rows), self.top_k, self.renormalize)
         outputs = self.experts(rows, ids, self.activation).view(rows.shape[0], self.top_k, -1)
         return (outputs * weights.to(outputs.dtype).unsqueeze(-1)).sum(dim=1).view(x.shape)
+
+
+class SharedExpertMoE(SparseMoE):
+    """A mixture of experts with a shared expert every row also runs, scaled by its own sigmoid
+    gate (Qwen3.5-MoE, as Qwen2-MoE): `shared` is a dense MLP module of the family's."""
+
+    def __init__(self, hidden: int, intermediate: int, num_experts: int, top_k: int, renormalize: bool, shared: nn.Module):
+        super().__init__(hidden, intermediate, num_experts, top_k, renormalize)
+        self.shared_expert = shared
+        self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = self.shared_expert_gate(x).reshape(*x.shape[:-1], 1)  # (a GGUF keeps its one row 1-D)
+        return super().forward(x) + torch.sigmoid(gate) * self.shared_expert(x)

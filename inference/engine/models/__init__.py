@@ -9,6 +9,7 @@ from .olmoe import OlmoeForCausalLM
 from .phi3 import Phi3ForCausalLM
 from .qwen3 import Qwen3ForCausalLM
 from .qwen3_5 import Qwen35ForCausalLM
+from .qwen3_5_moe import Qwen35MoeForCausalLM
 from .qwen3_moe import Qwen3MoeForCausalLM
 from .smollm3 import SmolLM3ForCausalLM
 
@@ -23,6 +24,8 @@ MODEL_CLASSES = {
     "qwen3_moe": Qwen3MoeForCausalLM,
     "qwen3_5": Qwen35ForCausalLM,  # the text part of Qwen3_5ForConditionalGeneration
     "qwen3_5_text": Qwen35ForCausalLM,
+    "qwen3_5_moe": Qwen35MoeForCausalLM,  # the text part of Qwen3_5MoeForConditionalGeneration
+    "qwen3_5_moe_text": Qwen35MoeForCausalLM,
     "smollm3": SmolLM3ForCausalLM,
     "gemma3_text": Gemma3ForCausalLM,
     "gpt2": GPT2LMHeadModel,

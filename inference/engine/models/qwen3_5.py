@@ -72,7 +72,7 @@ class Qwen35Attention(Qwen3Attention):
 
 
 class Qwen35DecoderLayer(nn.Module):
-    def __init__(self, cfg: Qwen35Args, layer_type: str):
+    def __init__(self, cfg: Qwen35Args, layer_type: str, mlp: nn.Module | None = None):
         super().__init__()
         self.linear = layer_type == LINEAR
         self.input_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -81,7 +81,7 @@ class Qwen35DecoderLayer(nn.Module):
         else:
             self.self_attn = Qwen35Attention(cfg)
         self.post_attention_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = LlamaMLP(cfg)
+        self.mlp = mlp if mlp is not None else LlamaMLP(cfg)  # Qwen3.5-MoE's experts (models/qwen3_5_moe.py)
 
     def forward(self, x, rope: RopeTables, cache, meta):
         h = self.input_layernorm(x)
@@ -184,8 +184,10 @@ class Qwen35ForCausalLM(LlamaForCausalLM):
             ours[lin + "conv_weight"] = ours.pop(lin + "conv1d.weight").reshape(layer.linear_attn.conv_dim, -1)
             ours[lin + "decay_rate"] = -ours.pop(lin + "A_log").float().exp()
         for i in range(len(self.layers)):
-            mlp = f"layers.{i}.mlp."
-            ours[mlp + "gate_up_proj.weight"] = torch.cat([ours.pop(mlp + "gate_proj.weight"), ours.pop(mlp + "up_proj.weight")])
+            for mlp in (f"layers.{i}.mlp.", f"layers.{i}.mlp.shared_expert."):  # (a MoE layer's shared expert)
+                if mlp + "gate_proj.weight" in ours:
+                    parts = [ours.pop(mlp + "gate_proj.weight"), ours.pop(mlp + "up_proj.weight")]
+                    ours[mlp + "gate_up_proj.weight"] = torch.cat(parts)
         if self.cfg.tie_word_embeddings:
             ours["lm_head.weight"] = ours["embed_tokens.weight"]
         missing, unexpected = self.load_state_dict(ours, strict=False)
