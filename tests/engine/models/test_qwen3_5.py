@@ -148,3 +148,22 @@ def test_a_repeated_prefix_resumes_from_a_state_checkpoint(hf, smollm_tokenizer)
     engine.add_request("other", unrelated, greedy(6))
     outs = run_to_completion(engine)["other"]
     assert generated_ids(outs) == hf_greedy(hf, unrelated, 6) and outs[-1].num_cached_tokens == 0
+
+
+def test_a_resumed_request_and_a_json_schema_run_on_the_hybrid(hf, smollm_tokenizer):
+    """Resume after an engine died (the delivered tokens replayed into a new sequence, its state
+    recomputed from the prompt and them), and a grammar-constrained reply: both as on any model."""
+    import json
+
+    from inference.engine.sample.sampling_params import SamplingParams
+
+    ids = smollm_tokenizer(PROMPTS["c"]).input_ids
+    expected = hf_greedy(hf, ids, 16)
+    engine = engine_for(hf, smollm_tokenizer)
+    engine.add_request("r", ids, greedy(16), resume=[expected[:7]])
+    assert generated_ids(run_to_completion(engine)["r"]) == expected[7:]
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+    params = SamplingParams(temperature=0.0, max_tokens=40, structured={"kind": "json_schema", "value": schema})
+    engine.add_request("json", ids, params)
+    text = "".join(out.text for out in run_to_completion(engine)["json"])
+    assert isinstance(json.loads(text)["n"], int)
