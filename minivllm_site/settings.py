@@ -170,12 +170,12 @@ MINIVLLM_STATS_INTERVAL = 1.0
 # The model id the API reports and accepts (default: the engine's model name).
 MINIVLLM_SERVED_MODEL_NAME = env_str("MINIVLLM_SERVED_MODEL_NAME")
 # The tool-call format replies are read in and forced to (api/common/tool_parsers.py): auto = the chat template's.
-TOOL_CALL_PARSERS = ("hermes", "llama3_json")  # api/tool_parsers.PARSERS' names
+TOOL_CALL_PARSERS = ("hermes", "llama3_json", "qwen3_coder", "gemma4")  # api/tool_parsers.PARSERS' names
 MINIVLLM_TOOL_CALL_PARSER = env_choice("MINIVLLM_TOOL_CALL_PARSER", "auto", ("auto", *TOOL_CALL_PARSERS))
 # tool_choice "auto": a reply that opens a call is constrained from there to a valid call of an
 # offered tool (engine/sample/tool_trigger.py); off: the model's raw text, read by the parsers alone.
 MINIVLLM_TOOL_CALL_GRAMMAR = env_bool("MINIVLLM_TOOL_CALL_GRAMMAR", True)
-REASONING_PARSERS = ("qwen3", "deepseek_r1")  # api/reasoning_parsers.PARSERS' names
+REASONING_PARSERS = ("qwen3", "deepseek_r1", "gemma4")  # api/reasoning_parsers.PARSERS' names
 # A request's own chat_template runs in transformers' sandboxed Jinja, which bounds what it may
 # reach but not the time or memory it may take: refused unless trusted (vLLM's --trust-request-chat-template)
 MINIVLLM_TRUST_REQUEST_CHAT_TEMPLATE = env_bool("MINIVLLM_TRUST_REQUEST_CHAT_TEMPLATE", False)

@@ -1,5 +1,6 @@
 """Reasoning parsers: which prompts leave the reply in reasoning, and the split of a reply into
-reasoning and answer, whole and streamed in any pieces (markers cut across deltas)."""
+reasoning and answer, whole and streamed in any pieces (markers cut across deltas). Gemma 4's
+thought channel included; its official template's prompts are in test_tools_gemma4.py."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from inference.api.common.reasoning_parsers import (
     PARSERS,
     DeepSeekR1ReasoningParser,
+    Gemma4ReasoningParser,
     Qwen3ReasoningParser,
     parser_for_template,
     reasoning_parser_for,
@@ -16,6 +18,8 @@ from inference.api.common.reasoning_parsers import (
 OPENED = "<|im_start|>assistant\n<think>\n"
 PLAIN = "<|im_start|>assistant\n"
 CLOSED = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+GEMMA_THINKING = "<|turn>system\n<|think|>\nBe brief.<turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n"
+GEMMA_OFF = "<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>"
 
 
 def streamed(reader, text: str, size: int) -> tuple[str, str]:
@@ -37,6 +41,9 @@ def streamed(reader, text: str, size: int) -> tuple[str, str]:
         (Qwen3ReasoningParser(), OPENED, "cut short while thinking", ("cut short while thinking", "")),
         (DeepSeekR1ReasoningParser(), PLAIN, "thinking without a tag</think>Done.", ("thinking without a tag", "Done.")),
         (DeepSeekR1ReasoningParser(), OPENED, "<think>again</think>ok", ("again", "ok")),
+        (Gemma4ReasoningParser(), GEMMA_THINKING, "<|channel>thought\nWeighing.<channel|>Hello!", ("Weighing.", "Hello!")),
+        (Gemma4ReasoningParser(), GEMMA_THINKING, "Hello!", (None, "Hello!")),
+        (Gemma4ReasoningParser(), GEMMA_THINKING, "<|channel>thought\ncut short", ("cut short", "")),
     ],
 )
 @pytest.mark.parametrize("size", [1, 2, 3, 1000])
@@ -55,10 +62,23 @@ def test_a_prompt_that_closes_the_block_has_no_reasoning():
     assert not plain.in_reasoning and plain.may_open and plain.expected
 
 
+def test_gemma4_thinks_where_the_prompt_says_so_whatever_earlier_channels_show():
+    parser = Gemma4ReasoningParser()
+    assert parser.for_prompt(GEMMA_OFF) is None
+    reader = parser.for_prompt(GEMMA_THINKING)
+    assert not reader.in_reasoning and reader.may_open and (reader.start, reader.end) == ("<|channel>thought", "<channel|>")
+    earlier = (
+        GEMMA_THINKING + "<|channel>thought\nplan<channel|><|tool_call>call:f{}<tool_call|><|tool_response>x<tool_response|>"
+    )
+    assert parser.for_prompt(earlier).may_open  # a closed channel of an earlier step: thinking is still on
+    assert parser.for_prompt(GEMMA_THINKING + "<|channel>thought\n").in_reasoning  # a channel the prompt opened
+
+
 def test_the_parser_comes_from_the_template_or_the_setting(settings):
     assert parser_for_template("{{ '<think>' }} enable_thinking").name == "qwen3"
     assert parser_for_template("<｜Assistant｜><think>").name == "deepseek_r1"
     assert parser_for_template("<|im_start|>{{ m.content }}") is None
+    assert parser_for_template("{{- '<|turn>model\\n<|channel>thought\\n<channel|>' -}}").name == "gemma4"
     assert set(settings.REASONING_PARSERS) == set(PARSERS)
 
     class Tokenizer:

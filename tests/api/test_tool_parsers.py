@@ -1,7 +1,9 @@
 """Each model family's tool-call format: calls written and read back, replies that are not calls
 left as content, the served model's parser chosen from its template or the setting, and each
 format's grammar forcing, in the engine, calls that its own parser reads and whose arguments
-validate."""
+validate. Every format (Qwen3-Coder's XML blocks and Gemma 4's notation included) reads the same
+near misses; the two text formats' own details are in test_xml_tool_calls.py and
+test_gemma4_tool_calls.py."""
 
 import json
 
@@ -11,8 +13,10 @@ import pytest
 from inference.api.common.tool_calls import ToolRequest, parse_tool_calls
 from inference.api.common.tool_parsers import (
     PARSERS,
+    Gemma4ToolParser,
     HermesToolParser,
     Llama3JsonToolParser,
+    Qwen3CoderToolParser,
     parser_for_template,
     tool_parser_for,
 )
@@ -40,9 +44,10 @@ ADD = {
 }
 FUNCTIONS = {"get_weather": WEATHER["parameters"], "add": ADD["parameters"]}
 CALLS = [("get_weather", {"city": "Paris", "unit": "celsius"}), ("add", {"a": 2})]
+EVERY_FORMAT = [HermesToolParser(), Llama3JsonToolParser(), Qwen3CoderToolParser(), Gemma4ToolParser()]
 
 
-@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+@pytest.mark.parametrize("parser", EVERY_FORMAT, ids=lambda p: p.name)
 def test_calls_written_in_a_format_read_back_the_same(parser):
     assert parser.parse(parser.calls_text(CALLS), FUNCTIONS) == (None, CALLS)
     assert parser.parse(parser.call_text("rm", {}), FUNCTIONS)[1] == []  # not one of the request's functions
@@ -75,6 +80,8 @@ def test_the_served_models_parser_comes_from_its_template_or_the_setting(smollm_
     llama32 = 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.'
     assert isinstance(parser_for_template(llama32), Llama3JsonToolParser)  # 3.2's lightweight template names no tag
     assert isinstance(tool_parser_for(smollm_tokenizer), HermesToolParser)
+    assert isinstance(parser_for_template("{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"), Qwen3CoderToolParser)
+    assert isinstance(parser_for_template("{{- '<|tool_call>call:' + function['name'] + '{' -}}"), Gemma4ToolParser)
     settings.MINIVLLM_TOOL_CALL_PARSER = "llama3_json"
     assert isinstance(tool_parser_for(smollm_tokenizer), Llama3JsonToolParser)
 
@@ -84,7 +91,7 @@ def test_the_setting_offers_every_parser(settings):
     assert settings.MINIVLLM_TOOL_CALL_PARSER in ("auto", *PARSERS)
 
 
-@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+@pytest.mark.parametrize("parser", EVERY_FORMAT, ids=lambda p: p.name)
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_a_forced_call_in_each_format_is_read_back_by_its_parser(engine, parser, temperature):
     """A random model says nothing sensible, yet under the format's grammar every reply is calls
@@ -157,13 +164,13 @@ NOT_CALLS = [
 ]
 
 
-@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+@pytest.mark.parametrize("parser", EVERY_FORMAT, ids=lambda p: p.name)
 @pytest.mark.parametrize("reply, content, calls", NEAR_MISSES)
 def test_near_miss_calls_are_read_when_they_name_an_offered_function_with_valid_arguments(parser, reply, content, calls):
     assert parser.parse(reply, FUNCTIONS) == (content, calls)
 
 
-@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+@pytest.mark.parametrize("parser", EVERY_FORMAT, ids=lambda p: p.name)
 @pytest.mark.parametrize("reply", NOT_CALLS)
 def test_json_that_is_not_exactly_an_offered_valid_call_stays_content(parser, reply):
     assert parser.parse(reply, FUNCTIONS) == (reply, [])
@@ -189,7 +196,7 @@ def streamed(parser, reply: str) -> tuple[str, str]:
     return shown, held.rest(0)
 
 
-@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+@pytest.mark.parametrize("parser", EVERY_FORMAT, ids=lambda p: p.name)
 @pytest.mark.parametrize("reply, content, calls", NEAR_MISSES)
 def test_a_stream_never_shows_a_near_miss_call_and_ends_with_the_same_content(parser, reply, content, calls):
     shown, _ = streamed(parser, reply)
@@ -198,7 +205,7 @@ def test_a_stream_never_shows_a_near_miss_call_and_ends_with_the_same_content(pa
     assert (shown + held.unshown(0, content)).strip() == (content or "")
 
 
-@pytest.mark.parametrize("parser", [HermesToolParser(), Llama3JsonToolParser()], ids=lambda p: p.name)
+@pytest.mark.parametrize("parser", EVERY_FORMAT, ids=lambda p: p.name)
 @pytest.mark.parametrize("reply", NOT_CALLS)
 def test_a_stream_of_json_that_is_not_a_call_sends_all_of_it(parser, reply):
     shown, rest = streamed(parser, reply)

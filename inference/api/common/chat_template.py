@@ -1,5 +1,11 @@
 """Chat messages -> prompt text, with the tokenizer's own chat template.
 
+An earlier turn's calls reach the template as the chat APIs normalise them, written into the
+assistant's content in the served model's format (api/common/chat_messages.py). Where the format's
+templates write calls themselves (Qwen3.5's XML blocks, Gemma 4's notation) and this template
+renders `tool_calls`, they are read back into `tool_calls` objects first (`with_call_objects`), so
+the template writes them, and the tool results after them, as it writes a client's own.
+
 Rendering only runs Jinja (no tokenization), so it is safe on the event loop while the engine
 thread uses the same tokenizer; but a request with `truncation` in its options (Responses'
 `truncation: "auto"`) is tokenized to fit the context, so it is rendered in a worker thread.
@@ -15,7 +21,7 @@ from ...engine.prompt import prompt_token_ids
 from ...serving import runtime
 from .errors import ApiError, bad_request
 from .tool_calls import ToolRequest, active_tools, render_tools_prompt
-from .tool_parsers import ToolParser, tool_parser_for
+from .tool_parsers import ANY_FUNCTION, ToolParser, tool_parser_for
 
 log = logging.getLogger("inference.chat")
 
@@ -51,10 +57,13 @@ def render(
     extra = dict(options.get("kwargs", {}))
     if "template" in options or settings.MINIVLLM_CHAT_TEMPLATE:
         extra["chat_template"] = template
+    tool_parser = tool_parser or tool_parser_for(tokenizer)
     if tools and template and "tools" in template:
         extra["tools"] = tools
     elif tools:
-        messages = with_tools_prompt(messages, tools, tool_parser or tool_parser_for(tokenizer), calling=calling)
+        messages = with_tools_prompt(messages, tools, tool_parser, calling=calling)
+    if tool_parser.template_calls and "tool_calls" in str(template):
+        messages = with_call_objects(messages, tool_parser, keep_last=continue_final)
     if continue_final:
         add_generation_prompt = False
         extra["continue_final_message"] = True
@@ -134,3 +143,30 @@ def with_tools_prompt(messages: list[dict], tools: list[dict], tool_parser: Tool
     if messages and messages[0]["role"] == "system":
         return [{"role": "system", "content": messages[0]["content"] + "\n\n" + prompt}, *messages[1:]]
     return [{"role": "system", "content": prompt}, *messages]
+
+
+def with_call_objects(messages: list[dict], tool_parser: ToolParser, *, keep_last: bool = False) -> list[dict]:
+    """The messages with each assistant turn's calls (in its content, in `tool_parser`'s format)
+    read back into `tool_calls` objects, and each tool result after them naming its call
+    (`tool_call_id`, `name`) by position, as llama.cpp pairs them: the template then writes the
+    calls, and results it files under their call (Gemma 4's), as it writes a client's own.
+    `keep_last`: the last message is a prefill the reply continues, left as it is."""
+    written, waiting = [], []
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant" and isinstance(message.get("content"), str) and not (keep_last and index == len(messages) - 1):
+            content, calls = tool_parser.parse_format(message["content"], ANY_FUNCTION)
+            waiting = [(f"call_{index}_{number}", name) for number, (name, _) in enumerate(calls)]
+            if calls:
+                objects = [
+                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+                    for (call_id, name), (_, arguments) in zip(waiting, calls)
+                ]
+                message = {**message, "content": content or "", "tool_calls": objects}
+        elif role == "tool" and waiting:
+            call_id, name = waiting.pop(0)
+            message = {"tool_call_id": call_id, "name": name, **message}
+        elif role != "tool":
+            waiting = []
+        written.append(message)
+    return written

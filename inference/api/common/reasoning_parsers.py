@@ -8,6 +8,11 @@ request from the rendered prompt (`ReasoningParser.for_prompt`). The two familie
 point: a DeepSeek-R1 reply is reasoning from its first token even when neither the prompt nor
 the reply opens the block; a Qwen3 reply without `<think>` (and no open block) is all answer.
 
+Gemma 4 writes its reasoning in a thought channel, `<|channel>thought` ... `<channel|>`, and its
+template says whether thinking is on by `<|think|>` at the top of the system turn (off, it closes an
+empty channel after the generation prompt): a Gemma 4 reply may open the channel exactly when the
+prompt holds `<|think|>`, whatever closed channels earlier turns show.
+
 The parser is chosen from the chat template or named with MINIVLLM_REASONING_PARSER (vLLM's
 `--reasoning-parser` names; `none` turns splitting off). The engine hears of it through
 `SamplingParams.reasoning` (engine/sample/reasoning.py): grammars start after the end marker, and a
@@ -28,7 +33,8 @@ class ReasoningSplitter:
     """One reply's text, fed as it streams: each `add` says which part of the delta is reasoning
     and which is answer, holding back what may be the start of a marker. `finish` flushes."""
 
-    def __init__(self, in_reasoning: bool, may_open: bool):
+    def __init__(self, in_reasoning: bool, may_open: bool, start: str = START, end: str = END):
+        self.start, self.end = start, end
         self.phase = "reasoning" if in_reasoning else ("opening" if may_open else "answer")
         self.reasoned = in_reasoning  # the reply has (had) a reasoning block
         self.buffer = ""
@@ -46,23 +52,23 @@ class ReasoningSplitter:
         while self.buffer:
             if self.phase == "opening":  # the reply may open the block itself
                 head = self.buffer.lstrip()
-                if head.startswith(START):
-                    self.phase, self.buffer, self.reasoned = "reasoning", head[len(START) :], True
+                if head.startswith(self.start):
+                    self.phase, self.buffer, self.reasoned = "reasoning", head[len(self.start) :], True
                     continue
-                if START.startswith(head):
+                if self.start.startswith(head):
                     break  # perhaps the marker's start: wait
                 self.phase = "answer"
             elif self.phase == "reasoning":
-                if self.at_start["reasoning"] and self.buffer.lstrip().startswith(START):
-                    self.buffer = self.buffer.lstrip()[len(START) :]  # a block the prompt opened, written again
+                if self.at_start["reasoning"] and self.buffer.lstrip().startswith(self.start):
+                    self.buffer = self.buffer.lstrip()[len(self.start) :]  # a block the prompt opened, written again
                     continue
-                found = self.buffer.find(END)
+                found = self.buffer.find(self.end)
                 if found >= 0:
                     reasoning += self._emit("reasoning", self.buffer[:found])
-                    self.phase, self.buffer = "answer", self.buffer[found + len(END) :]
+                    self.phase, self.buffer = "answer", self.buffer[found + len(self.end) :]
                     continue
-                keep = _held(self.buffer, END)
-                if self.at_start["reasoning"] and START.startswith(self.buffer.lstrip()):
+                keep = _held(self.buffer, self.end)
+                if self.at_start["reasoning"] and self.start.startswith(self.buffer.lstrip()):
                     keep = len(self.buffer)
                 reasoning += self._emit("reasoning", self.buffer[: len(self.buffer) - keep])
                 self.buffer = self.buffer[len(self.buffer) - keep :]
@@ -86,6 +92,8 @@ class ReplyReasoning:
 
     in_reasoning: bool  # the reply starts inside the block
     may_open: bool  # the reply may open the block itself
+    start: str = START  # the family's markers
+    end: str = END
 
     @property
     def expected(self) -> bool:
@@ -93,7 +101,7 @@ class ReplyReasoning:
         return self.in_reasoning or self.may_open
 
     def splitter(self) -> ReasoningSplitter:
-        return ReasoningSplitter(self.in_reasoning, self.may_open)
+        return ReasoningSplitter(self.in_reasoning, self.may_open, self.start, self.end)
 
     def split(self, text: str) -> tuple[str | None, str]:
         """(the reasoning, or None when the reply has none, the answer) of a whole reply."""
@@ -106,14 +114,19 @@ class ReplyReasoning:
 class ReasoningParser:
     name: ClassVar[str]
     always_reasons: ClassVar[bool] = False  # a reply is reasoning from its first token
+    start: ClassVar[str] = START  # what opens the reasoning block, and what closes it
+    end: ClassVar[str] = END
 
     def for_prompt(self, prompt: str) -> ReplyReasoning | None:
         """How a reply to `prompt` reads; None when the prompt closed the block (thinking is off)."""
-        opened, closed = prompt.rfind(START), prompt.rfind(END)
+        opened, closed = prompt.rfind(self.start), prompt.rfind(self.end)
         if closed >= 0 and closed > opened:
             return None  # the template closed the block (thinking off; templates drop earlier turns' reasoning)
         in_reasoning = opened > closed or self.always_reasons
-        return ReplyReasoning(in_reasoning=in_reasoning, may_open=not in_reasoning)
+        return self.reader(in_reasoning, may_open=not in_reasoning)
+
+    def reader(self, in_reasoning: bool, *, may_open: bool) -> ReplyReasoning:
+        return ReplyReasoning(in_reasoning=in_reasoning, may_open=may_open, start=self.start, end=self.end)
 
 
 class Qwen3ReasoningParser(ReasoningParser):
@@ -125,12 +138,28 @@ class DeepSeekR1ReasoningParser(ReasoningParser):
     always_reasons = True
 
 
-PARSERS = {parser.name: parser for parser in (Qwen3ReasoningParser, DeepSeekR1ReasoningParser)}
+class Gemma4ReasoningParser(ReasoningParser):
+    """Gemma 4's thought channel; thinking is on where the prompt holds `<|think|>` (module docstring)."""
+
+    name = "gemma4"
+    CHANNEL, THINKING = "<|channel>", "<|think|>"
+    start, end = CHANNEL + "thought", "<channel|>"
+
+    def for_prompt(self, prompt: str) -> ReplyReasoning | None:
+        if self.THINKING not in prompt:
+            return None  # thinking off: the template closed an empty channel, the reply answers
+        in_reasoning = prompt.rfind(self.start) > prompt.rfind(self.end)
+        return self.reader(in_reasoning, may_open=not in_reasoning)
+
+
+PARSERS = {parser.name: parser for parser in (Qwen3ReasoningParser, DeepSeekR1ReasoningParser, Gemma4ReasoningParser)}
 DEEPSEEK_MARKERS = ("<｜Assistant｜>", "<|Assistant|>")
 
 
 def parser_for_template(template: str | None) -> ReasoningParser | None:
     text = str(template or "")
+    if Gemma4ReasoningParser.CHANNEL in text:
+        return Gemma4ReasoningParser()
     if START not in text:
         return None
     return DeepSeekR1ReasoningParser() if any(m in text for m in DEEPSEEK_MARKERS) else Qwen3ReasoningParser()
@@ -162,7 +191,7 @@ def plan_reasoning(inp, tokenizer, prompt: str) -> None:
     reader = parser.for_prompt(prompt) if parser is not None else None
     inp.reasoning = reader
     if reader is not None and reader.expected:
-        reasoning = {"end": END, "start": START, "opened": reader.in_reasoning, "budget": inp.thinking_budget}
+        reasoning = {"end": reader.end, "start": reader.start, "opened": reader.in_reasoning, "budget": inp.thinking_budget}
         inp.params = dataclasses.replace(inp.params, reasoning=reasoning)
 
 

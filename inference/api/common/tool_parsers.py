@@ -4,8 +4,10 @@ format when tool_choice is "required" or names a function.
 
 A chat model is trained to one format. SmolLM2, Qwen2 / 2.5 / 3 and Hermes write
 `<tool_call>{"name", "arguments"}</tool_call>`; Llama 3.1 to 3.3 write bare JSON objects
-`{"name", "parameters"}`, after `<|python_tag|>` or alone, `;` between several. The served
-model's format is chosen from its chat template (`tool_parser_for`), or named with
+`{"name", "parameters"}`, after `<|python_tag|>` or alone, `;` between several; Qwen3.5 and
+Qwen3-Coder write Qwen3-Coder's XML function blocks (api/common/xml_tool_calls.py) and Gemma 4 its
+own notation (api/common/gemma4_tool_calls.py), both typed by the function's parameter schema. The
+served model's format is chosen from its chat template (`tool_parser_for`), or named with
 MINIVLLM_TOOL_CALL_PARSER as vLLM's --tool-call-parser names it. Adding a family is one class
 here, one PARSERS line and its name in settings.TOOL_CALL_PARSERS (a test holds the two equal).
 
@@ -41,11 +43,33 @@ from referencing import Registry
 
 from ...engine.sample.json_schemas import grammar_schema
 from ...serving import runtime
+from . import gemma4_tool_calls, xml_tool_calls
 
 # (name, arguments) of one call as read from a reply
 Call = tuple[str, dict]
 # The request's functions: name -> parameters schema (None: any object)
 Functions = Mapping[str, dict | None]
+
+
+class _AnyFunction(Mapping):
+    """Every name, none with a schema: an earlier turn's calls, read back as they were written."""
+
+    def __getitem__(self, name):
+        if not isinstance(name, str):
+            raise KeyError(name)
+        return None
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str)
+
+    def __iter__(self):
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+ANY_FUNCTION: Functions = _AnyFunction()
 
 
 class ToolParser:
@@ -58,6 +82,9 @@ class ToolParser:
     tags: ClassVar[tuple[str, ...]] = ()  # what opens a call anywhere in a reply
     markers: ClassVar[tuple[str, ...]] = ()  # every tag the grammars write (closing ones too)
     bare_start: ClassVar[bool] = False  # its models also write a call as a bare JSON object
+    # Its templates write an earlier turn's calls from `tool_calls` exactly as call_text does: a
+    # template that renders `tool_calls` is given them as objects (chat_template.with_call_objects).
+    template_calls: ClassVar[bool] = False
 
     def __init__(self):
         self.special: dict[str, int] = {}  # marker -> its token id, where it is one added token
@@ -83,6 +110,15 @@ class ToolParser:
     def call_rule(self, bodies: list[str]) -> str:
         """The Lark rule `call`, given the alternatives for a call's JSON object."""
         raise NotImplementedError
+
+    def call_rules(self, functions: list[dict]) -> str:
+        """The Lark rule `call` (and the rules it uses): one call to one of `functions`. JSON
+        formats: the call's object, each function's as %json of its call_schema."""
+        bodies = []
+        for function in functions:
+            schema = {**self.call_schema(function), "x-guidance": {"whitespace_flexible": False}}  # compact: no padding forever
+            bodies.append("%json " + json.dumps(schema))
+        return self.call_rule(bodies)
 
     def call_schema(self, function: dict) -> dict:
         """The JSON schema of one call to `function` in this format."""
@@ -116,24 +152,23 @@ class ToolParser:
         """Lark for a reply that opened a call by itself (tool_choice "auto"): blanks, then the
         calls as `grammar` forces them, or (bare_start) one bare call object or a ```json fence
         holding one; nothing after them but the end of the turn."""
-        return f"start: LEAD? ({' | '.join(self.trigger_starts())})\n" + self._rules(functions, most) + TRIGGER_RULES
+        starts = self.trigger_starts()
+        fence = FENCED_RULE if "fenced" in starts else ""  # only the JSON formats have a `body` to fence
+        return f"start: LEAD? ({' | '.join(starts)})\n" + self._rules(functions, most) + fence + LEAD_RULE
 
     def trigger_starts(self) -> list[str]:
         """The alternatives a reply that opened a call by itself may take (rules of `_rules`)."""
         return ["calls", "body", "fenced"] if self.bare_start else ["calls"]
 
     def _rules(self, functions: list[dict], most: int) -> str:
-        bodies = []
-        for function in functions:
-            schema = {**self.call_schema(function), "x-guidance": {"whitespace_flexible": False}}  # compact: no padding forever
-            bodies.append("%json " + json.dumps(schema))
-        separator = json.dumps(self.separator)
-        calls = " | ".join(f" {separator} ".join(["call"] * count) for count in range(1, most + 1))
-        return f"calls: {calls}\n{self.call_rule(bodies)}\n"
+        between = f" {json.dumps(self.separator)} " if self.separator else " "
+        calls = " | ".join(between.join(["call"] * count) for count in range(1, most + 1))
+        return f"calls: {calls}\n{self.call_rules(functions)}\n"
 
 
 # The rules trigger_grammar adds: blanks before the call, and a fenced call (its body as the call's).
-TRIGGER_RULES = 'fenced: "```json" "\\n"? body "\\n"? "```"\nLEAD: /[ \\t\\r\\n]{1,8}/\n'
+FENCED_RULE = 'fenced: "```json" "\\n"? body "\\n"? "```"\n'
+LEAD_RULE = "LEAD: /[ \\t\\r\\n]{1,8}/\n"
 
 
 def _object_schema(function: dict, arguments_key: str) -> dict:
@@ -411,7 +446,77 @@ def _before_blanks(text: str, at: int, shown: int) -> int:
     return at
 
 
-PARSERS: dict[str, type[ToolParser]] = {parser.name: parser for parser in (HermesToolParser, Llama3JsonToolParser)}
+def _held_split(text: str, shown: int, opens: tuple[str, ...]) -> tuple[int, bool]:
+    """`split` for a tagged format: a call has begun at the first of `opens`; else content runs
+    to a near-miss candidate or to a tail that may be the start of one of them."""
+    found = [at for at in (text.find(tag, shown) for tag in opens) if at != -1]
+    if found:
+        return _before_blanks(text, min(found), shown), True
+    tail = max(_tail_that_may_begin(text, tag) for tag in opens)
+    return min(near_miss_start(text, shown), _before_blanks(text, len(text) - tail, shown)), False
+
+
+class Qwen3CoderToolParser(ToolParser):
+    """Qwen3-Coder's XML function blocks in `<tool_call>` tags (Qwen3.5, Qwen3-Coder; vLLM's
+    qwen3_coder): values typed by the parameter schema (api/common/xml_tool_calls.py)."""
+
+    name = "qwen3_coder"
+    tags = (xml_tool_calls.OPEN, xml_tool_calls.FUNCTION)  # a function block written without its tags opens a call too
+    markers = (xml_tool_calls.OPEN, xml_tool_calls.CLOSE)
+    template_calls = True
+    instructions = (
+        "To call one or more of them, reply with one block per call, each exactly\n"
+        "<tool_call>\n<function=FUNCTION NAME>\n<parameter=ARGUMENT NAME>\nVALUE\n</parameter>\n</function>\n</tool_call>\n"
+        "with one parameter block per argument, and nothing else."
+    )
+
+    def call_text(self, name: str, arguments: dict) -> str:
+        return xml_tool_calls.call_text(name, arguments)
+
+    def call_rules(self, functions: list[dict]) -> str:
+        return xml_tool_calls.rules(functions, self.literal)
+
+    def trigger_starts(self) -> list[str]:
+        return ["calls", "function"]  # `function`: one block opened without the <tool_call> tag
+
+    def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
+        return xml_tool_calls.read(text, functions, lambda inside: _exact_calls(inside, functions))
+
+    def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
+        return _held_split(text, shown, self.tags)
+
+
+class Gemma4ToolParser(ToolParser):
+    """Gemma 4's `<|tool_call>call:NAME{key:value,...}<tool_call|>`, calls one after another
+    (api/common/gemma4_tool_calls.py)."""
+
+    name = "gemma4"
+    separator = ""
+    tags = (gemma4_tool_calls.OPEN,)
+    markers = (gemma4_tool_calls.OPEN, gemma4_tool_calls.CLOSE, gemma4_tool_calls.QUOTE)
+    template_calls = True
+    instructions = (
+        "To call one or more of them, reply with only the calls, each exactly\n"
+        "<|tool_call>call:FUNCTION NAME{ARGUMENT NAME:VALUE,...}<tool_call|>\n"
+        'with each string value between <|"|> marks, and nothing else.'
+    )
+
+    def call_text(self, name: str, arguments: dict) -> str:
+        return gemma4_tool_calls.call_text(name, arguments)
+
+    def call_rules(self, functions: list[dict]) -> str:
+        return gemma4_tool_calls.rules(functions, self.literal)
+
+    def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
+        return gemma4_tool_calls.read(text, functions)
+
+    def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
+        return _held_split(text, shown, self.tags)
+
+
+PARSERS: dict[str, type[ToolParser]] = {
+    parser.name: parser for parser in (HermesToolParser, Llama3JsonToolParser, Qwen3CoderToolParser, Gemma4ToolParser)
+}
 
 
 # What a Llama 3 template says: 3.1 and 3.3 name the python tag; 3.2's lightweight models only ask
@@ -420,9 +525,14 @@ LLAMA3_MARKERS = (Llama3JsonToolParser.TAG, '"parameters": dictionary of argumen
 
 
 def parser_for_template(template: str | None) -> ToolParser:
-    """The format a chat template teaches its model: Llama 3's JSON where the template speaks of
-    it, else the `<tool_call>` tags of SmolLM2, Qwen and Hermes (and of our generic prompt)."""
+    """The format a chat template teaches its model: Gemma 4's notation or Qwen3-Coder's XML
+    function blocks where it writes them, Llama 3's JSON where it speaks of it, else the
+    `<tool_call>` tags of SmolLM2, Qwen and Hermes (and of our generic prompt)."""
     text = str(template or "")  # str: some tokenizers keep a dict of named templates
+    if gemma4_tool_calls.OPEN in text:
+        return Gemma4ToolParser()
+    if xml_tool_calls.FUNCTION in text:
+        return Qwen3CoderToolParser()
     if any(marker in text for marker in LLAMA3_MARKERS):
         return Llama3JsonToolParser()
     return HermesToolParser()

@@ -5,7 +5,10 @@ Small models behind agent frameworks write almost-calls: the call with an extra 
 arguments as a string, a fenced block, instead of their template's `<tool_call>{...}</tool_call>`.
 What opens a call (the request path says, per chat template family, in
 `SamplingParams.tool_trigger`: {"grammar": the compiled spec, "tags": [...], "bare": bool}):
-- one of the family's tags, anywhere in the answer;
+- one of the family's tags, anywhere in the answer (`<tool_call>`; Llama 3's `<|python_tag|>`;
+  for Qwen3.5's XML function blocks also `<function=`, a block written without its tags; Gemma
+  4's `<|tool_call>`): text or a single added token alike, since a token's text is read with its
+  special tokens;
 - where `bare` (families whose models write bare calls): a `{` as the answer's first non-blank
   text, or a ```json fence opening it.
 
