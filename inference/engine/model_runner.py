@@ -222,7 +222,7 @@ class ModelRunner:
                 self._tensor(plain) if plain else None,
                 [seq.state_table[0] for seq, _ in prefills],
                 [seq.num_computed_tokens == 0 for seq, _ in prefills],
-                [_checkpoint(seq, n) for seq, n in prefills],
+                [_checkpoints(seq, n) for seq, n in prefills],
                 [(seq.state_table[0], count) for seq, count in runs if count > 1],
                 self.replay_inputs,
             )
@@ -341,11 +341,8 @@ class ModelRunner:
         return to_device(values, torch.long, self.device)
 
 
-def _checkpoint(seq: Sequence, n: int) -> tuple[int, int] | None:
-    """(row in the chunk after which to keep the state, its checkpoint row), where this chunk of
-    `n` tokens passes the sequence's checkpoint position (kv_cache/recurrent_state.py)."""
-    if seq.state_checkpoint is None:
-        return None
-    position, row = seq.state_checkpoint
+def _checkpoints(seq: Sequence, n: int) -> list[tuple[int, int]]:
+    """(rows of the chunk after which to keep the state, its checkpoint row) for each checkpoint
+    position this chunk of `n` tokens passes (kv_cache/recurrent_state.py)."""
     start = seq.num_computed_tokens
-    return (position - start, row) if start < position <= start + n else None
+    return [(position - start, row) for position, row in seq.state_checkpoints if start < position <= start + n]

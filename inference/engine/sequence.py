@@ -28,7 +28,7 @@ class Sequence:
         self.window_table: list[int] = []  # its sliding-window layers' blocks (kv_cache/sliding_window.py)
         self.window_named = 0  # how many of those have been named for the prefix cache
         self.state_table: list[int] = []  # its recurrent layers' state slot (kv_cache/recurrent_state.py)
-        self.state_checkpoint: tuple[int, int] | None = None  # (position, state row) where its state is to be kept
+        self.state_checkpoints: list[tuple[int, int]] = []  # (position, state row) where its state is to be kept
         self.state_verified_from: int | None = None  # a verification's first position, until its rows are replayed
         self.slot: int | None = None  # batch slot index while running
         self.finish_reason: str | None = None

@@ -8,11 +8,13 @@ as its K/V). A fork gets a slot of its own with a copy of its parent's state: bo
 same prompt. There is a running slot per batch slot, so a running sequence never waits for one.
 
 Prefix caching: a state cannot be cut back to an earlier position, so a cached prefix resumes only
-where a copy of the state was kept, a checkpoint. Each prompt leaves one, at its last block
-boundary (the layer saves the state there as its chunk passes it), named by the chained hash of the
-block that ends there, as llama.cpp's context checkpoints and vLLM's hybrid prefix caching keep
-them. A later prompt with that prefix (an agent's next turn, the same system prompt) takes a running
-slot holding a copy of it (`take_copies`: made before the step's forward) and computes from there.
+where a copy of the state was kept, a checkpoint. A prompt leaves them as its prefill passes every
+CHECKPOINT_EVERY tokens and its last block boundary (the layer saves the state there as its chunk
+passes), each named by the chained hash of the block that ends there, as llama.cpp's context
+checkpoints and vLLM's hybrid prefix caching keep them. A later prompt with that prefix takes a
+running slot holding a copy of the last one it shares (`take_copies`: made before the step's
+forward) and computes from there: an agent's next turn from the end of its last prompt, another
+request behind the same long system prompt from the checkpoint within it.
 Checkpoints live in rows of their own after the running slots, kept as blocks are (block_pool.py):
 a freed one stays findable until it is reused, least recently used first.
 
@@ -38,14 +40,19 @@ class StateReplay(NamedTuple):
     rows: int
 
 
+CHECKPOINT_EVERY = 512  # tokens between a prefill's checkpoints (besides its last block boundary)
+
+
 class RecurrentStateSlots:
     kind = STATE
 
-    def __init__(self, num_slots: int, block_size: int = 16, num_checkpoints: int = 0):
+    def __init__(self, num_slots: int, block_size: int = 16, num_checkpoints: int = 0, every: int | None = None):
         """`num_slots` running slots (rows 0..num_slots-1 of the state tensors), then
         `num_checkpoints` checkpoint rows (0: no prefix caching)."""
         self.num_slots = num_slots
         self.block_size = block_size
+        every = every or CHECKPOINT_EVERY
+        self.every = max(block_size, every // block_size * block_size)  # a prefill's checkpoints' spacing
         self.free_slots: deque[int] = deque(range(num_slots))
         self.checkpoints = BlockPool(num_checkpoints)
         self.pending: list[BlockCopy] = []  # checkpoint -> running slot copies the next step makes first
@@ -68,12 +75,22 @@ class RecurrentStateSlots:
         prompt's last block boundary (the layer saves the state there)."""
         if not seq.state_table:
             seq.state_table.append(self.free_slots.popleft())
-        boundary = (seq.num_prompt_tokens - 1) // self.block_size * self.block_size
-        start = seq.num_computed_tokens
-        wanted = self.checkpoints.num_blocks and seq.state_checkpoint is None and 0 < boundary and start < boundary
-        if wanted and boundary <= start + num_new_tokens and self.checkpoints.num_free:
-            row = self.checkpoints.take()
-            seq.state_checkpoint = (boundary, self.num_slots + row)
+        for position in self._checkpoint_positions(seq, num_new_tokens):
+            if not self.checkpoints.num_free:
+                break
+            seq.state_checkpoints.append((position, self.num_slots + self.checkpoints.take()))
+
+    def _checkpoint_positions(self, seq: Sequence, num_new_tokens: int) -> list[int]:
+        """The block boundaries this step's tokens pass where the prompt keeps its state: every
+        CHECKPOINT_EVERY tokens (rounded to a block) and the last boundary before its last token."""
+        if not self.checkpoints.num_blocks:
+            return []
+        last = (seq.num_prompt_tokens - 1) // self.block_size * self.block_size
+        start, end = seq.num_computed_tokens, min(seq.num_computed_tokens + num_new_tokens, last)
+        positions = list(range((start // self.every + 1) * self.every, end + 1, self.every))
+        if start < last <= start + num_new_tokens and last not in positions:
+            positions.append(last)
+        return positions
 
     def begin_verification(self, seq: Sequence) -> None:
         """This step verifies guesses after the sequence's computed tokens: its state stays there."""
@@ -104,14 +121,12 @@ class RecurrentStateSlots:
         self.pending.append(BlockCopy(self.num_slots + row, seq.state_table[0], STATE))
 
     def name_full_blocks(self, seq: Sequence, hashes: list[int], tokens_of) -> None:
-        """Names the sequence's checkpoint once the block ending at it is named (then computed)."""
-        if seq.state_checkpoint is None or len(hashes) * self.block_size < seq.state_checkpoint[0]:
-            return
-        index = seq.state_checkpoint[0] // self.block_size - 1
-        row = seq.state_checkpoint[1] - self.num_slots
-        self.checkpoints.name(row, hashes[index], tokens_of(index))
-        self.checkpoints.release(row)
-        seq.state_checkpoint = None
+        """Names the sequence's checkpoints once the blocks ending at them are named (then computed)."""
+        while seq.state_checkpoints and seq.state_checkpoints[0][0] <= len(hashes) * self.block_size:
+            position, row = seq.state_checkpoints.pop(0)
+            index = position // self.block_size - 1
+            self.checkpoints.name(row - self.num_slots, hashes[index], tokens_of(index))
+            self.checkpoints.release(row - self.num_slots)
 
     def can_fork(self, parent: Sequence) -> bool:
         return bool(self.free_slots)
@@ -137,6 +152,6 @@ class RecurrentStateSlots:
             self.replays = [replay for replay in self.replays if replay.slot != slot]
         seq.state_table = []
         seq.state_verified_from = None
-        if seq.state_checkpoint is not None:  # reserved, never reached: back unnamed
-            self.checkpoints.release(seq.state_checkpoint[1] - self.num_slots)
-            seq.state_checkpoint = None
+        for _, row in seq.state_checkpoints:  # reserved, never reached: back unnamed
+            self.checkpoints.release(row - self.num_slots)
+        seq.state_checkpoints = []

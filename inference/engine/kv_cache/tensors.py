@@ -19,18 +19,19 @@ from .memory_plan import layer_kinds
 MADV_HUGEPAGE, MADV_POPULATE_WRITE = 14, 23  # Linux's madvise advice numbers (the latter: 5.14 and later)
 
 
-def _zero_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+def _zero_pages(shape: tuple[int, ...], dtype: torch.dtype, populate: bool = True) -> torch.Tensor:
     """The CPU pool as anonymous memory, zero by the kernel's promise: torch.zeros wrote 1 GB of zeros
     before the engine could be ready (~1.3 s on a 2-core EPYC). A background thread then asks the
     kernel to back every page (MADV_POPULATE_WRITE, which writes nothing, so blocks already in use
     keep their K/V), so the resident size settles at the pool's within a second or two instead of
-    creeping up as requests first reach each block."""
+    creeping up as requests first reach each block. `populate=False` (the recurrent states) leaves
+    pages unbacked until a row is first written: slots and checkpoints never used cost no memory."""
     nbytes = math.prod(shape) * torch.finfo(dtype).bits // 8
     memory = mmap.mmap(-1, max(nbytes, 1))
     tensor = torch.frombuffer(memory, dtype=dtype).view(shape)  # the tensor keeps the map alive
     address = tensor.data_ptr()
     libc = _libc()
-    if libc is not None:
+    if libc is not None and populate:
         libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(nbytes), MADV_HUGEPAGE)
         threading.Thread(
             target=libc.madvise,
@@ -104,14 +105,15 @@ class KVGroup:
 
 def allocate_state_pool(shapes, num_slots: int, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Each recurrent layer's (conv states, recurrent states), float32, one row per state slot:
-    `shapes` is the model's (conv, recurrent) shape per recurrent layer (recurrent_state.py)."""
-    return [
-        (
-            torch.zeros((num_slots, *conv), dtype=torch.float32, device=device),
-            torch.zeros((num_slots, *rec), dtype=torch.float32, device=device),
-        )
-        for conv, rec in shapes
-    ]
+    `shapes` is the model's (conv, recurrent) shape per recurrent layer (recurrent_state.py). On
+    the CPU resident only as rows are first written (a row starts from zeros when its sequence does)."""
+
+    def zeros(shape):
+        if torch.device(device).type == "cpu":
+            return _zero_pages((num_slots, *shape), torch.float32, populate=False)
+        return torch.zeros((num_slots, *shape), dtype=torch.float32, device=device)
+
+    return [(zeros(conv), zeros(rec)) for conv, rec in shapes]
 
 
 def allocate_layer_caches(model, full: KVGroup, window: KVGroup | None, dtype, device, state_slots: int = 0):

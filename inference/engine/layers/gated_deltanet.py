@@ -42,8 +42,8 @@ class StateMetadata:
     decode_slots: torch.Tensor | None  # [plain decodes] the state slot of each plain decode row's sequence
     prefill_slots: list[int]  # per prefill chunk (the step's order), its sequence's slot
     prefill_fresh: list[bool]  # per prefill chunk: starts at position 0 (the state starts from zeros)
-    # per prefill chunk: (rows, row) to copy the state into state row `row` after the chunk's first `rows`
-    prefill_checkpoints: list[tuple[int, int] | None] = field(default_factory=list)
+    # per prefill chunk: (rows, row) pairs: copy the state into state row `row` after the chunk's first `rows`
+    prefill_checkpoints: list[list[tuple[int, int]]] = field(default_factory=list)
     # verifications (after the plain decodes): (slot, rows); their rows read the slot's state but
     # leave it as it was, keeping their inputs in `replay_inputs` until the accepted ones are replayed
     verifies: list[tuple[int, int]] = field(default_factory=list)
@@ -170,21 +170,22 @@ class GatedDeltaNet(nn.Module):
             row += count
             out[rows] = self._steps(mixed[rows], g[rows], beta[rows], weight, conv_states[slot], rec_states[slot])[0]
             info.replay_inputs[(self, slot)] = (mixed[rows].clone(), g[rows], beta[rows])
-        checkpoints = info.prefill_checkpoints or [None] * len(meta.prefills)
-        for chunk, slot, fresh, checkpoint in zip(meta.prefills, info.prefill_slots, info.prefill_fresh, checkpoints):
+        checkpoints = info.prefill_checkpoints or [[]] * len(meta.prefills)
+        for chunk, slot, fresh, kept in zip(meta.prefills, info.prefill_slots, info.prefill_fresh, checkpoints):
             if fresh:
                 conv_states[slot].zero_()
                 rec_states[slot].zero_()
-            split = chunk.start + checkpoint[0] if checkpoint is not None else chunk.end
-            for rows in (slice(chunk.start, split), slice(split, chunk.end)):
-                if rows.start == rows.stop:
-                    continue
-                conv_out, conv_states[slot] = causal_conv(mixed[rows], weight, conv_states[slot])
-                q, k, v = (t.transpose(0, 1) for t in self._heads(conv_out))
-                part, rec_states[slot] = chunked_delta_rule(q, k, v, g[rows].T, beta[rows].T, rec_states[slot])
-                out[rows] = part.transpose(0, 1)
-                if rows.stop == split and checkpoint is not None:  # the state at a prompt's last block boundary
-                    conv_states[checkpoint[1]], rec_states[checkpoint[1]] = conv_states[slot], rec_states[slot]
+            start = chunk.start
+            for end, row in [*((chunk.start + rows, row) for rows, row in kept), (chunk.end, None)]:
+                if end > start:
+                    rows = slice(start, end)
+                    conv_out, conv_states[slot] = causal_conv(mixed[rows], weight, conv_states[slot])
+                    q, k, v = (t.transpose(0, 1) for t in self._heads(conv_out))
+                    part, rec_states[slot] = chunked_delta_rule(q, k, v, g[rows].T, beta[rows].T, rec_states[slot])
+                    out[rows] = part.transpose(0, 1)
+                    start = end
+                if row is not None:  # a prefix checkpoint: the state after the chunk's rows so far
+                    conv_states[row], rec_states[row] = conv_states[slot], rec_states[slot]
         normed = self.norm(out.to(x.dtype).reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
         return self.out_proj(normed.reshape(x.shape[0], self.value_dim))
 

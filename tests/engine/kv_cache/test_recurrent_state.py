@@ -13,8 +13,8 @@ from inference.engine.sequence import Sequence
 BS, SLOTS = 4, 3
 
 
-def manager(checkpoints: int = 2) -> KVCacheCoordinator:
-    return KVCacheCoordinator(64, BS, enable_prefix_caching=True, state=RecurrentStateSlots(SLOTS, BS, checkpoints))
+def manager(checkpoints: int = 2, every: int = 512) -> KVCacheCoordinator:
+    return KVCacheCoordinator(64, BS, enable_prefix_caching=True, state=RecurrentStateSlots(SLOTS, BS, checkpoints, every))
 
 
 def step(cache: KVCacheCoordinator, seq: Sequence, n: int) -> None:
@@ -57,13 +57,13 @@ def test_a_prompt_keeps_a_checkpoint_at_its_last_block_boundary_that_the_same_pr
     cache = manager()
     first = Sequence("a", list(range(14)), SamplingParams())  # last block boundary before its last token: 12
     step(cache, first, 10)
-    assert first.state_checkpoint is None  # this chunk does not reach 12
+    assert first.state_checkpoints == []  # this chunk does not reach 12
     cache.grow(first, 4)
-    position, row = first.state_checkpoint
+    [(position, row)] = first.state_checkpoints
     assert position == 12 and row >= SLOTS  # checkpoint rows follow the running slots
     first.num_computed_tokens += 4
     cache.register_computed_blocks(first)
-    assert first.state_checkpoint is None  # named: findable
+    assert first.state_checkpoints == []  # named: findable
     cache.free(first)
     again = Sequence("b", list(range(14)) + [99, 98], SamplingParams())
     cache.reuse_cached_prefix(again)
@@ -89,9 +89,9 @@ def test_a_checkpoint_reserved_by_a_sequence_that_goes_is_given_back():
     cache = manager(checkpoints=1)
     seq = Sequence("a", list(range(9)), SamplingParams())
     cache.grow(seq, 9)
-    assert seq.state_checkpoint is not None and cache.state.checkpoints.num_free == 0
+    assert seq.state_checkpoints and cache.state.checkpoints.num_free == 0
     cache.free(seq)
-    assert seq.state_checkpoint is None and cache.state.checkpoints.num_free == 1
+    assert seq.state_checkpoints == [] and cache.state.checkpoints.num_free == 1
 
 
 def test_a_verification_replays_only_its_accepted_rows_and_a_freed_sequence_none():
@@ -110,3 +110,18 @@ def test_a_verification_replays_only_its_accepted_rows_and_a_freed_sequence_none
     cache.truncate(seq)
     cache.free(seq)  # preempted before the next step: nothing to replay onto a slot it no longer holds
     assert cache.take_replays() == []
+
+
+def test_a_long_prompt_keeps_checkpoints_along_the_way_that_a_shared_prefix_resumes_from():
+    """Two requests behind the same long system prompt: the second resumes from the last checkpoint
+    the first kept inside what they share, not only from the first's end."""
+    cache = manager(checkpoints=8, every=8)
+    system = list(range(100, 121))  # 21 shared tokens: checkpoints at 8 and 16 inside them
+    first = Sequence("a", system + [1, 2, 3, 4, 5], SamplingParams())  # its last boundary: 24
+    step(cache, first, 10)
+    step(cache, first, 16)
+    assert first.state_checkpoints == []  # 8, 16 and 24 named
+    cache.free(first)
+    second = Sequence("b", system + [9, 9, 9, 9, 9, 9], SamplingParams())
+    cache.reuse_cached_prefix(second)
+    assert second.num_computed_tokens == 16 and len(cache.take_copies()) == 1

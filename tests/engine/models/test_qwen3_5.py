@@ -167,3 +167,23 @@ def test_a_resumed_request_and_a_json_schema_run_on_the_hybrid(hf, smollm_tokeni
     engine.add_request("json", ids, params)
     text = "".join(out.text for out in run_to_completion(engine)["json"])
     assert isinstance(json.loads(text)["n"], int)
+
+
+def test_requests_behind_one_system_prompt_resume_from_a_checkpoint_inside_it(hf, smollm_tokenizer, monkeypatch):
+    """The agent case: requests sharing a long system prompt, each with its own question. The first
+    keeps checkpoints along its prefill (every 8 tokens here), a chunk passing several of them; the
+    next resumes from the last one inside the shared part and generates transformers' tokens."""
+    from inference.engine.kv_cache import recurrent_state
+
+    monkeypatch.setattr(recurrent_state, "CHECKPOINT_EVERY", 8)
+    engine = engine_for(hf, smollm_tokenizer, block_size=4, max_num_batched_tokens=20)
+    system = smollm_tokenizer(
+        "You are a careful assistant. Answer briefly, in plain words, and cite the tools you use."
+    ).input_ids
+    assert 16 < len(system) < 24
+    for key, question in (("first", " What is the capital of France?"), ("second", " How tall is Everest?")):
+        ids = system + smollm_tokenizer(question).input_ids
+        engine.add_request(key, ids, greedy(6))
+        outs = run_to_completion(engine)[key]
+        assert generated_ids(outs) == hf_greedy(hf, ids, 6)
+    assert outs[-1].num_cached_tokens == 16  # the second: from the checkpoint at 16, inside the shared 16+ tokens
