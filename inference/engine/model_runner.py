@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .kv_cache.block_pool import FULL, STATE, WINDOW, BlockCopy
-from .kv_cache.memory_plan import model_window
+from .kv_cache.layout import model_window
 from .kv_cache.tensors import KVGroup, allocate_layer_caches
 from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
 from .layers.gated_deltanet import StateMetadata
@@ -82,7 +82,7 @@ class ModelRunner:
         self.device = torch.device(device)
         kv_dtype = kv_dtype or dtype
         kv_heads = model.kv_shape[1]
-        # One block past the block manager's: where a static decode's padding rows write (runner/decode_graphs.py).
+        # One block past the coordinator's: where a static decode's padding rows write (runner/decode_graphs.py).
         self.padding_slot = num_blocks * block_size
         self.full = KVGroup.create(num_blocks, block_size, kv_heads, self.device)
         window = model_window(model)
@@ -110,6 +110,8 @@ class ModelRunner:
             raise ValueError("static decode runs the model's torch forward, not the fused CPU step")
         if self.window is not None:
             raise ValueError("static decode keeps one table per row: not yet the sliding-window pool's")
+        if self.recurrent:
+            raise ValueError("static decode addresses no recurrent state slots: not yet a hybrid model's")
         self.static_decode = StaticDecode(self, max_rows, max_blocks)
         if graphs:
             try:

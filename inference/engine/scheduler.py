@@ -125,7 +125,8 @@ class Scheduler:
             budget -= wanted
             batch.prefills.append((seq, wanted))
         self._add_guesses(batch, budget)
-        batch.copies, batch.replays = self.kv_cache.take_copies(), self.kv_cache.take_replays()
+        if not batch.is_empty:  # (an empty step runs nothing: what is pending waits for one that does)
+            batch.copies, batch.replays = self.kv_cache.take_copies(), self.kv_cache.take_replays()
         return batch
 
     def _add_guesses(self, batch: ScheduledBatch, budget: int) -> None:

@@ -95,6 +95,8 @@ class Sequence:
         self.window_table = []
         self.window_named = 0
         self.state_table = []
+        self.state_checkpoints = []
+        self.state_verified_from = None
         self.status = SequenceStatus.WAITING
         self.slot = None
         self.pool_sum = None  # mean pooling sums the prompt again as it is recomputed

@@ -76,6 +76,8 @@ def test_no_layer_imports_a_layer_above_it(layer, forbidden):
         "kv_cache/full_attention",
         "kv_cache/sliding_window",
         "kv_cache/block_pool",
+        "kv_cache/recurrent_state",
+        "kv_cache/layout",
         "scheduler",
         "sequence",
         "engine",

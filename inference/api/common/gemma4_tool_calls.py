@@ -18,6 +18,7 @@ string, number, boolean, enum or null to its type, and a nested object or list t
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 
@@ -149,7 +150,8 @@ def _scalar(word: str):
     if INTEGER.fullmatch(word):
         return int(word)
     if NUMBER.fullmatch(word):
-        return float(word)
+        number = float(word)
+        return number if math.isfinite(number) else word  # (1e999: JSON has no infinity)
     return word  # a bare word: the model left out the marks (one word only: `1 2` is no value)
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from ..sequence import Sequence
 from .block_pool import STATE, BlockCopy
 from .full_attention import FullAttentionBlocks
-from .memory_plan import layer_kinds, model_window, window_pool_blocks
-from .recurrent_state import RecurrentStateSlots
+from .layout import layer_kinds, model_window, window_pool_blocks
+from .recurrent_state import RecurrentStateSlots, checkpoint_rows
 from .sliding_window import SlidingWindowBlocks
 
 
@@ -51,7 +51,7 @@ class KVCacheCoordinator:
         window = SlidingWindowBlocks(window_blocks, config.block_size, model_window(model)) if window_blocks else None
         state = None
         if STATE in layer_kinds(model):
-            checkpoints = num_slots if config.enable_prefix_caching else 0
+            checkpoints = checkpoint_rows(num_slots, config.enable_prefix_caching)
             state = RecurrentStateSlots(num_slots, config.block_size, checkpoints)
         return cls(num_blocks, config.block_size, config.enable_prefix_caching, window, state)
 
@@ -75,9 +75,6 @@ class KVCacheCoordinator:
     @property
     def num_used_blocks(self) -> int:
         return self.num_blocks - self.num_free_blocks
-
-    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
-        return self.full.blocks_needed(seq, num_new_tokens)
 
     def can_grow(self, seq: Sequence, num_new_tokens: int) -> bool:
         return all(manager.can_grow(seq, num_new_tokens) for manager in self.managers)

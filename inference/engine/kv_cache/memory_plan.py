@@ -1,9 +1,6 @@
-"""The memory plan: how many blocks of each kind fit in memory, and where each layer's K/V goes.
-
-A layer's place follows its window (`model.layer_windows()`, where the model has sliding-window
-layers, else every layer is full): the full-attention pool, sized from memory, or the
-sliding-window layers' own pool, sized by the batch (sliding_window.py), taken off the budget first.
-"""
+"""The memory plan: how many blocks fit in memory once what is sized by the batch is taken off the
+budget first (the sliding-window layers' pool, sliding_window.py; a hybrid's state slots and
+checkpoints, recurrent_state.py). Which layer keeps which kind of cache: layout.py."""
 
 from __future__ import annotations
 
@@ -13,7 +10,8 @@ import psutil
 import torch
 
 from .block_pool import FULL, STATE, WINDOW
-from .sliding_window import SlidingWindowBlocks
+from .layout import layer_kinds, window_pool_blocks
+from .recurrent_state import checkpoint_rows
 
 MB = 1024 * 1024
 log = logging.getLogger("minivllm.engine")
@@ -67,7 +65,7 @@ def plan_num_blocks(
     above, never fewer than one `max_model_len` request where memory allows); on CUDA, what is left
     of the engine's share of the GPU (`gpu_budget`); never more than `max_num_seqs` full contexts
     use, nor more than exists. The engine lowers max_model_len to what the pool holds.
-    `reserved_bytes`: a part of the pool sized apart (the sliding-window layers'), taken first."""
+    `reserved_bytes`: what is sized apart (the sliding-window layers' pool, a hybrid's state slots), taken first."""
     per_block = bytes_per_block(kv_shape, block_size, dtype)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
@@ -81,7 +79,8 @@ def plan_num_blocks(
         budget = min(kv_cache_mb * MB, int(available * KV_CEILING_FRACTION))
     num_blocks = (budget - reserved_bytes) // per_block
     if num_blocks < 1:
-        raise ValueError(f"the KV cache budget ({budget // MB} MB) is smaller than one block ({per_block} bytes)")
+        apart = f", after {reserved_bytes // MB} MB sized by the batch (window pool, state slots)," if reserved_bytes else ""
+        raise ValueError(f"the KV cache budget ({budget // MB} MB){apart} is smaller than one block ({per_block} bytes)")
     if max_num_seqs and max_model_len:  # more than every slot's full context would never be used
         num_blocks = min(num_blocks, max_num_seqs * -(-max_model_len // block_size))
     return num_blocks
@@ -110,32 +109,6 @@ def gpu_budget(total: int, free: int, utilization: float, engine_bytes: int) -> 
     return budget
 
 
-def layer_windows(model) -> list[int | None]:
-    """Each layer's sliding window, None for full attention."""
-    windows = getattr(model, "layer_windows", None)
-    return list(windows()) if windows is not None else [None] * model.kv_shape[0]
-
-
-def model_window(model) -> int | None:
-    """The window the sliding-window pool keeps per sequence (the widest, where layers differ)."""
-    return max((w for w in layer_windows(model) if w is not None), default=None)
-
-
-def window_pool_blocks(model, block_size: int, num_slots: int, step_tokens: int, max_model_len: int) -> int:
-    """The sliding-window pool's blocks (0 for a model without sliding-window layers)."""
-    window = model_window(model)
-    return 0 if window is None else SlidingWindowBlocks.pool_size(num_slots, window, block_size, step_tokens, max_model_len)
-
-
-def layer_kinds(model) -> list[str]:
-    """Each layer's kind of cache: FULL or WINDOW (by its window) or, in a hybrid model, STATE
-    (a recurrent layer: `model.cache_kinds()`)."""
-    kinds = getattr(model, "cache_kinds", None)
-    if kinds is not None:
-        return list(kinds())
-    return [FULL if window is None else WINDOW for window in layer_windows(model)]
-
-
 def split_kv_shape(model) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(full-attention layers, kv heads, head dim) and the same for the sliding-window layers."""
     kinds = layer_kinds(model)
@@ -158,7 +131,7 @@ def plan_kv_blocks(config, bundle, kv_dtype, num_slots: int, engine_bytes: int =
     )
     if window_blocks and full_shape[0] == 0:  # every layer windowed: the full pool is bookkeeping only
         return num_slots * -(-bundle.max_model_len // config.block_size)
-    checkpoints = num_slots if config.enable_prefix_caching else 0  # (kv_cache/recurrent_state.py)
+    checkpoints = checkpoint_rows(num_slots, config.enable_prefix_caching)
     reserved = state_bytes(bundle.model, num_slots + checkpoints)  # a hybrid's state slots, before the blocks
     if window_blocks:
         reserved += (window_blocks + 1) * bytes_per_block(window_shape, config.block_size, kv_dtype)

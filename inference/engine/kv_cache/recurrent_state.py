@@ -8,9 +8,10 @@ as its K/V). A fork gets a slot of its own with a copy of its parent's state: bo
 same prompt. There is a running slot per batch slot, so a running sequence never waits for one.
 
 Prefix caching: a state cannot be cut back to an earlier position, so a cached prefix resumes only
-where a copy of the state was kept, a checkpoint. A prompt leaves them as its prefill passes every
-CHECKPOINT_EVERY tokens and its last block boundary (the layer saves the state there as its chunk
-passes), each named by the chained hash of the block that ends there, as llama.cpp's context
+where a copy of the state was kept, a checkpoint. A prompt leaves them as its prefill passes its
+last block boundary and CHECKPOINT_EVERY tokens, then twice, four times as many (512, 1024, 2048,
+...: a long prompt keeps a few, not one per stretch, so it does not flush every other conversation's;
+the layer saves the state there as its chunk passes), each named by the chained hash of the block that ends there, as llama.cpp's context
 checkpoints and vLLM's hybrid prefix caching keep them. A later prompt with that prefix takes a
 running slot holding a copy of the last one it shares (`take_copies`: made before the step's
 forward) and computes from there: an agent's next turn from the end of its last prompt, another
@@ -40,7 +41,12 @@ class StateReplay(NamedTuple):
     rows: int
 
 
-CHECKPOINT_EVERY = 512  # tokens between a prefill's checkpoints (besides its last block boundary)
+CHECKPOINT_EVERY = 512  # a prefill's first checkpoint; then at twice, four times ... as far (and its last boundary)
+
+
+def checkpoint_rows(num_slots: int, enable_prefix_caching: bool) -> int:
+    """How many checkpoint rows the state pool keeps beside its running slots (the memory plan's too)."""
+    return num_slots if enable_prefix_caching else 0
 
 
 class RecurrentStateSlots:
@@ -71,23 +77,32 @@ class RecurrentStateSlots:
         return bool(seq.state_table) or bool(self.free_slots)
 
     def grow(self, seq: Sequence, num_new_tokens: int) -> None:
-        """A running slot on first run; and a checkpoint row where this step's tokens pass the
-        prompt's last block boundary (the layer saves the state there)."""
+        """A running slot on first run; and a checkpoint row at each checkpoint position this step's
+        tokens pass (`_checkpoint_positions`; the layer saves the state there), the prompt's last
+        block boundary first where rows run short."""
         if not seq.state_table:
             seq.state_table.append(self.free_slots.popleft())
-        for position in self._checkpoint_positions(seq, num_new_tokens):
+        positions = self._checkpoint_positions(seq, num_new_tokens)
+        last = (seq.num_prompt_tokens - 1) // self.block_size * self.block_size
+        kept = []
+        for position in sorted(positions, key=lambda p: p != last):  # the last boundary first
             if not self.checkpoints.num_free:
                 break
-            seq.state_checkpoints.append((position, self.num_slots + self.checkpoints.take()))
+            kept.append((position, self.num_slots + self.checkpoints.take()))
+        seq.state_checkpoints.extend(sorted(kept))
 
     def _checkpoint_positions(self, seq: Sequence, num_new_tokens: int) -> list[int]:
-        """The block boundaries this step's tokens pass where the prompt keeps its state: every
-        CHECKPOINT_EVERY tokens (rounded to a block) and the last boundary before its last token."""
+        """The block boundaries this step's tokens pass where the prompt keeps its state: `every`
+        tokens, twice, four times as far ..., and the last boundary before its last token."""
         if not self.checkpoints.num_blocks:
             return []
         last = (seq.num_prompt_tokens - 1) // self.block_size * self.block_size
         start, end = seq.num_computed_tokens, min(seq.num_computed_tokens + num_new_tokens, last)
-        positions = list(range((start // self.every + 1) * self.every, end + 1, self.every))
+        positions, position = [], self.every
+        while position <= end:
+            if position > start:
+                positions.append(position)
+            position *= 2
         if start < last <= start + num_new_tokens and last not in positions:
             positions.append(last)
         return positions

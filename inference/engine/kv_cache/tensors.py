@@ -14,7 +14,7 @@ import torch
 
 from ..runner.block_tables import BlockTables
 from .block_pool import FULL, STATE, WINDOW
-from .memory_plan import layer_kinds
+from .layout import layer_kinds
 
 MADV_HUGEPAGE, MADV_POPULATE_WRITE = 14, 23  # Linux's madvise advice numbers (the latter: 5.14 and later)
 
@@ -69,7 +69,7 @@ def allocate_kv_pool(kv_shape, num_blocks: int, block_size: int, dtype, device) 
 
 @dataclass
 class KVGroup:
-    """One pool's addressing: its blocks (one past the block manager's: a padding or null block),
+    """One pool's addressing: its blocks (one past the coordinator's: a padding or null block),
     each kv head's offset in its head-major layout, and the device copy of its sequences' tables."""
 
     pool_blocks: int

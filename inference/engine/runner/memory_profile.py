@@ -13,7 +13,7 @@ import torch
 
 from ..kv_cache.block_pool import STATE
 from ..kv_cache.coordinator import KVCacheCoordinator
-from ..kv_cache.memory_plan import layer_kinds
+from ..kv_cache.layout import layer_kinds
 from ..kv_cache.recurrent_state import RecurrentStateSlots
 from ..model_runner import ModelRunner
 from ..sample.sampling_params import SamplingParams

@@ -11,7 +11,7 @@ import torch
 
 from inference.engine.config import EngineConfig
 from inference.engine.errors import PromptTooLongError
-from inference.engine.kv_cache import memory_plan as kv_pool
+from inference.engine.kv_cache import memory_plan
 from inference.engine.kv_cache.memory_plan import bytes_per_block, plan_num_blocks
 from inference.engine.sample.sampling_params import SamplingParams
 from tests.support.engine_helpers import engine_for
@@ -30,13 +30,13 @@ MB = 1024 * 1024
 
 
 def planned_tokens(monkeypatch, available_mb: int, max_model_len: int, kv_cache_mb=None) -> int:
-    monkeypatch.setattr(kv_pool.psutil, "virtual_memory", lambda: SimpleNamespace(available=available_mb * MB))
+    monkeypatch.setattr(memory_plan.psutil, "virtual_memory", lambda: SimpleNamespace(available=available_mb * MB))
     return 16 * plan_num_blocks(KV_SHAPE, 16, torch.float32, torch.device("cpu"), kv_cache_mb, 0.5, max_model_len)
 
 
 def test_the_planned_pool_is_a_share_of_memory_capped_and_never_below_one_full_context(monkeypatch):
     per_token = bytes_per_block(KV_SHAPE, 16, torch.float32) // 16
-    assert planned_tokens(monkeypatch, 24 * 1024, 8192) * per_token <= (kv_pool.KV_CAP_MB + 1) * MB  # capped
+    assert planned_tokens(monkeypatch, 24 * 1024, 8192) * per_token <= (memory_plan.KV_CAP_MB + 1) * MB  # capped
     assert planned_tokens(monkeypatch, 24 * 1024, 8192) >= 8192
     # 1 GB free: a quarter (256 MB, 5.6k tokens) would not hold 8,192 tokens; the floor does
     assert planned_tokens(monkeypatch, 1024, 8192) >= 8192

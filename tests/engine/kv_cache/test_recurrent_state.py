@@ -125,3 +125,14 @@ def test_a_long_prompt_keeps_checkpoints_along_the_way_that_a_shared_prefix_resu
     second = Sequence("b", system + [9, 9, 9, 9, 9, 9], SamplingParams())
     cache.reuse_cached_prefix(second)
     assert second.num_computed_tokens == 16 and len(cache.take_copies()) == 1
+
+
+def test_a_long_prompt_keeps_a_few_checkpoints_not_one_per_stretch_and_its_last_first():
+    cache = manager(checkpoints=3, every=8)
+    seq = Sequence("a", list(range(101)), SamplingParams())  # boundaries kept: 8, 16, 32, 64 and the last, 100
+    cache.grow(seq, 101)
+    assert [position for position, _ in seq.state_checkpoints] == [8, 16, 100]  # 3 rows: the last one first
+    other = manager(checkpoints=8, every=8)
+    seq = Sequence("b", list(range(101)), SamplingParams())
+    other.grow(seq, 101)
+    assert [position for position, _ in seq.state_checkpoints] == [8, 16, 32, 64, 100]

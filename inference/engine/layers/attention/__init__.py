@@ -1,7 +1,7 @@
 """Attention over the paged KV cache.
 
 Every layer's cache is head-major, `[kv_heads, num_blocks, block_size, head_dim]` (see
-kv_pool.allocate_kv_pool), in float16 on CPU where the weights are smaller than float32
+kv_cache/tensors.allocate_kv_pool), in float16 on CPU where the weights are smaller than float32
 (config.kv_dtype_for): the maths stays in the model's dtype, the cache's values widened as read.
 The model runner turns each step's block tables into row indices once, shared by every layer
 (metadata.py): `write_rows` into the `[kv_heads * slots, head_dim]` view for the new tokens' K/V,
