@@ -148,6 +148,9 @@ def test_a_repeated_prefix_resumes_from_a_state_checkpoint(hf, smollm_tokenizer)
     engine.add_request("other", unrelated, greedy(6))
     outs = run_to_completion(engine)["other"]
     assert generated_ids(outs) == hf_greedy(hf, unrelated, 6) and outs[-1].num_cached_tokens == 0
+    state = engine.kv_cache.state  # everything given back: slots free, checkpoints held by nobody
+    assert state.num_free == engine.num_slots and all(row.ref_count == 0 for row in state.checkpoints.blocks)
+    assert state.pending == [] and state.replays == []
 
 
 def test_a_resumed_request_and_a_json_schema_run_on_the_hybrid(hf, smollm_tokenizer):
