@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass
 
 from .config import EngineConfig
-from .detokenizer import IncrementalDetokenizer
 from .engine_state import ModelInfo
 from .engine_stats import EngineStats
 from .errors import FatalDeviceError, is_fatal_device_error
@@ -28,11 +27,11 @@ from .outputs import RequestOutput
 from .prompt import check_request, prompt_token_ids
 from .resume import check_resume, replay
 from .runner.memory_profile import engine_bytes
-from .sample.reasoning import ReasoningState
-from .sample.sampler import Sampler, SamplerOutput, SamplingContext, make_generator
+from .sample.request_decoding import RequestDecoding
+from .sample.sampler import Sampler, SamplerOutput, SamplingContext
 from .sample.sampling_params import SamplingParams
-from .sample.structured import NO_MASKS, GrammarError, Grammars, PendingMasks, one_token_mask
-from .sample.tool_trigger import ToolTrigger
+from .sample.structured import NO_MASKS, Grammars, PendingMasks, one_token_mask
+from .sample.tool_call_steps import ToolCallSteps
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
 from .spec_decode.proposer import Speculator
@@ -53,7 +52,7 @@ class StepSample:
     now: float
 
 
-class LLMEngine:
+class LLMEngine(RequestDecoding, ToolCallSteps):
     def __init__(self, config: EngineConfig | None = None, bundle: ModelBundle | None = None):
         self.config = config = config or EngineConfig()
         self.bundle = bundle = bundle or load_model(config)
@@ -192,52 +191,6 @@ class LLMEngine:
             self.scheduler.add(seq)
         self.total_prompt_tokens += len(token_ids)
 
-    @property
-    def grammars(self) -> Grammars:
-        """The tokenizer as the grammar library sees it (~1 s to build): made on first use, by whichever
-        thread asks first (the web side compiles a request's grammar before queueing it)."""
-        with self._grammars_lock:
-            if self._grammars is None:
-                self._grammars = Grammars(self.tokenizer, self.bundle.model.vocab_size, self.bundle.eos_token_ids)
-            return self._grammars
-
-    def _sequence(self, request_id: str, token_ids: list[int], params: SamplingParams, index: int) -> Sequence:
-        seq = Sequence(request_id, token_ids, params)
-        seq.index = index
-        if params.structured is not None:
-            seq.matcher = self.grammars.matcher(params.structured)
-        if params.reasoning is not None:
-            encode = self._marker_ids
-            start = params.reasoning.get("start") if not params.reasoning.get("opened", True) else None
-            seq.reasoning = ReasoningState(
-                encode(params.reasoning["end"]), params.reasoning.get("budget"), encode(start) if start else None
-            )
-        seq.generator = make_generator(params.seed, self.bundle.device)
-        self.speculator.attach(seq, params.prediction)
-        seq.detokenizer = IncrementalDetokenizer(
-            self.tokenizer, token_ids, stop=params.stop, include_stop_str=params.include_stop_str_in_output
-        )
-        if params.tool_trigger is not None and params.structured is None:
-            seq.tool_trigger = self._tool_trigger(seq, params.tool_trigger)
-        return seq
-
-    def _tool_trigger(self, seq: Sequence, spec: dict) -> ToolTrigger | None:
-        """The sequence's watch for a tool call opening (engine/sample/tool_trigger.py); None where its
-        grammar does not compile: the reply then stays free rather than failing (the request path
-        compiled it before, off this loop, and dropped it there already if it could not)."""
-        try:
-            self.grammars.compile(spec["grammar"])
-        except GrammarError as exc:
-            log.warning("request %s: tool-call grammar dropped, the reply stays free: %s", seq.request_id, exc)
-            return None
-        return ToolTrigger(spec, seq.detokenizer.token_text, lambda text: self.tokenizer.encode(text, add_special_tokens=False))
-
-    def _marker_ids(self, marker: str) -> list[int]:
-        """A reasoning marker's token ids, tokenized once per marker."""
-        if marker not in self._markers:
-            self._markers[marker] = self.tokenizer.encode(marker, add_special_tokens=False)
-        return self._markers[marker]
-
     def abort(self, request_id: str) -> bool:
         """Frees the request's slots and blocks now (every completion of it); its final output
         comes with the next step."""
@@ -311,43 +264,6 @@ class LLMEngine:
         sampled = self.sampler(rows, contexts)
         self._open_calls_at_start(seqs, rows, sampled)
         return StepSample(seqs, verifies, sampled, saved, rows.shape[1], time.monotonic())
-
-    def _open_calls_at_start(self, seqs: list[Sequence], rows, sampled: SamplerOutput) -> None:
-        """A plain row whose answer's first non-blank token opens a bare call (it starts with `{`)
-        draws that token again from the same logits row under the call's grammar, which the
-        sequence keeps from now on: a first `{{` becomes `{` or the call's tag, as the grammar allows."""
-        for row, seq in enumerate(seqs):
-            trigger = seq.tool_trigger
-            if trigger is None or not trigger.at_start or _reasoning(seq) or not trigger.opens_bare(sampled.token_ids[row]):
-                continue
-            if not self._open_call(seq, trigger.tokens, "brace"):
-                continue
-            again = self.sampler(rows[row : row + 1], [self._context(seq, self.grammars.allowed([seq.matcher])[0])])
-            sampled.token_ids[row], sampled.logprobs[row] = again.token_ids[0], again.logprobs[0]
-
-    def _open_call(self, seq: Sequence, written: list[int], how: str) -> bool:
-        """Gives the sequence its call grammar's matcher, fed the tokens that opened the call; where
-        the grammar refuses them the trigger is dropped and the reply stays free."""
-        trigger = seq.tool_trigger
-        matcher = self.grammars.matcher(trigger.grammar)
-        if not all(matcher.consume_token(token_id) for token_id in written):
-            trigger.drop()
-            return False
-        trigger.opened(how)
-        seq.matcher = matcher
-        return True
-
-    def _watch_tool_calls(self, seqs: list[Sequence]) -> None:
-        """After a step's tokens are written: a tag (or a fence, or a `{` not drawn again) that opens
-        a call hands its sequence the call's grammar."""
-        for seq in seqs:
-            trigger = seq.tool_trigger
-            if trigger is None or not trigger.armed or seq.is_finished or _reasoning(seq):
-                continue
-            answer = seq.output_token_ids[seq.reasoning.tokens if seq.reasoning is not None else 0 :]
-            opening = trigger.observe(answer)
-            if opening is not None:
-                self._open_call(seq, opening, trigger.opened_by)
 
     def _process(self, sample: StepSample) -> list[RequestOutput]:
         """Each plain row's token written, then each verification's accepted guesses and one more."""
@@ -426,8 +342,3 @@ class LLMEngine:
 
     def stats(self) -> EngineStats:
         return EngineStats.of(self)
-
-
-def _reasoning(seq: Sequence) -> bool:
-    """Still in its reasoning block (or not yet known whether it opens one): no answer yet."""
-    return seq.reasoning is not None and seq.reasoning.active

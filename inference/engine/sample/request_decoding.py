@@ -1,0 +1,49 @@
+"""What a request's sequence decodes with, made once as it is queued: its grammar matcher, reasoning
+state, seeded generator, speculation state, incremental detokenizer and tool-call trigger. A part of
+LLMEngine (a mixin): it reads the engine's tokenizer, grammars, speculator and bundle."""
+
+from __future__ import annotations
+
+from ..detokenizer import IncrementalDetokenizer
+from ..sequence import Sequence
+from .reasoning import ReasoningState
+from .sampler import make_generator
+from .sampling_params import SamplingParams
+from .structured import Grammars
+
+
+class RequestDecoding:
+    @property
+    def grammars(self) -> Grammars:
+        """The tokenizer as the grammar library sees it (~1 s to build): made on first use, by whichever
+        thread asks first (the web side compiles a request's grammar before queueing it)."""
+        with self._grammars_lock:
+            if self._grammars is None:
+                self._grammars = Grammars(self.tokenizer, self.bundle.model.vocab_size, self.bundle.eos_token_ids)
+            return self._grammars
+
+    def _sequence(self, request_id: str, token_ids: list[int], params: SamplingParams, index: int) -> Sequence:
+        seq = Sequence(request_id, token_ids, params)
+        seq.index = index
+        if params.structured is not None:
+            seq.matcher = self.grammars.matcher(params.structured)
+        if params.reasoning is not None:
+            encode = self._marker_ids
+            start = params.reasoning.get("start") if not params.reasoning.get("opened", True) else None
+            seq.reasoning = ReasoningState(
+                encode(params.reasoning["end"]), params.reasoning.get("budget"), encode(start) if start else None
+            )
+        seq.generator = make_generator(params.seed, self.bundle.device)
+        self.speculator.attach(seq, params.prediction)
+        seq.detokenizer = IncrementalDetokenizer(
+            self.tokenizer, token_ids, stop=params.stop, include_stop_str=params.include_stop_str_in_output
+        )
+        if params.tool_trigger is not None and params.structured is None:
+            seq.tool_trigger = self._tool_trigger(seq, params.tool_trigger)
+        return seq
+
+    def _marker_ids(self, marker: str) -> list[int]:
+        """A reasoning marker's token ids, tokenized once per marker."""
+        if marker not in self._markers:
+            self._markers[marker] = self.tokenizer.encode(marker, add_special_tokens=False)
+        return self._markers[marker]

@@ -1,0 +1,70 @@
+"""The tool-call trigger's part of a step (sample/tool_trigger.py): a sequence's watch made at
+queueing, a bare call's opening token drawn again under the call's grammar, and a tag seen after a
+step handing its sequence that grammar. A part of LLMEngine (a mixin): it reads the engine's
+grammars, sampler, tokenizer and sampling contexts."""
+
+from __future__ import annotations
+
+import logging
+
+from ..sequence import Sequence
+from .sampler import SamplerOutput
+from .structured import GrammarError
+from .tool_trigger import ToolTrigger
+
+log = logging.getLogger("minivllm.engine")
+
+
+class ToolCallSteps:
+    def _tool_trigger(self, seq: Sequence, spec: dict) -> ToolTrigger | None:
+        """The sequence's watch for a tool call opening (engine/sample/tool_trigger.py); None where its
+        grammar does not compile: the reply then stays free rather than failing (the request path
+        compiled it before, off this loop, and dropped it there already if it could not)."""
+        try:
+            self.grammars.compile(spec["grammar"])
+        except GrammarError as exc:
+            log.warning("request %s: tool-call grammar dropped, the reply stays free: %s", seq.request_id, exc)
+            return None
+        return ToolTrigger(spec, seq.detokenizer.token_text, lambda text: self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _open_calls_at_start(self, seqs: list[Sequence], rows, sampled: SamplerOutput) -> None:
+        """A plain row whose answer's first non-blank token opens a bare call (it starts with `{`)
+        draws that token again from the same logits row under the call's grammar, which the
+        sequence keeps from now on: a first `{{` becomes `{` or the call's tag, as the grammar allows."""
+        for row, seq in enumerate(seqs):
+            trigger = seq.tool_trigger
+            if trigger is None or not trigger.at_start or _reasoning(seq) or not trigger.opens_bare(sampled.token_ids[row]):
+                continue
+            if not self._open_call(seq, trigger.tokens, "brace"):
+                continue
+            again = self.sampler(rows[row : row + 1], [self._context(seq, self.grammars.allowed([seq.matcher])[0])])
+            sampled.token_ids[row], sampled.logprobs[row] = again.token_ids[0], again.logprobs[0]
+
+    def _open_call(self, seq: Sequence, written: list[int], how: str) -> bool:
+        """Gives the sequence its call grammar's matcher, fed the tokens that opened the call; where
+        the grammar refuses them the trigger is dropped and the reply stays free."""
+        trigger = seq.tool_trigger
+        matcher = self.grammars.matcher(trigger.grammar)
+        if not all(matcher.consume_token(token_id) for token_id in written):
+            trigger.drop()
+            return False
+        trigger.opened(how)
+        seq.matcher = matcher
+        return True
+
+    def _watch_tool_calls(self, seqs: list[Sequence]) -> None:
+        """After a step's tokens are written: a tag (or a fence, or a `{` not drawn again) that opens
+        a call hands its sequence the call's grammar."""
+        for seq in seqs:
+            trigger = seq.tool_trigger
+            if trigger is None or not trigger.armed or seq.is_finished or _reasoning(seq):
+                continue
+            answer = seq.output_token_ids[seq.reasoning.tokens if seq.reasoning is not None else 0 :]
+            opening = trigger.observe(answer)
+            if opening is not None:
+                self._open_call(seq, opening, trigger.opened_by)
+
+
+def _reasoning(seq: Sequence) -> bool:
+    """Still in its reasoning block (or not yet known whether it opens one): no answer yet."""
+    return seq.reasoning is not None and seq.reasoning.active
