@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..kv_cache.block_pool import FULL
+from ..kv_cache.memory_plan import state_bytes
 from ..kv_cache.recurrent_state import STATE
 from ..layers.attention import AttentionMetadata, paged_attention
 from ..layers.gated_deltanet import GatedDeltaNet
@@ -120,8 +121,7 @@ class Qwen35ForCausalLM(LlamaForCausalLM):
     def attention_layout(self) -> str:
         """E.g. "hybrid: 18 Gated DeltaNet + 6 attention layers, state 12 MB a sequence"."""
         linear = sum(layer.linear for layer in self.layers)
-        elements = sum(conv[0] * conv[1] + rec[0] * rec[1] * rec[2] for conv, rec in self.state_shapes())
-        mb = elements * 4 / 2**20
+        mb = state_bytes(self, 1) / 2**20
         return f"hybrid: {linear} Gated DeltaNet + {len(self.layers) - linear} attention layers, state {mb:.3g} MB a sequence"
 
     def gguf_layout(self):
