@@ -169,7 +169,8 @@ def load_model(config: EngineConfig) -> ModelBundle:
             )
             bundle.weights_label = gguf_blocks_label(kernels_used)
             return bundle
-        if (device.type != "cpu" or kernels() is None) and gguf_dense.can_build(model_class, gguf.hf_config, gguf):
+        own_reader = device.type != "cpu" or kernels() is None or not getattr(model_class, "TRANSFORMERS_READS_GGUF", True)
+        if own_reader and gguf_dense.can_build(model_class, gguf.hf_config, gguf):
             max_model_len = _context_length(gguf.hf_config, config.max_model_len)
             model = gguf_dense.build(model_class, gguf.hf_config, gguf, max_model_len, device, dtype)
             prepare_linears(model, choice, device)  # refuses the CPU-only formats (MINIVLLM_QUANT=int4 on CUDA, ...)

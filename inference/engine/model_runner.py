@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .kv_cache.block_pool import FULL, STATE, WINDOW, BlockCopy
-from .kv_cache.layout import model_window
+from .kv_cache.layout import kind_head_shape, kv_sources, model_window
 from .kv_cache.tensors import KVGroup, allocate_layer_caches
 from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
 from .layers.gated_deltanet import StateMetadata
@@ -81,12 +81,13 @@ class ModelRunner:
         self.block_size = block_size
         self.device = torch.device(device)
         kv_dtype = kv_dtype or dtype
-        kv_heads = model.kv_shape[1]
         # One block past the coordinator's: where a static decode's padding rows write (runner/decode_graphs.py).
         self.padding_slot = num_blocks * block_size
-        self.full = KVGroup.create(num_blocks, block_size, kv_heads, self.device)
-        window = model_window(model)
-        self.window = KVGroup.create(num_window_blocks, block_size, kv_heads, self.device, window) if num_window_blocks else None
+        self.full = KVGroup.create(num_blocks, block_size, kind_head_shape(model, FULL)[0], self.device)
+        window, window_heads = model_window(model), kind_head_shape(model, WINDOW)[0]
+        self.window = (
+            KVGroup.create(num_window_blocks, block_size, window_heads, self.device, window) if num_window_blocks else None
+        )
         self.groups = {FULL: self.full, **({WINDOW: self.window} if self.window is not None else {})}  # by kind
         self.kv_caches, self.layer_kinds = allocate_layer_caches(
             model, self.full, self.window, kv_dtype, self.device, num_state_slots
@@ -94,13 +95,14 @@ class ModelRunner:
         self.recurrent = STATE in self.layer_kinds
         self.replay_inputs: dict = {}  # verifications' recurrent inputs, until replayed (layers/gated_deltanet.py)
         self.mixers = model.recurrent_mixers() if self.recurrent else {}  # layer index -> its recurrent mixer
-        self.kv_pool_bytes = sum(k.nbytes + v.nbytes for k, v in self.kv_caches)
+        self.kv_sources = kv_sources(model)  # a KV-shared layer's cache is its source layer's (the same tensors)
+        self.kv_pool_bytes = sum(k.nbytes + v.nbytes for i, (k, v) in enumerate(self.kv_caches) if self.kv_sources[i] == i)
         # Each kv head's part of the head-major cache starts this many slots / blocks further on.
         self.head_slot_offsets, self.head_block_offsets = self.full.head_slot_offsets, self.full.head_block_offsets
         self.block_tables = self.full.tables
         self.static_decode: StaticDecode | None = None
         self.decode_attention, self.decode_kernels = choose_decode_attention(
-            self.device, dtype, model.kv_shape[2], kv_dtype, block_size
+            self.device, dtype, tuple({kind_head_shape(model, kind)[1] for kind in self.groups}), kv_dtype, block_size
         )
 
     def enable_static_decode(self, max_rows: int, max_blocks: int, graphs: bool) -> StaticDecode:
@@ -283,7 +285,7 @@ class ModelRunner:
             destinations = self._tensor([copy.destination for copy in pairs])
             dim = 0 if kind == STATE else 1  # states are slot-major, K/V head-major
             for layer, (k_cache, v_cache) in enumerate(self.kv_caches):
-                if self.layer_kinds[layer] == kind:
+                if self.layer_kinds[layer] == kind and self.kv_sources[layer] == layer:
                     k_cache.index_copy_(dim, destinations, k_cache.index_select(dim, sources))
                     v_cache.index_copy_(dim, destinations, v_cache.index_select(dim, sources))
 

@@ -108,6 +108,8 @@ GEMMA4_TINY = dict(
     sliding_window=16,
     max_position_embeddings=512,
     hidden_size_per_layer_input=8,  # per-layer embeddings, as in E2B/E4B; 0 drops them
+    use_double_wide_mlp=True,  # the shared layers' MLP twice as wide, as in E2B
+    final_logit_softcapping=30.0,
 )
 
 
@@ -129,16 +131,17 @@ def tiny_gemma4_folder(path: Path, tokenizer=None, seed: int = 0, **overrides) -
 
 
 def _save(model_class, config, tokenizer, path: Path, seed: int) -> Path:
-    """Random weights, every 1-D parameter (norms, A_log, dt_bias) moved off its initial value, so a loader
-    that misses one of the converter's transforms (+1 norms, -exp(A_log), head reordering) shows it."""
+    """Random weights, every 1-D parameter and saved buffer (norms, A_log, dt_bias, Gemma 4's layer
+    scalars) moved off its initial value, so a loader that misses one of the converter's transforms
+    (+1 norms, -exp(A_log), head reordering) or one of these tensors shows it."""
     import torch
 
     torch.manual_seed(seed)
     model = model_class(config).eval()
     with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.ndim == 1:
-                parameter.add_(torch.randn_like(parameter) * 0.1)
+        for tensor in model.state_dict().values():  # (the tensors themselves: parameters and saved buffers)
+            if tensor.ndim == 1 and tensor.is_floating_point():
+                tensor.add_(torch.randn_like(tensor) * 0.1)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return Path(path)

@@ -23,6 +23,7 @@ SERVED_ARCHITECTURES = (
     "qwen2",
     "qwen3",
     "gemma3",
+    "gemma4",
     "phi3",
     "smollm3",
     "qwen3moe",
@@ -62,6 +63,8 @@ def config_dict(metadata: dict, tensor_names: tuple[str, ...]) -> dict:
         config["sliding_window"] = metadata.get(f"{architecture}.attention.sliding_window")
     if architecture == "gemma3":
         _gemma3_fields(config, metadata)
+    elif architecture == "gemma4":
+        _gemma4_fields(config, metadata, tensor_names)
     elif architecture == "phi3":
         _phi3_fields(config, metadata, tensor_names)
     elif architecture == "smollm3":
@@ -126,6 +129,50 @@ def _gemma3_fields(config: dict, metadata: dict) -> None:
     )
     if metadata.get("gemma3.rope.scaling.type") == "linear":
         config["rope_scaling"] = {"rope_type": "linear", "factor": float(metadata["gemma3.rope.scaling.factor"])}
+
+
+def _gemma4_fields(config: dict, metadata: dict, tensor_names: tuple[str, ...]) -> None:
+    """Gemma 4 as llama.cpp's converter writes it, which transformers' tables read only in part:
+    the layer types (`sliding_window_pattern`), the sliding layers' head width beside the full
+    layers' (`key_length_swa` / `key_length`), per-type K/V heads and per-layer MLP widths where
+    they are arrays, the KV-shared layers, the per-layer inputs, soft-capping, the experts. The full
+    layers' proportional RoPE comes as the file's `rope_freqs` (its unturned frequencies divided by
+    1e30), applied to the model's full-layer rotary at load; `attention_k_eq_v` is a full layer without `attn_v`."""
+    key = lambda name, default=None: metadata.get(f"gemma4.{name}", default)  # noqa: E731
+    swa = [bool(x) for x in key("attention.sliding_window_pattern")]
+    layer_types = ["sliding_attention" if s else "full_attention" for s in swa]
+    first_full = layer_types.index("full_attention")
+    heads_kv, widths = key("attention.head_count_kv"), key("feed_forward_length")
+    heads_kv = heads_kv if isinstance(heads_kv, list) else [heads_kv] * len(swa)
+    widths = widths if isinstance(widths, list) else [widths] * len(swa)
+    config.update(
+        model_type="gemma4_text",
+        layer_types=layer_types,
+        head_dim=key("attention.key_length_swa"),
+        global_head_dim=key("attention.key_length"),
+        num_key_value_heads=heads_kv[swa.index(True)] if True in swa else heads_kv[0],
+        attention_k_eq_v=f"blk.{first_full}.attn_v.weight" not in tensor_names,
+        intermediate_size=widths[0],
+        use_double_wide_mlp=len(set(widths)) > 1,
+        num_kv_shared_layers=key("attention.shared_kv_layers", 0),
+        hidden_size_per_layer_input=key("embedding_length_per_layer_input", 0),
+        final_logit_softcapping=key("final_logit_softcapping"),
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": key("rope.freq_base_swa", 10_000.0)},
+            "full_attention": {"rope_type": "default", "rope_theta": key("rope.freq_base", 1_000_000.0)},
+        },
+        eos_token_id=[1, 106, 50],  # as transformers' reader: <eos>, <turn|> and <|tool_response> end a turn
+    )
+    config["vocab_size_per_layer_input"] = config["vocab_size"]
+    if config["attention_k_eq_v"]:
+        config["num_global_key_value_heads"] = heads_kv[first_full]
+    if key("expert_count"):
+        config.update(
+            enable_moe_block=True,
+            num_experts=key("expert_count"),
+            top_k_experts=key("expert_used_count"),
+            moe_intermediate_size=key("expert_feed_forward_length"),
+        )
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from torch import nn
 from ..models.no_init import WithoutWeightInit
 from .checkpoint import GGUFCheckpoint
 from .dequantize import TYPES, dequantize
-from .weights import _set, _uninterleave_rows, set_rope_factors
+from .weights import _set, _uninterleave_rows, file_embeddings, set_rope_factors
 
 
 def can_build(model_class, hf_config, checkpoint: GGUFCheckpoint) -> bool:
@@ -38,6 +38,8 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
 
     embedding = _tensor(checkpoint, "token_embd.weight", None, device, dtype)
     put("embed_tokens.weight", embedding)
+    for path, name in file_embeddings(model).items():
+        put(path + ".weight", _tensor(checkpoint, name, None, device, dtype))
     for path, parts in linears.items():
         if parts[0][0] not in checkpoint.tensors:  # a bias this file does not have
             continue

@@ -89,9 +89,18 @@ def build(
         model.embed_tokens = model.lm_head.embedding()  # the packed rows serve lookups: no file page stays resident
     else:
         model.embed_tokens = FileEmbedding(checkpoint.raw_tensor("token_embd.weight"), table.shape[1], table.type)
+    for path, name in file_embeddings(model).items():  # other lookup tables (Gemma 4's per-layer inputs)
+        entry = checkpoint.tensors[name]
+        _set(model, path, FileEmbedding(checkpoint.raw_tensor(name), entry.shape[1], entry.type))
     prefetch_for([m for m in model.modules() if isinstance(m, (GroupLinear, BlockLinear, FloatLinear))])
     checkpoint.release_pages()  # the packed copies are what the model reads from now on
     return model.eval(), kernels_used
+
+
+def file_embeddings(model) -> dict[str, str]:
+    """A family's lookup tables besides the token embedding, by module path: the file's tensor of each."""
+    tables = getattr(model, "gguf_embeddings", None)
+    return tables() if tables is not None else {}
 
 
 def _plan(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], kernels_used: Counter, specs: list) -> list:

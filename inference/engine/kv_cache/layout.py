@@ -2,6 +2,9 @@
 
 A layer's place follows its window (`model.layer_windows()`, where the model has sliding-window
 layers) or, in a hybrid, its kind (`model.cache_kinds()`: a recurrent layer keeps a state slot).
+A model may also give each kind its own head shape (`model.kv_head_shapes()`: Gemma 4's full
+layers have wider heads than its sliding ones), and let layers read another layer's K/V instead
+of writing their own (`model.kv_sources()`: Gemma 4's KV-shared layers), which then cost no pool.
 """
 
 from __future__ import annotations
@@ -34,3 +37,27 @@ def layer_kinds(model) -> list[str]:
     if kinds is not None:
         return list(kinds())
     return [FULL if window is None else WINDOW for window in layer_windows(model)]
+
+
+def kv_sources(model) -> list[int]:
+    """Each layer's K/V owner: itself, or for a KV-shared layer the earlier layer whose cache it reads."""
+    sources = getattr(model, "kv_sources", None)
+    return list(sources()) if sources is not None else list(range(len(layer_kinds(model))))
+
+
+def writer_counts(model) -> dict[str, int]:
+    """How many layers of each kind write K/V (or state) of their own: what each pool is sized for."""
+    counts: dict[str, int] = {}
+    for index, (kind, source) in enumerate(zip(layer_kinds(model), kv_sources(model))):
+        if source == index:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def kind_head_shape(model, kind: str) -> tuple[int, int]:
+    """(kv heads, head dim) of the K/V the layers of `kind` keep: the model's one shape unless it gives each kind its own."""
+    shapes = getattr(model, "kv_head_shapes", None)
+    if shapes is not None and kind in shapes():
+        return tuple(shapes()[kind])
+    _, kv_heads, head_dim = model.kv_shape
+    return kv_heads, head_dim

@@ -10,7 +10,7 @@ import psutil
 import torch
 
 from .block_pool import FULL, STATE, WINDOW
-from .layout import layer_kinds, window_pool_blocks
+from .layout import kind_head_shape, layer_kinds, window_pool_blocks, writer_counts
 from .recurrent_state import checkpoint_rows
 
 MB = 1024 * 1024
@@ -110,10 +110,10 @@ def gpu_budget(total: int, free: int, utilization: float, engine_bytes: int) -> 
 
 
 def split_kv_shape(model) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(full-attention layers, kv heads, head dim) and the same for the sliding-window layers."""
-    kinds = layer_kinds(model)
-    _, kv_heads, head_dim = model.kv_shape
-    return (kinds.count(FULL), kv_heads, head_dim), (kinds.count(WINDOW), kv_heads, head_dim)
+    """(full-attention layers, kv heads, head dim) and the same for the sliding-window layers; only
+    the layers that write K/V of their own count (a KV-shared layer reads another's)."""
+    counts = writer_counts(model)
+    return tuple((counts.get(kind, 0), *kind_head_shape(model, kind)) for kind in (FULL, WINDOW))
 
 
 def state_bytes(model, num_slots: int) -> int:

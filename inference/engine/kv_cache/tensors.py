@@ -14,7 +14,7 @@ import torch
 
 from ..runner.block_tables import BlockTables
 from .block_pool import FULL, STATE, WINDOW
-from .layout import layer_kinds
+from .layout import kind_head_shape, kv_sources, layer_kinds
 
 MADV_HUGEPAGE, MADV_POPULATE_WRITE = 14, 23  # Linux's madvise advice numbers (the latter: 5.14 and later)
 
@@ -118,16 +118,19 @@ def allocate_state_pool(shapes, num_slots: int, device) -> list[tuple[torch.Tens
 
 def allocate_layer_caches(model, full: KVGroup, window: KVGroup | None, dtype, device, state_slots: int = 0):
     """Each layer's cache in layer order: a (K, V) pair in its group's pool, or a recurrent layer's
-    (conv, recurrent) states; and each layer's kind (a windowed layer is FULL where no window pool is kept)."""
+    (conv, recurrent) states; and each layer's kind (a windowed layer is FULL where no window pool is
+    kept). A KV-shared layer is given its source layer's tensors: it reads them and writes none."""
     kinds = [FULL if kind == WINDOW and window is None else kind for kind in layer_kinds(model)]
-    _, kv_heads, head_dim = model.kv_shape
+    sources = kv_sources(model)
+    if window is None and kind_head_shape(model, FULL) != kind_head_shape(model, WINDOW) and WINDOW in layer_kinds(model):
+        raise ValueError("this model's sliding-window layers have their own head shape: they need the window pool")
     caches = {}
     for kind, group in ((FULL, full), (WINDOW, window)):
-        layers = [i for i, k in enumerate(kinds) if k == kind]
+        layers = [i for i, k in enumerate(kinds) if k == kind and sources[i] == i]
         if group is not None and layers:
-            shape = (len(layers), kv_heads, head_dim)
+            shape = (len(layers), *kind_head_shape(model, WINDOW if group.window is not None else FULL))
             caches.update(zip(layers, allocate_kv_pool(shape, group.pool_blocks, group.block_size, dtype, device)))
     if STATE in kinds:
         states = allocate_state_pool(model.state_shapes(), state_slots, device)
         caches.update(zip([i for i, k in enumerate(kinds) if k == STATE], states))
-    return [caches[i] for i in range(len(kinds))], kinds
+    return [caches[source] for source in sources], kinds

@@ -30,10 +30,13 @@ def inverse_frequencies(head_dim: int, params: dict) -> torch.Tensor:
         return inv_freq / float(params["factor"])
     if kind == "llama3":
         return _llama3_frequencies(inv_freq, params)
+    if kind == "proportional":  # Gemma 4's full layers: only the first frequencies turn, the rest stay 0
+        turned = int(float(params.get("partial_rotary_factor") or 1.0) * head_dim // 2)
+        return torch.cat([inv_freq[:turned], torch.zeros(len(inv_freq) - turned, dtype=inv_freq.dtype)])
     if kind == "longrope":  # Phi-3's: each frequency divided by its factor (a GGUF's come as a tensor, at load)
         factors = params.get("ext_factors")
         return inv_freq / torch.tensor(factors, dtype=torch.float64) if factors is not None else inv_freq
-    raise ValueError(f"rope type {kind!r} is not supported (supported: default, linear, llama3, longrope)")
+    raise ValueError(f"rope type {kind!r} is not supported (supported: default, linear, llama3, longrope, proportional)")
 
 
 def _llama3_frequencies(inv_freq: torch.Tensor, params: dict) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from ..errors import UnsupportedModelError
 from .gemma3 import Gemma3ForCausalLM
+from .gemma4 import Gemma4ForCausalLM
 from .gpt2 import GPT2LMHeadModel
 from .llama import LlamaForCausalLM
 from .mixtral import MixtralForCausalLM
@@ -28,6 +29,8 @@ MODEL_CLASSES = {
     "qwen3_5_moe_text": Qwen35MoeForCausalLM,
     "smollm3": SmolLM3ForCausalLM,
     "gemma3_text": Gemma3ForCausalLM,
+    "gemma4": Gemma4ForCausalLM,  # the text part of Gemma4ForConditionalGeneration
+    "gemma4_text": Gemma4ForCausalLM,
     "gpt2": GPT2LMHeadModel,
 }
 

@@ -32,13 +32,17 @@ from .prefill import prefill_attention
 __all__ = ["AttentionMetadata", "PrefillChunk", "attend", "choose_decode_attention", "paged_attention", "write_to_cache"]
 
 
-def choose_decode_attention(device: torch.device, dtype: torch.dtype, head_dim: int, kv_dtype: torch.dtype, block_size: int = 16):
+def choose_decode_attention(
+    device: torch.device, dtype: torch.dtype, head_dim: int | tuple[int, ...], kv_dtype: torch.dtype, block_size: int = 16
+):
     """(back end class, kernels module or None): on CPU our kernels read the cache in place for
     float32 queries over a float32 or float16 cache; on CUDA the Triton kernel does (blocks of a
-    power-of-two size, as its block loads need); everywhere else the gathered torch path."""
+    power-of-two size, as its block loads need); everywhere else the gathered torch path.
+    `head_dim`: every head width the model's layers attend with (Gemma 4's full layers are wider)."""
     if device.type == "cuda" and triton_available() and block_size & (block_size - 1) == 0:
         return TritonDecode, None
-    cpp = cpu_kernels_for(device, dtype, head_dim) if kv_dtype in (torch.float32, torch.float16) else None
+    widths = head_dim if isinstance(head_dim, tuple) else (head_dim,)
+    cpp = cpu_kernels_for(device, dtype, *widths) if kv_dtype in (torch.float32, torch.float16) else None
     return (KernelDecode, cpp) if cpp is not None else (GatheredDecode, None)
 
 
@@ -51,13 +55,16 @@ def paged_attention(
     meta: AttentionMetadata,
     scale: float,
     window: int | None = None,
+    write: bool = True,
 ) -> torch.Tensor:
     """Writes the step's K/V into the cache, then attends; returns [T, heads, head_dim]. `window`:
     a sliding-window layer's span (each query sees its own key and the window - 1 before it); such
-    a layer's cache is the sliding-window pool where the runner keeps one (`meta.window`)."""
+    a layer's cache is the sliding-window pool where the runner keeps one (`meta.window`).
+    `write=False`: a KV-shared layer (Gemma 4) attends over the K/V an earlier layer wrote this step."""
     if window is not None and meta.window is not None:
         meta = meta.window
-    write_to_cache(k, v, k_cache, v_cache, meta)
+    if write:
+        write_to_cache(k, v, k_cache, v_cache, meta)
     return attend(q, k, v, k_cache, v_cache, meta, scale, window)
 
 
