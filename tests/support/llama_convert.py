@@ -157,8 +157,9 @@ def quantizer_path() -> Path | None:
 
 
 def quantize(source: Path, out_path: Path, kind: str) -> Path:
-    """`source` re-quantized by llama-quantize to `kind` ("Q4_K_M", ...)."""
-    done = subprocess.run([str(quantizer_path()), str(source), str(out_path), kind], capture_output=True, text=True)
+    """`source` re-quantized by llama-quantize to `kind` ("Q4_K_M", ..., or "F32": a quantized file de-quantized)."""
+    command = [str(quantizer_path()), "--allow-requantize", str(source), str(out_path), kind]
+    done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"llama-quantize failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     return Path(out_path)

@@ -48,6 +48,9 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
             written.add(path)
             continue
         put(path, torch.cat([_tensor(checkpoint, name, heads, device, dtype) for name, heads in parts]))
+    experts = model.gguf_expert_layout() if hasattr(model, "gguf_expert_layout") else {}
+    for path, names in experts.items():  # [E, rows, columns] each, parts (gate, up) side by side per expert
+        put(path + ".weight", torch.cat([_tensor(checkpoint, name, None, device, dtype) for name in names], dim=1))
     for path, name in floats.items():
         owner = model.get_submodule(path.rpartition(".")[0])
         put(path, _tensor(checkpoint, name, None, device, torch.float32 if getattr(owner, "keep_float32", False) else dtype))

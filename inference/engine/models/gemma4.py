@@ -365,12 +365,11 @@ class Gemma4ForCausalLM(LlamaForCausalLM):
     def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """transformers' names (a Gemma4ForConditionalGeneration's language model too: its vision and
         audio towers are left out) onto ours: Q/K/V and gate/up fused, the MoE layer's parts renamed."""
+        prefix = "model.language_model." if any(n.startswith("model.language_model.") for n in state) else "model."
         ours = {}
         for name, tensor in state.items():
-            name = name.replace("model.language_model.", "model.")
-            if not name.startswith("model.") or name.endswith("rotary_emb.inv_freq"):
-                continue  # (the vision and audio towers, their embedders; a tied lm_head)
-            ours[name.removeprefix("model.")] = tensor
+            if name.startswith(prefix) and not name.endswith("rotary_emb.inv_freq"):  # (not the towers, nor a tied lm_head)
+                ours[name.removeprefix(prefix)] = tensor
         for key in ("embed_tokens_per_layer", "per_layer_model_projection", "per_layer_projection_norm"):
             if f"{key}.weight" in ours:
                 ours[f"per_layer_inputs.{key}.weight"] = ours.pop(f"{key}.weight")

@@ -113,3 +113,42 @@ def test_moe_files_transformers_cannot_read_get_their_family_and_experts(tmp_pat
     experts = fast["num_local_experts"] if arch == "mixtral" else fast["num_experts"]
     assert fast["model_type"] == model_type and (experts, fast["num_experts_per_tok"], fast["intermediate_size"]) == (8, 2, 256)
     assert fast.get("norm_topk_prob") is (None if arch == "mixtral" else False)
+
+
+def test_a_gemma4_config_reads_llama_cpps_own_keys():
+    """What llama.cpp writes of Gemma 4 beside transformers' keys (the layer types as a pattern, the
+    sliding layers' head width, per-type KV heads and per-layer MLP widths as arrays, KV sharing,
+    per-layer inputs, soft-capping, experts), and K-as-V read off a full layer without `attn_v`."""
+    from transformers import Gemma4TextConfig
+
+    metadata = {
+        "general.architecture": "gemma4",
+        "gemma4.block_count": 4,
+        "gemma4.context_length": 4096,
+        "gemma4.embedding_length": 64,
+        "gemma4.feed_forward_length": [128, 128, 256, 256],
+        "gemma4.attention.head_count": 4,
+        "gemma4.attention.head_count_kv": [2, 1, 2, 1],
+        "gemma4.attention.key_length": 32,
+        "gemma4.attention.key_length_swa": 16,
+        "gemma4.attention.layer_norm_rms_epsilon": 1e-6,
+        "gemma4.attention.sliding_window": 512,
+        "gemma4.attention.sliding_window_pattern": [True, False, True, False],
+        "gemma4.attention.shared_kv_layers": 2,
+        "gemma4.embedding_length_per_layer_input": 8,
+        "gemma4.final_logit_softcapping": 30.0,
+        "gemma4.rope.freq_base": 1e6,
+        "gemma4.rope.freq_base_swa": 1e4,
+        "gemma4.expert_count": 4,
+        "gemma4.expert_used_count": 2,
+        "gemma4.expert_feed_forward_length": 32,
+        "tokenizer.ggml.tokens": 1000,
+    }
+    names = ("token_embd.weight", "blk.0.attn_v.weight", "blk.1.attn_k.weight")  # layer 1 (full): no attn_v
+    config = Gemma4TextConfig(**{k: v for k, v in config_dict(metadata, names).items() if k != "model_type"})
+    assert config.layer_types == ["sliding_attention", "full_attention"] * 2 and config.num_kv_shared_layers == 2
+    assert [(c.num_key_value_heads, c.head_dim) for c in config.per_layer_config] == [(2, 16), (1, 32)] * 2
+    assert config.attention_k_eq_v and config.use_double_wide_mlp and config.intermediate_size == 128
+    assert (config.hidden_size_per_layer_input, config.final_logit_softcapping, config.vocab_size) == (8, 30.0, 1000)
+    assert (config.num_experts, config.top_k_experts, config.moe_intermediate_size) == (4, 2, 32)
+    assert config.rope_parameters["sliding_attention"]["rope_theta"] == 1e4
