@@ -48,11 +48,12 @@ PROMPTS = {
 
 
 def tiny_gemma4_hf(shape: dict):
-    from transformers import Gemma4ForCausalLM as HFGemma4, Gemma4TextConfig
+    from transformers import Gemma4ForCausalLM as HFGemma4
+    from transformers import Gemma4TextConfig
 
     model = _peaked(HFGemma4(Gemma4TextConfig(**{**TINY_COMMON, **shape})))
     with torch.no_grad():  # norms, layer scalars and the router's scales away from 1
-        for name, tensor in model.state_dict().items():
+        for tensor in model.state_dict().values():
             if tensor.ndim == 1 and tensor.is_floating_point():
                 tensor.uniform_(0.6, 1.4)
     return model.eval()
