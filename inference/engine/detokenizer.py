@@ -10,6 +10,10 @@ Two things are held back before text is streamed:
 Decoding uses a sliding window (prefix_offset .. end): the text of the window minus the text
 of the already-released part of the window is the delta. The window stays a few tokens long,
 so each token costs O(1) decode work, not a re-decode of the whole output.
+
+Special tokens are skipped, except the marks a reply's parsers read (`PARSED_MARKS`): Gemma 4
+writes its thinking channel, tool calls and their string quotes as special tokens, which the API's
+reasoning and tool-call parsers must see (llama.cpp's converter re-types them for the same reason).
 """
 
 from __future__ import annotations
@@ -18,6 +22,20 @@ _REPLACEMENT_CHAR = "\ufffd"
 # Prompt tokens decoded as left context, so tokenizers that drop a leading space on the first
 # token (SentencePiece) still produce the space a continuation should have.
 _PROMPT_CONTEXT_TOKENS = 5
+# Special tokens kept in the text: Gemma 4's thinking channel, tool call, tool response and string quote.
+PARSED_MARKS = ("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>')
+
+
+def hidden_special_ids(tokenizer) -> frozenset[int]:
+    """The special tokens a reply's text leaves out: every special or special-flagged added token
+    but the `PARSED_MARKS` this tokenizer has (empty where it has none: the plain skip applies)."""
+    vocab = tokenizer.get_vocab()
+    kept = {vocab[mark] for mark in PARSED_MARKS if mark in vocab}
+    if not kept:
+        return frozenset()
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    special = set(tokenizer.all_special_ids) | {i for i, token in added.items() if getattr(token, "special", False)}
+    return frozenset(special - kept)
 
 
 class IncrementalDetokenizer:
@@ -30,9 +48,12 @@ class IncrementalDetokenizer:
         stop: list[str] = (),
         skip_special_tokens: bool = True,
         include_stop_str: bool = False,
+        hidden_ids: frozenset[int] = frozenset(),
     ):
+        """`hidden_ids`: where the tokenizer has parsed marks, the special tokens to skip (the rest are kept)."""
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
+        self.hidden_ids = hidden_ids if skip_special_tokens else frozenset()
         self.stop = [s for s in stop if s]
         self.include_stop_str = include_stop_str
         self.stop_matched: str | None = None
@@ -65,6 +86,8 @@ class IncrementalDetokenizer:
         return text
 
     def _decode(self, ids: list[int]) -> str:
+        if self.hidden_ids:  # skip all special tokens but the parsed marks
+            return self.tokenizer.decode([i for i in ids if i not in self.hidden_ids], skip_special_tokens=False)
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
     def _decode_new(self, final: bool) -> str:

@@ -119,6 +119,7 @@ class LLMEngine(RequestDecoding, ToolCallSteps):
         self.grammar_mask_wait_seconds = 0.0  # the part of the masks' time the loop waited, after the forward
         self._grammars_lock = threading.Lock()
         self._markers: dict[str, list[int]] = {}  # reasoning markers' token ids
+        self._hidden_ids: frozenset[int] | None = None  # the special tokens replies skip (detokenizer.py)
         kv_dtype = str(self.kv_dtype).removeprefix("torch.")
         log.info(
             "engine ready: %s on %s (%s), %d KV blocks of %d tokens (%s), %d slots",

@@ -6,7 +6,7 @@ import os
 import pytest
 from transformers import AutoTokenizer
 
-from inference.engine.detokenizer import IncrementalDetokenizer
+from inference.engine.detokenizer import IncrementalDetokenizer, hidden_special_ids
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +166,26 @@ def test_include_stop_str_in_output_keeps_the_match_and_nothing_after(tok, promp
         if detok.stop_matched:
             break
     assert streamed == detok.output_text == "The final answer is forty"
+
+
+def test_the_marks_parsers_read_stay_in_the_text_while_other_special_tokens_go(tok):
+    """Gemma 4 writes its tool calls and string quotes as special tokens: they stay in a reply's text
+    for the API's parsers, while the turn's other special tokens (here <|im_end|>) are skipped."""
+    import copy
+
+    tokenizer = copy.deepcopy(tok)
+    assert hidden_special_ids(tokenizer) == frozenset()  # no marks: the plain skip, as before
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|tool_call>", "<tool_call|>", '<|"|>']})
+    hidden = hidden_special_ids(tokenizer)
+    marks = tokenizer.convert_tokens_to_ids(["<|tool_call>", "<tool_call|>", '<|"|>'])
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert end in hidden and not set(marks) & hidden
+    ids = tokenizer.encode(
+        'Sure.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|><|im_end|>', add_special_tokens=False
+    )
+    assert set(marks) <= set(ids) and end in ids
+    detokenizer = IncrementalDetokenizer(tokenizer, [], hidden_ids=hidden)
+    text = "".join(detokenizer.add_tokens([token]) for token in ids) + detokenizer.finish()
+    assert text == 'Sure.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'
+    plain = IncrementalDetokenizer(tokenizer, [])
+    assert "".join(plain.add_tokens([token]) for token in ids) + plain.finish() == "Sure.call:get_weather{city:Paris}"

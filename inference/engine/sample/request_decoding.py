@@ -4,7 +4,7 @@ LLMEngine (a mixin): it reads the engine's tokenizer, grammars, speculator and b
 
 from __future__ import annotations
 
-from ..detokenizer import IncrementalDetokenizer
+from ..detokenizer import IncrementalDetokenizer, hidden_special_ids
 from ..sequence import Sequence
 from .reasoning import ReasoningState
 from .sampler import make_generator
@@ -35,8 +35,14 @@ class RequestDecoding:
             )
         seq.generator = make_generator(params.seed, self.bundle.device)
         self.speculator.attach(seq, params.prediction)
+        if self._hidden_ids is None:  # once per engine: the tokenizer's special tokens but its parsed marks
+            self._hidden_ids = hidden_special_ids(self.tokenizer)
         seq.detokenizer = IncrementalDetokenizer(
-            self.tokenizer, token_ids, stop=params.stop, include_stop_str=params.include_stop_str_in_output
+            self.tokenizer,
+            token_ids,
+            stop=params.stop,
+            include_stop_str=params.include_stop_str_in_output,
+            hidden_ids=self._hidden_ids,
         )
         if params.tool_trigger is not None and params.structured is None:
             seq.tool_trigger = self._tool_trigger(seq, params.tool_trigger)
