@@ -51,7 +51,7 @@ def test_unsupported_architecture_names_what_is_supported(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
     with pytest.raises(
         UnsupportedModelError,
-        match="gemma3_text, gpt2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, smollm3",
+        match="gemma3_text, gemma4, gemma4_text, gpt2, llama, mistral, mixtral, olmoe, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, smollm3",
     ):
         load_model(EngineConfig(model=str(tmp_path)))
 
