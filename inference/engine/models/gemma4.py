@@ -75,10 +75,11 @@ class Gemma4Args:
 
 def layer_shape(c, index: int) -> tuple[int, int]:
     """(kv heads, head dim) of layer `index`: the config's, or its `per_layer_config` override (a
-    transformers config resolves it per layer; a config read back from JSON keeps the plain dict)."""
+    transformers config resolves it per layer; a config read back from JSON keeps the plain dict, its
+    keys strings, zero-padded from 10 layers on: "04")."""
     overrides = getattr(c, "per_layer_config", None)
     if overrides is None or isinstance(overrides, dict):
-        layer = (overrides or {}).get(str(index)) or (overrides or {}).get(index) or {}
+        layer = {int(key): value for key, value in (overrides or {}).items()}.get(index) or {}
         return layer.get("num_key_value_heads", c.num_key_value_heads), layer.get("head_dim", c.head_dim)
     return overrides[index].num_key_value_heads, overrides[index].head_dim
 

@@ -172,3 +172,16 @@ def test_the_kv_plan_counts_only_the_layers_that_write(hf, smollm_tokenizer):
     assert writer_counts(model) == {WINDOW: 3, FULL: 1}  # of 4 sliding and 2 full layers
     assert (kind_head_shape(model, WINDOW), kind_head_shape(model, FULL)) == ((2, 16), (2, 32))
     assert split_kv_shape(model) == ((1, 2, 32), (3, 2, 16))
+
+
+def test_a_config_read_back_from_json_keeps_each_layers_heads():
+    """A GGUF's config is read back from JSON (gguf/checkpoint.py): `per_layer_config` is then a plain
+    dict whose keys transformers zero-pads from 10 layers on ("04"), and each layer keeps its shape."""
+    from types import SimpleNamespace
+
+    from inference.engine.models.gemma4 import layer_shape
+
+    saved = SimpleNamespace(
+        num_key_value_heads=1, head_dim=256, per_layer_config={"04": {"head_dim": 512}, "34": {"head_dim": 512}}
+    )
+    assert [layer_shape(saved, i) for i in (3, 4, 33, 34)] == [(1, 256), (1, 512), (1, 256), (1, 512)]
