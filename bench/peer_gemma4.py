@@ -90,25 +90,8 @@ SPEC = peer_shaped.Shaped(
 )
 
 
-def one_round(tokenizer, gguf: str, r: int, results_dir: str) -> dict:
-    return peer_shaped.one_round(SPEC, tokenizer, gguf, r, results_dir)
-
-
-def render(result: dict) -> list[str]:
-    return peer_shaped.render(SPEC, result)
-
-
-def run(*, rounds: int, results_dir: str) -> dict:
-    """Each round's figures for both servers."""
-    return peer_shaped.run(SPEC, rounds=rounds, results_dir=results_dir)
-
-
-def save(docs_dir: str, result: dict) -> list[str]:
-    """DOCS_DIR/raw/gemma4.json and DOCS_DIR/gemma4.md (bench/peer_shaped.py's save)."""
-    return peer_shaped.save(SPEC, docs_dir, result)
-
-
 def main(argv=None) -> None:
+    """The rounds, the table and (with --docs-dir) DOCS_DIR/raw/gemma4.json and DOCS_DIR/gemma4.md: bench/peer_shaped.py."""
     peer_shaped.main(SPEC, argv)
 
 

@@ -51,12 +51,10 @@ Q6_K blocks: ~11 GB (both also map their input file, which the kernel can drop).
 
 from __future__ import annotations
 
-import shutil
 import sys
-import time
 from pathlib import Path
 
-from .shaped_model import MODELS, quantizer
+from .shaped_model import MODELS, converted_and_quantized, random_hf_model
 
 NAME = "gemma4-e2b-shape-random"
 LAYERS = 35
@@ -148,69 +146,23 @@ def gemma_tokenizer():
 
 def write_hf_folder(folder: Path, seed: int = 0, **overrides) -> Path:
     """The random model and Gemma 3 270M's tokenizer, saved at `folder` (safetensors, bfloat16)."""
-    import torch
     from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
-    from inference.engine.models.no_init import WithoutWeightInit
-
     tokenizer = gemma_tokenizer()  # before the model: a missing file fails in seconds
-    config = Gemma4TextConfig(**text_config(**overrides))
-    generator = torch.Generator().manual_seed(seed)
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.no_grad(), WithoutWeightInit():
-            model = Gemma4ForCausalLM(config)
-    finally:
-        torch.set_default_dtype(default)
-    with torch.no_grad():
-        for parameter in model.parameters():  # the tied output layer is the embedding: once
-            if parameter.ndim >= 2:  # linear layers and both embedding tables; norms stay ones
-                parameter.normal_(0.0, 0.02, generator=generator)
-    model.config.dtype = torch.bfloat16
+    model, _ = random_hf_model(Gemma4ForCausalLM, Gemma4TextConfig(**text_config(**overrides)), seed)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
 
 def build(out: Path, kind: str = "Q4_K_M", seed: int = 0, **overrides) -> Path:
-    """The model (TEXT_CONFIG with `overrides`) as a `kind` file at `out`, through an HF folder and an F16
-    file beside it, both deleted after (llama-quantize must be built: `quantizer()`)."""
-    from tests.support.llama_convert import convert_to_gguf, quantize, quantizer_path
-
-    assert quantizer_path() is not None, "llama-quantize is not built: bench.shaped_model.quantizer() builds it"
-    folder = out.with_name(f"{out.stem}-hf.partial")
-    f16 = out.with_name(f"{out.stem}-F16.gguf.partial")
-    partial = out.with_suffix(".partial")
-    try:
-        started = time.monotonic()
-        print(f"writing {out.stem} as an HF folder (random weights, bfloat16) ...", flush=True)
-        write_hf_folder(folder, seed, **overrides)
-        print(f"  {time.monotonic() - started:.0f} s; converting to F16 with convert_hf_to_gguf.py ...", flush=True)
-        convert_to_gguf(folder, f16, outtype="f16")
-        shutil.rmtree(folder)
-        print(f"  {time.monotonic() - started:.0f} s; quantizing to {kind} with llama-quantize ...", flush=True)
-        quantize(f16, partial, kind)
-        partial.replace(out)
-        print(f"  {time.monotonic() - started:.0f} s; done", flush=True)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        f16.unlink(missing_ok=True)
-        partial.unlink(missing_ok=True)
-    return out
+    """The model (TEXT_CONFIG with `overrides`) as a `kind` file at `out`, made the first time."""
+    return converted_and_quantized(out, lambda folder: write_hf_folder(folder, seed, **overrides), kind, NEEDED_GB)
 
 
 def shaped_gemma4(kind: str = "Q4_K_M") -> Path:
     """The quantized file, made the first time (the HF folder and the F16 file are deleted after)."""
-    out = MODELS / f"{NAME}-{kind}.gguf"
-    if out.is_file():
-        return out
-    MODELS.mkdir(parents=True, exist_ok=True)
-    free_gb = shutil.disk_usage(MODELS).free / 1e9
-    if free_gb < NEEDED_GB:
-        raise SystemExit(f"{MODELS} has {free_gb:.1f} GB free; the intermediates and the {kind} file need ~{NEEDED_GB:.0f} GB")
-    quantizer()  # llama-quantize, built beside llama-server the first time
-    return build(out, kind)
+    return build(MODELS / f"{NAME}-{kind}.gguf", kind)
 
 
 if __name__ == "__main__":

@@ -132,3 +132,70 @@ def shaped_model(kind: str = "Q4_K_M") -> Path:
 
 if __name__ == "__main__":
     print(shaped_model(*sys.argv[1:2]))
+
+
+def random_hf_model(model_class, config, seed: int = 0):
+    """transformers' `model_class(config)` in bfloat16, built without its random initialisation
+    (inference/engine/models/no_init.py), every matrix filled with normal values of std 0.02 (the tied
+    output layer once: it is the embedding); vectors (norms, scalars) as the constructor set them.
+    Returns (model, the generator it drew from, for the caller's own draws)."""
+    import torch
+
+    from inference.engine.models.no_init import WithoutWeightInit
+
+    generator = torch.Generator().manual_seed(seed)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.no_grad(), WithoutWeightInit():
+            model = model_class(config)
+    finally:
+        torch.set_default_dtype(default)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.ndim >= 2:
+                parameter.normal_(0.0, 0.02, generator=generator)
+    model.config.dtype = torch.bfloat16
+    return model, generator
+
+
+def converted_and_quantized(
+    out: Path, write_folder: Callable[[Path], object], kind: str, needed_gb: float, convert_args=()
+) -> Path:
+    """`out`, made the first time: `write_folder` writes an HF folder beside it, llama.cpp's own
+    converter makes it an F16 file, llama-quantize makes that `kind`; the folder and the F16 file are
+    deleted after (tests/support/llama_convert.py says why the converter, not gguf-py)."""
+    import shutil
+    import time
+
+    from tests.support.llama_convert import convert_to_gguf, quantize, quantizer_path
+
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    free_gb = shutil.disk_usage(out.parent).free / 1e9
+    if free_gb < needed_gb:
+        raise SystemExit(
+            f"{out.parent} has {free_gb:.1f} GB free; the intermediates and the {kind} file need ~{needed_gb:.0f} GB"
+        )
+    quantizer()  # llama-quantize, built beside llama-server the first time
+    assert quantizer_path() is not None
+    folder = out.with_name(f"{out.stem}-hf.partial")
+    f16 = out.with_name(f"{out.stem}-F16.gguf.partial")
+    partial = out.with_suffix(".partial")
+    try:
+        started = time.monotonic()
+        print(f"writing {out.stem} as an HF folder (random weights, bfloat16, once) ...", flush=True)
+        write_folder(folder)
+        print(f"  {time.monotonic() - started:.0f} s; converting to F16 with convert_hf_to_gguf.py ...", flush=True)
+        convert_to_gguf(folder, f16, outtype="f16", extra_args=convert_args)
+        shutil.rmtree(folder)
+        print(f"  {time.monotonic() - started:.0f} s; quantizing to {kind} with llama-quantize ...", flush=True)
+        quantize(f16, partial, kind)
+        partial.replace(out)
+        print(f"  {time.monotonic() - started:.0f} s; done", flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        f16.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
+    return out

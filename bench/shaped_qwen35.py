@@ -22,12 +22,10 @@ The HF folder (~3.8 GB) and the F16 file (~3.8 GB) are deleted once the Q4_K_M f
 
 from __future__ import annotations
 
-import shutil
 import sys
-import time
 from pathlib import Path
 
-from .shaped_model import MODELS, quantizer
+from .shaped_model import MODELS, converted_and_quantized, random_hf_model
 
 NAME = "qwen3.5-2b-shape-random"
 LAYERS = 24
@@ -69,26 +67,13 @@ def write_hf_folder(folder: Path, seed: int = 0) -> Path:
     import torch
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-    from inference.engine.models.no_init import WithoutWeightInit
-
     from .model_files import load_tokenizer
 
-    config = Qwen3_5TextConfig(**TEXT_CONFIG)
-    generator = torch.Generator().manual_seed(seed)
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.no_grad(), WithoutWeightInit():
-            model = Qwen3_5ForCausalLM(config)
-    finally:
-        torch.set_default_dtype(default)
+    model, generator = random_hf_model(Qwen3_5ForCausalLM, Qwen3_5TextConfig(**TEXT_CONFIG), seed)
     with torch.no_grad():
-        for name, parameter in model.named_parameters():  # the tied output layer is the embedding: once
-            if parameter.ndim >= 2:  # linear, embedding, the depthwise convolution
-                parameter.normal_(0.0, 0.02, generator=generator)
-            elif name.endswith("A_log"):  # the constructor draws A from [0, 16): log(0) would be -inf
+        for name, parameter in model.named_parameters():
+            if name.endswith("A_log"):  # the constructor draws A from [0, 16): log(0) would be -inf
                 parameter.copy_(torch.empty(parameter.shape).uniform_(1.0, 16.0, generator=generator).log_())
-    model.config.dtype = torch.bfloat16
     model.save_pretrained(folder)
     load_tokenizer().save_pretrained(folder)
     return folder
@@ -96,36 +81,8 @@ def write_hf_folder(folder: Path, seed: int = 0) -> Path:
 
 def shaped_qwen35(kind: str = "Q4_K_M") -> Path:
     """The quantized file, made the first time (the HF folder and the F16 file are deleted after)."""
-    from tests.support.llama_convert import convert_to_gguf, quantize, quantizer_path
-
     out = MODELS / f"{NAME}-{kind}.gguf"
-    if out.is_file():
-        return out
-    MODELS.mkdir(parents=True, exist_ok=True)
-    free_gb = shutil.disk_usage(MODELS).free / 1e9
-    if free_gb < NEEDED_GB:
-        raise SystemExit(f"{MODELS} has {free_gb:.1f} GB free; the intermediates and the {kind} file need ~{NEEDED_GB:.0f} GB")
-    quantizer()  # llama-quantize, built beside llama-server the first time
-    assert quantizer_path() is not None
-    folder = MODELS / f"{NAME}-hf.partial"
-    f16 = MODELS / f"{NAME}-F16.gguf.partial"
-    partial = out.with_suffix(".partial")
-    try:
-        started = time.monotonic()
-        print(f"writing {NAME} as an HF folder (random weights, bfloat16, ~3.8 GB, once) ...", flush=True)
-        write_hf_folder(folder)
-        print(f"  {time.monotonic() - started:.0f} s; converting to F16 with convert_hf_to_gguf.py ...", flush=True)
-        convert_to_gguf(folder, f16, outtype="f16", extra_args=("--no-mtp",))
-        shutil.rmtree(folder)
-        print(f"  {time.monotonic() - started:.0f} s; quantizing to {kind} with llama-quantize ...", flush=True)
-        quantize(f16, partial, kind)
-        partial.replace(out)
-        print(f"  {time.monotonic() - started:.0f} s; done", flush=True)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        f16.unlink(missing_ok=True)
-        partial.unlink(missing_ok=True)
-    return out
+    return converted_and_quantized(out, write_hf_folder, kind, NEEDED_GB, convert_args=("--no-mtp",))
 
 
 if __name__ == "__main__":

@@ -56,8 +56,8 @@ def writer_counts(model) -> dict[str, int]:
 
 def kind_head_shape(model, kind: str) -> tuple[int, int]:
     """(kv heads, head dim) of the K/V the layers of `kind` keep: the model's one shape unless it gives each kind its own."""
-    shapes = getattr(model, "kv_head_shapes", None)
-    if shapes is not None and kind in shapes():
-        return tuple(shapes()[kind])
+    shapes = model.kv_head_shapes() if hasattr(model, "kv_head_shapes") else {}
+    if kind in shapes:
+        return tuple(shapes[kind])
     _, kv_heads, head_dim = model.kv_shape
     return kv_heads, head_dim
