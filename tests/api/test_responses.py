@@ -104,7 +104,7 @@ async def test_a_function_call_output_reaches_the_prompt_after_its_call(async_cl
     ]
     body = await create(async_client, input=turns, tools=[WEATHER])
     row = await GenerationRequest.objects.aget(id=body["id"])
-    assert row.messages[-1] == {"role": "tool", "content": "Rain, 4 degrees"}
+    assert row.messages[-1] == {"role": "tool", "content": "Rain, 4 degrees", "tool_call_id": "call_1", "name": "get_weather"}
     assert '"city": "Oslo"' in row.prompt and "Rain, 4 degrees" in row.prompt
     assert row.prompt.index('"city": "Oslo"') < row.prompt.index("Rain, 4 degrees")
     items = (await async_client.get(f"/v1/responses/{body['id']}/input_items", {"order": "asc"})).json()["data"]
@@ -123,8 +123,10 @@ async def test_a_function_call_output_continues_a_stored_call(async_client, engi
     row = await GenerationRequest.objects.aget(id=second["id"])
     city = json.loads(call["arguments"])["city"]
     assert [m["role"] for m in row.messages] == ["user", "assistant", "tool"] and row.messages[2]["content"] == "Rain, 4 degrees"
-    assert "get_weather" in row.messages[1]["content"] and city in row.messages[1]["content"]
-    assert row.prompt.rindex("get_weather") < row.prompt.index("Rain, 4 degrees")
+    [stored] = row.messages[1]["tool_calls"]  # the call as the client answers it, under its call_id
+    assert stored == {"id": call["call_id"], "type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}
+    assert row.messages[2]["tool_call_id"] == call["call_id"] and row.messages[2]["name"] == "get_weather"
+    assert row.prompt.rindex("get_weather") < row.prompt.index("Rain, 4 degrees") and json.dumps(city) in row.prompt
 
 
 async def test_text_format_json_schema_constrains_the_reply(async_client, engine_client):

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from inference.api.common.chat_template import render_request
 from inference.api.common.errors import ApiError
 from inference.api.common.tool_calls import ToolRequest, parse_tool_calls
 from inference.api.common.tool_parsers import HermesToolParser, Llama3JsonToolParser
@@ -96,7 +97,13 @@ def test_earlier_turns_calls_and_tool_results_are_accepted_back():
             "tools": [WEATHER],
         }
     )
-    assert "<tool_call>" in inp.messages[1]["content"] and inp.messages[2] == {"role": "tool", "content": "18 C, sunny"}
+    # kept as the templates take them: arguments an object, the result naming its call
+    assert inp.messages[1] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+    }
+    assert inp.messages[2] == {"role": "tool", "content": "18 C, sunny", "tool_call_id": "call_1", "name": "get_weather"}
 
 
 def test_a_stream_shows_content_but_never_the_start_of_a_call():
@@ -123,14 +130,20 @@ def test_a_llama3_stream_holds_a_reply_that_opens_as_json_and_shows_one_that_doe
     assert held.add(0, "Paris is ") == "Paris is" and held.add(0, "{sunny}") == " {sunny}" and not held.calling
 
 
-def test_an_earlier_turns_calls_are_written_back_in_the_served_models_format():
+def test_an_earlier_turns_calls_are_written_back_in_the_served_models_format(smollm_tokenizer):
+    """The embedded model's template writes no calls: they go into the assistant's content, in the
+    served format, and the result stays a `tool` turn (its template has the role)."""
     assistant = {
         "role": "assistant",
         "content": None,
         "tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}],
     }
-    inp = parse_chat({"messages": [*MSGS, assistant], "tools": [WEATHER]}, tool_parser=Llama3JsonToolParser())
-    assert json.loads(inp.messages[1]["content"]) == {"name": "get_weather", "parameters": {"city": "Rome"}}
+    result = {"role": "tool", "tool_call_id": "c", "content": "Sunny."}
+    inp = parse_chat({"messages": [*MSGS, assistant, result], "tools": [WEATHER]}, tool_parser=Llama3JsonToolParser())
+    prompt = render_request(smollm_tokenizer, inp.messages, inp.tools)
+    written = prompt.split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]
+    assert json.loads(written) == {"name": "get_weather", "parameters": {"city": "Rome"}}
+    assert "<|im_start|>tool\nSunny.<|im_end|>" in prompt
     assert isinstance(inp.tools.parser, Llama3JsonToolParser)
     with pytest.raises(ApiError) as err:  # arguments must be an object
         parse_chat({"messages": [*MSGS, {**assistant, "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}]})

@@ -2,7 +2,7 @@
 request model underneath: chat messages for the template, a ToolRequest, SamplingParams.
 
 The translation is at the edge only: `system` becomes the system message, `tool_use` blocks the
-assistant's calls written in the served model's format (as chat's `tool_calls` are), each
+assistant's `tool_calls` (as chat's, under their ids), each
 `tool_result` a `tool` message, `tools` / `tool_choice` OpenAI's function tools (`any` is
 `required`, `tool` names one), `stop_sequences` the stop strings, `output_config.format` (or the beta's
 `output_format`) a JSON schema constraint; image and document blocks are refused with a 400 (the
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...serving.generation_input import GenerationInput
+from ..common.chat_messages import call_object, tool_result, with_result_names
 from ..common.errors import ApiError, bad_request
 from ..common.sampling_fields import ENGINE_SAMPLING_FIELDS, check_limits, expect, sampling_params, without_nulls
 from ..common.tool_calls import ToolRequest, tool_trigger, tools_from_body
@@ -87,11 +88,11 @@ def _text_blocks(value: Any, param: str) -> str:
     return "\n".join(parts)
 
 
-def _tool_use_call(block: dict, param: str) -> tuple[str, dict]:
+def _tool_use_call(block: dict, param: str) -> dict:
     name, arguments = block.get("name"), block.get("input")
     if not isinstance(name, str) or not isinstance(arguments, dict) or not isinstance(block.get("id"), str):
         raise bad_request(f"{param}: a tool_use block needs id, name and an input object", param=param)
-    return name, arguments
+    return call_object(block["id"], name, arguments)
 
 
 def _tool_result(block: dict, param: str) -> dict:
@@ -99,12 +100,12 @@ def _tool_result(block: dict, param: str) -> dict:
         raise bad_request(f"{param}.tool_use_id: Field required", param=f"{param}.tool_use_id")
     content = _text_blocks(block.get("content", ""), f"{param}.content")
     is_error = expect(block, "is_error", bool, "a boolean")
-    return {"role": "tool", "content": f"Error: {content}" if is_error else content}
+    return tool_result(f"Error: {content}" if is_error else content, block["tool_use_id"])
 
 
-def _message(message: Any, index: int, parser: ToolParser) -> list[dict]:
+def _message(message: Any, index: int) -> list[dict]:
     """One Anthropic message as chat messages: a user turn's tool results come first, as `tool`
-    messages; an assistant turn's tool_use blocks are its calls, in the model's own format."""
+    messages; an assistant turn's tool_use blocks are its tool_calls."""
     param = f"messages.{index}"
     if not isinstance(message, dict):
         raise bad_request(f"{param} must be an object", param=param)
@@ -137,10 +138,7 @@ def _message(message: Any, index: int, parser: ToolParser) -> list[dict]:
                 param=where,
             )
     text = "\n".join(texts)
-    if calls:
-        written = parser.calls_text(calls)
-        text = f"{text}\n{written}" if text else written
-    turn = [{"role": role, "content": text}] if text or not results else []
+    turn = [{"role": role, "content": text, **({"tool_calls": calls} if calls else {})}] if text or calls or not results else []
     return results + turn
 
 
@@ -234,14 +232,14 @@ def parse_prompt(body: dict, parser: ToolParser) -> MessagesPrompt:
         if system:
             messages.append({"role": "system", "content": system})
     for index, message in enumerate(value):
-        messages.extend(_message(message, index, parser))
+        messages.extend(_message(message, index))
     options, budget = _thinking(body)
     # a prefill: the last turn is the assistant's own text (a tool call or thinking alone is no prefill)
     last = value[-1]
     continue_final = last.get("role") == "assistant" and bool(messages[-1]["content"]) and messages[-1]["role"] == "assistant"
     if continue_final and isinstance(last.get("content"), list):
         continue_final = not any(isinstance(b, dict) and b.get("type") == "tool_use" for b in last["content"])
-    return MessagesPrompt(body["model"], messages, _tools(body, parser), continue_final, options, budget)
+    return MessagesPrompt(body["model"], with_result_names(messages), _tools(body, parser), continue_final, options, budget)
 
 
 def parse_messages_request(body: dict, parser: ToolParser) -> tuple[GenerationInput, MessagesPrompt]:

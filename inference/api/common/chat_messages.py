@@ -1,5 +1,10 @@
-"""Chat messages as clients send them, normalised to [{"role", "content": str}] for the chat
-template; an assistant turn's tool_calls are written back in the served model's call format."""
+"""Chat messages as clients send them, checked and kept as the chat templates take them: text
+content, an assistant turn's `tool_calls` with `function.arguments` parsed into an object (as
+transformers' templates and vLLM take them), a tool message with its `tool_call_id` and the `name`
+of the call it answers. How each template writes them is chat_template.py's concern.
+
+The Responses and Anthropic APIs build the same shapes (`call_object`, `tool_result`), so one
+history renders the same through every API."""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import json
 from typing import Any
 
 from .errors import bad_request
-from .tool_parsers import HermesToolParser, ToolParser
 
 CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
 
@@ -28,29 +32,67 @@ def _message_content(content: Any, index: int) -> str:
     raise bad_request(f"{param} must be a string or a list of text parts", param=param)
 
 
-def _tool_calls_text(calls: Any, index: int, parser: ToolParser) -> str:
+def call_object(call_id: str, name: str, arguments: dict) -> dict:
+    """One earlier call as templates take it."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def tool_result(content: str, call_id: str | None, name: str | None = None) -> dict:
+    """One tool result as templates take it (`name` filled from its call by `with_result_names`)."""
+    message = {"role": "tool", "content": content}
+    if call_id is not None:
+        message["tool_call_id"] = call_id
+    if name is not None:
+        message["name"] = name
+    return message
+
+
+def arguments_object(arguments: Any, param: str) -> dict:
+    """A call's arguments (a JSON object string, as OpenAI sends them, or an object) as an object."""
+    try:
+        parsed = json.loads(arguments or "{}") if isinstance(arguments, str) or arguments is None else arguments
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise bad_request(f"{param}: function.arguments must be a JSON object string", param=param)
+    return parsed
+
+
+def _tool_calls(calls: Any, index: int) -> list[dict]:
     param = f"messages[{index}].tool_calls"
     if not isinstance(calls, list):
         raise bad_request(f"{param} must be a list", param=param)
-    parsed_calls = []
-    for call in calls:
+    objects = []
+    for number, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise bad_request(f"{param}: each call needs function.name and function.arguments", param=param)
-        arguments = function.get("arguments") or "{}"
-        try:
-            parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
-        except ValueError:
-            raise bad_request(f"{param}: function.arguments must be a JSON object string", param=param) from None
-        if not isinstance(parsed, dict):
-            raise bad_request(f"{param}: function.arguments must be a JSON object string", param=param)
-        parsed_calls.append((function["name"], parsed))
-    return parser.calls_text(parsed_calls)
+        call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else f"call_{index}_{number}"
+        objects.append(call_object(call_id, function["name"], arguments_object(function.get("arguments"), param)))
+    return objects
 
 
-def parse_messages(value: Any, tool_parser: ToolParser | None = None) -> list[dict]:
-    """Chat messages, normalised to [{"role", "content": str}] for the chat template; an assistant
-    turn's tool_calls become its content, written in the served model's call format."""
+def with_result_names(messages: list[dict]) -> list[dict]:
+    """Each tool result naming the call it answers: its `name` from the call its `tool_call_id`
+    gives, and where it gives none, the earlier turn's calls in order (as llama.cpp pairs them)."""
+    names, waiting = {}, []
+    for message in messages:
+        if message["role"] == "assistant" and message.get("tool_calls"):
+            names.update({call["id"]: call["function"]["name"] for call in message["tool_calls"]})
+            waiting = [call["id"] for call in message["tool_calls"]]
+        elif message["role"] == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id is None and waiting:
+                call_id = message["tool_call_id"] = waiting[0]
+            if call_id in waiting:
+                waiting.remove(call_id)
+            if "name" not in message and call_id in names:
+                message["name"] = names[call_id]
+    return messages
+
+
+def parse_messages(value: Any) -> list[dict]:
+    """Chat messages as the templates take them (module docstring); `developer` is `system`."""
     if not isinstance(value, list) or not value:
         raise bad_request("messages must be a non-empty list", param="messages")
     messages = []
@@ -66,8 +108,14 @@ def parse_messages(value: Any, tool_parser: ToolParser | None = None) -> list[di
         if "content" not in message and role != "assistant":
             raise bad_request(f"messages[{index}].content is required", param=f"messages[{index}].content")
         content = _message_content(message.get("content"), index)
-        if message.get("tool_calls"):  # an earlier turn's calls, written back as the model wrote them
-            calls = _tool_calls_text(message["tool_calls"], index, tool_parser or HermesToolParser())
-            content = (content + "\n" if content else "") + calls
-        messages.append({"role": "system" if role == "developer" else role, "content": content})
-    return messages
+        if role == "tool":
+            call_id, name = message.get("tool_call_id"), message.get("name")
+            messages.append(
+                tool_result(content, call_id if isinstance(call_id, str) else None, name if isinstance(name, str) else None)
+            )
+            continue
+        entry = {"role": "system" if role == "developer" else role, "content": content}
+        if role == "assistant" and message.get("tool_calls"):
+            entry["tool_calls"] = _tool_calls(message["tool_calls"], index)
+        messages.append(entry)
+    return with_result_names(messages)

@@ -1,10 +1,13 @@
 """Chat messages -> prompt text, with the tokenizer's own chat template.
 
-An earlier turn's calls reach the template as the chat APIs normalise them, written into the
-assistant's content in the served model's format (api/common/chat_messages.py). Where the format's
-templates write calls themselves (Qwen3.5's XML blocks, Gemma 4's notation) and this template
-renders `tool_calls`, they are read back into `tool_calls` objects first (`with_call_objects`), so
-the template writes them, and the tool results after them, as it writes a client's own.
+Messages arrive as the chat APIs keep them (api/common/chat_messages.py: calls as `tool_calls`
+objects, results naming their call) and go to the template as it takes them
+(api/common/template_traits.py says how): the tools through the variable it reads, else described in
+a system message in our generic format; calls as objects (arguments as strings, ids as 9
+alphanumerics, where the template wants those), else written into the assistant's content in the
+served model's format; results as `tool` messages, else one user turn. An assistant turn whose
+content holds calls in a format whose templates write calls themselves (Qwen3.5's XML blocks, Gemma
+4's notation: a stored reply, say) is read back into `tool_calls` first (`with_call_objects`).
 
 Rendering only runs Jinja (no tokenization), so it is safe on the event loop while the engine
 thread uses the same tokenizer; but a request with `truncation` in its options (Responses'
@@ -13,14 +16,18 @@ thread uses the same tokenizer; but a request with `truncation` in its options (
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import string
 
 from django.conf import settings
 
 from ...engine.prompt import prompt_token_ids
 from ...serving import runtime
 from .errors import ApiError, bad_request
-from .tool_calls import ToolRequest, active_tools, render_tools_prompt
+from .template_traits import TemplateTraits, template_traits
+from .tool_calls import ToolRequest, active_tools, render_tools_prompt, results_text
 from .tool_parsers import ANY_FUNCTION, ToolParser, tool_parser_for
 
 log = logging.getLogger("inference.chat")
@@ -58,12 +65,12 @@ def render(
     if "template" in options or settings.MINIVLLM_CHAT_TEMPLATE:
         extra["chat_template"] = template
     tool_parser = tool_parser or tool_parser_for(tokenizer)
-    if tools and template and "tools" in template:
-        extra["tools"] = tools
+    traits = template_traits(tokenizer, template)
+    if tools and traits.tools_variable:
+        extra[traits.tools_variable] = tools
     elif tools:
         messages = with_tools_prompt(messages, tools, tool_parser, calling=calling)
-    if tool_parser.template_calls and "tool_calls" in str(template):
-        messages = with_call_objects(messages, tool_parser, keep_last=continue_final)
+    messages = as_template_takes(messages, traits, tool_parser, keep_last=continue_final)
     if continue_final:
         add_generation_prompt = False
         extra["continue_final_message"] = True
@@ -143,6 +150,56 @@ def with_tools_prompt(messages: list[dict], tools: list[dict], tool_parser: Tool
     if messages and messages[0]["role"] == "system":
         return [{"role": "system", "content": messages[0]["content"] + "\n\n" + prompt}, *messages[1:]]
     return [{"role": "system", "content": prompt}, *messages]
+
+
+def as_template_takes(messages: list[dict], traits: TemplateTraits, tool_parser: ToolParser, *, keep_last: bool) -> list[dict]:
+    """The messages in the shapes `traits` says the template takes (module docstring)."""
+    if traits.renders_calls and tool_parser.template_calls:
+        messages = with_call_objects(messages, tool_parser, keep_last=keep_last)
+    short = _short_ids(messages) if traits.short_ids else {}
+    written = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if calls and not traits.renders_calls:
+            text = tool_parser.calls_text([(c["function"]["name"], c["function"]["arguments"]) for c in calls])
+            message = {"role": message["role"], "content": (message["content"] + "\n" if message["content"] else "") + text}
+        elif calls:
+            message = {**message, "tool_calls": [_call_as_taken(call, traits, short) for call in calls]}
+        if message["role"] == "tool" and short and message.get("tool_call_id") in short:
+            message = {**message, "tool_call_id": short[message["tool_call_id"]]}
+        if message["role"] == "tool" and not traits.tool_role:
+            result = {"name": message.get("name"), "content": message["content"]}
+            if written and written[-1].get("results"):
+                written[-1]["results"].append(result)
+                continue
+            message = {"role": "user", "results": [result]}
+        written.append(message)
+    return [
+        {"role": "user", "content": results_text(message["results"])} if "results" in message else message for message in written
+    ]
+
+
+def _call_as_taken(call: dict, traits: TemplateTraits, short: dict[str, str]) -> dict:
+    function = call["function"]
+    if traits.string_arguments and not isinstance(function["arguments"], str):
+        function = {**function, "arguments": json.dumps(function["arguments"], ensure_ascii=False)}
+    return {**call, "id": short.get(call["id"], call["id"]), "function": function}
+
+
+def _short_ids(messages: list[dict]) -> dict[str, str]:
+    """Each call id that is not 9 alphanumerics -> one that is, the same for its call and its
+    result (Mistral's templates refuse other ids; clients send OpenAI's `call_...`)."""
+    ids = {call["id"] for m in messages for call in m.get("tool_calls") or ()} | {
+        m["tool_call_id"] for m in messages if m["role"] == "tool" and m.get("tool_call_id")
+    }
+    alphabet = string.ascii_letters + string.digits
+    short = {}
+    for call_id in sorted(ids):
+        if len(call_id) == 9 and call_id.isalnum():
+            continue
+        number = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
+        short[call_id] = "".join(alphabet[(number // len(alphabet) ** k) % len(alphabet)] for k in range(9))
+    return short
 
 
 def with_call_objects(messages: list[dict], tool_parser: ToolParser, *, keep_last: bool = False) -> list[dict]:

@@ -137,6 +137,16 @@ def render_tools_prompt(tools: list[dict], parser: ToolParser, *, calling: bool 
     return GENERIC_PROMPT.format(tools=described, instructions=parser.instructions)
 
 
+def results_text(results: list[dict]) -> str:
+    """Tool results for a template with no `tool` role, as one user turn's text: each in the
+    <tool_response> block the Hermes-format models were trained on, named by its call."""
+    blocks = []
+    for result in results:
+        named = f" name={json.dumps(result['name'])}" if result.get("name") else ""
+        blocks.append(f"<tool_response{named}>\n{result['content']}\n</tool_response>")
+    return "\n".join(blocks)
+
+
 def parse_tool_calls(text: str, request: ToolRequest) -> tuple[str | None, list[ToolCall]]:
     """(the content outside calls or None, the calls) from a reply; a block that is not a call to
     one of the request's functions stays content."""

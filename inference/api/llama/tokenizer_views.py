@@ -1,7 +1,9 @@
 """POST /tokenize and /detokenize, in vLLM's shape and in llama.cpp's server's.
 
 vLLM: {"prompt": str | "messages": [...], "add_special_tokens"?, "add_generation_prompt"?} ->
-{"count", "max_model_len", "tokens"}; {"tokens": [...]} -> {"prompt"}. llama.cpp:
+{"count", "max_model_len", "tokens"}; with `messages`, also chat's `tools`, `chat_template_kwargs`,
+`continue_final_message` and `chat_template`, so the tokens are those of the prompt a chat request
+with the same fields is given; {"tokens": [...]} -> {"prompt"}. llama.cpp:
 {"content", "add_special"?, "with_pieces"?} -> {"tokens"} (ids, or {"id", "piece"} pairs);
 {"tokens"} -> {"content"}. GET /tokenizer_info: vLLM's description of the tokenizer (its special
 tokens and chat template), which remote-tokenizer clients such as lm-eval read. A prompt without an explicit special-token choice is tokenized by the
@@ -17,12 +19,14 @@ from django.http import JsonResponse
 
 from ...engine.prompt import prompt_token_ids
 from ..common.chat_messages import parse_messages
-from ..common.chat_template import render as render_chat
+from ..common.chat_template import render_request
 from ..common.endpoint import api_endpoint, ready_model, resolve_model
 from ..common.errors import bad_request
 from ..common.request_body import parse_json_body
 from ..common.sampling_fields import check_unknown_fields
+from ..common.tool_calls import tools_from_body
 from ..common.tool_parsers import tool_parser_for
+from ..openai.request import template_options
 
 TOKENIZE_FIELDS = {
     "model",
@@ -33,7 +37,13 @@ TOKENIZE_FIELDS = {
     "content",
     "add_special",
     "with_pieces",
+    "tools",
+    "tool_choice",
+    "chat_template",
+    "chat_template_kwargs",
+    "continue_final_message",
 }
+CHAT_ONLY = ("tools", "tool_choice", "chat_template", "chat_template_kwargs", "continue_final_message")
 DETOKENIZE_FIELDS = {"model", "tokens"}
 
 
@@ -74,9 +84,16 @@ def _tokenized(info, body: dict) -> dict:
             return {"tokens": [{"id": i, "piece": tokenizer.decode([i])} for i in ids]}
         return {"tokens": ids}
     if given[0] == "messages":
-        messages = parse_messages(body["messages"], tool_parser_for(tokenizer))
-        text = render_chat(tokenizer, messages, add_generation_prompt=_flag(body, "add_generation_prompt") is not False)
+        messages = parse_messages(body["messages"])
+        tools = tools_from_body(body, tool_parser_for(tokenizer))
+        options = template_options(body)
+        continue_final = options.get("continue_final", False)
+        options.setdefault("add_generation_prompt", not continue_final)
+        text = render_request(tokenizer, messages, tools, options=options, continue_final=continue_final)
     else:
+        extra = next((name for name in CHAT_ONLY if name in body), None)
+        if extra is not None:
+            raise bad_request(f"{extra} is only taken with messages", param=extra)
         text = _text(body["prompt"], "prompt")
     ids = _encode(tokenizer, text, _flag(body, "add_special_tokens"))
     return {"count": len(ids), "max_model_len": info.max_model_len, "tokens": ids}

@@ -115,7 +115,7 @@ def thinking_budget(body: dict, name: str) -> int | None:
     return budget
 
 
-def _template_options(body: dict) -> dict:
+def template_options(body: dict) -> dict:
     """The chat template's arguments a request sets (vLLM's names; reasoning_effort as vLLM passes it)."""
     options = {}
     kwargs = dict(expect(body, "chat_template_kwargs", dict, "an object") or {})
@@ -272,7 +272,7 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
     reject_unsupported(body)
     if "messages" not in body:
         raise bad_request("messages is required", param="messages")
-    messages = parse_messages(body["messages"], tool_parser)
+    messages = parse_messages(body["messages"])
     tools = tools_from_body(body, tool_parser)
     structured = structured_spec(body, GUIDED_FIELDS)
     try:
@@ -321,7 +321,7 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
         include_usage=include_usage,
         given=frozenset(body),
         tools=tools,
-        template_options=_template_options(body),
+        template_options=template_options(body),
         thinking_budget=thinking_budget(body, "thinking_token_budget"),
         prediction=prediction(body),
     )

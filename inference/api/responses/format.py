@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from ...engine.outputs import TokenLogprob
 from ...serving.jobs import Choice, GenerationJob
 from ..common import sse
+from ..common.chat_messages import arguments_object, call_object
 from ..common.reasoning_parsers import ReplyReasoning, split_delta
 from ..common.tool_calls import ToolCall, ToolRequest
 from ..openai.stream_format import CallHoldback
@@ -111,6 +112,19 @@ def function_call_item(call, status: str = "completed") -> dict:
         "arguments": call.arguments,
         "status": status,
     }
+
+
+def reply_turn(output: list[dict]) -> dict:
+    """A response's output as the assistant turn a continuation (previous_response_id) renders:
+    its text, its calls as `tool_calls` under the call ids the client answers with; its
+    reasoning left out, as templates leave it out."""
+    text = "".join(part.get("text", "") for item in output if item["type"] == "message" for part in item["content"])
+    calls = [
+        call_object(item["call_id"], item["name"], arguments_object(item["arguments"], "arguments"))
+        for item in output
+        if item["type"] == "function_call"
+    ]
+    return {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}
 
 
 @dataclasses.dataclass

@@ -2,8 +2,8 @@
 request model underneath: chat messages for the template, a ToolRequest, SamplingParams.
 
 `input` is a string or a list of items: `message`s (string content or `input_text` /
-`output_text` parts), `function_call`s (an assistant turn's calls, written back in the served
-model's format as chat's `tool_calls` are) and `function_call_output`s (`tool` messages);
+`output_text` parts), `function_call`s (an assistant turn's `tool_calls`, as chat's) and
+`function_call_output`s (`tool` messages naming their call);
 `reasoning` items of earlier turns are left out of the prompt, as templates leave reasoning out.
 `instructions` is the system message (not carried to a continuation, as OpenAI does: the
 instructions of the response `previous_response_id` names are not in the prompt, this request's
@@ -19,12 +19,12 @@ before this input.
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...serving.generation_input import GenerationInput
+from ..common.chat_messages import arguments_object, call_object, tool_result, with_result_names
 from ..common.errors import ApiError, bad_request
 from ..common.extra_fields import drop_ignored
 from ..common.sampling_fields import (
@@ -83,7 +83,7 @@ class ResponsesPrompt:
         system = [self.instructions] if self.instructions else []
         system += [m["content"] for m in turns if m["role"] == "system"]
         head = [{"role": "system", "content": "\n\n".join(system)}] if system else []
-        return head + [m for m in turns if m["role"] != "system"]
+        return with_result_names(head + [m for m in turns if m["role"] != "system"])
 
 
 def _item_id(prefix: str) -> str:
@@ -109,7 +109,7 @@ def _parts_text(content: Any, param: str) -> str:
     return "".join(texts)
 
 
-def _input(value: Any, parser: ToolParser) -> tuple[list[dict], list[dict]]:
+def _input(value: Any) -> tuple[list[dict], list[dict]]:
     """(chat messages, the items with ids) of `input`; consecutive function_calls are one assistant turn."""
     if isinstance(value, str):
         if not value:
@@ -123,7 +123,7 @@ def _input(value: Any, parser: ToolParser) -> tuple[list[dict], list[dict]]:
 
     def flush_calls():
         if calls:
-            messages.append({"role": "assistant", "content": parser.calls_text(list(calls))})
+            messages.append({"role": "assistant", "content": "", "tool_calls": list(calls)})
             calls.clear()
 
     for index, item in enumerate(value):
@@ -144,13 +144,7 @@ def _input(value: Any, parser: ToolParser) -> tuple[list[dict], list[dict]]:
             name, arguments = item.get("name"), item.get("arguments")
             if not isinstance(name, str) or not isinstance(item.get("call_id"), str) or not isinstance(arguments, str):
                 raise bad_request(f"{param}: a function_call needs call_id, name and arguments (a JSON string)", param=param)
-            try:
-                parsed = json.loads(arguments or "{}")
-            except ValueError:
-                parsed = None
-            if not isinstance(parsed, dict):
-                raise bad_request(f"{param}.arguments must be a JSON object string", param=f"{param}.arguments")
-            calls.append((name, parsed))
+            calls.append(call_object(item["call_id"], name, arguments_object(arguments, f"{param}.arguments")))
             items.append(
                 {"id": item.get("id") or _item_id("fc"), **{k: item[k] for k in ("type", "call_id", "name", "arguments")}}
             )
@@ -159,7 +153,7 @@ def _input(value: Any, parser: ToolParser) -> tuple[list[dict], list[dict]]:
                 raise bad_request(f"{param}.call_id is required", param=f"{param}.call_id")
             output = _parts_text(item.get("output", ""), f"{param}.output")
             flush_calls()
-            messages.append({"role": "tool", "content": output})
+            messages.append(tool_result(output, item["call_id"]))
             items.append({"id": item.get("id") or _item_id("fco"), "type": kind, "call_id": item["call_id"], "output": output})
         elif kind == "reasoning":
             continue  # an earlier turn's reasoning: templates leave it out of the prompt
@@ -170,7 +164,7 @@ def _input(value: Any, parser: ToolParser) -> tuple[list[dict], list[dict]]:
     flush_calls()
     if not messages:
         raise bad_request("input holds no message", param="input")
-    return messages, items
+    return with_result_names(messages), items
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -278,7 +272,7 @@ def parse_prompt(body: dict, parser: ToolParser) -> ResponsesPrompt:
             raise bad_request(f"{name} is not supported: send input (and previous_response_id)", param=name)
     if "input" not in body:
         raise bad_request("input is required", param="input")
-    messages, items = _input(body["input"], parser)
+    messages, items = _input(body["input"])
     instructions = expect(body, "instructions", str, "a string")
     previous = expect(body, "previous_response_id", str, "a string")
     return ResponsesPrompt(

@@ -24,7 +24,7 @@ from ..common.reasoning_parsers import plan_reasoning
 from ..common.request_body import parse_json_body
 from ..common.tool_calls import active_tools
 from ..common.tool_parsers import served_tool_parser
-from .format import ResponsesReply
+from .format import ResponsesReply, reply_turn
 from .request import ResponsesPrompt, parse_input_tokens, parse_responses_request
 
 INPUT_ITEMS_LIMIT = 100  # OpenAI's most per page
@@ -67,14 +67,13 @@ async def create(request):
         job = jobs[0]
 
         async def store(response: dict) -> None:
-            text = job.choices[0].text  # the calls as the model wrote them, less any reasoning (templates drop it)
-            reply_turn = {"role": "assistant", "content": inp.reasoning.split(text)[1] if inp.reasoning else text}
             await stored_responses.save(
                 response=response,
                 model=model,
                 owner=owner,
                 input_items=prompt.items,
-                messages=prompt.messages + [reply_turn],  # this turn only: the earlier ones are the previous response's
+                messages=prompt.messages
+                + [reply_turn(response["output"])],  # this turn only: the earlier ones are the previous response's
                 previous=prompt.previous_response_id,
             )
 
