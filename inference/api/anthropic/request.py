@@ -159,9 +159,10 @@ def _tools(body: dict, parser: ToolParser) -> ToolRequest | None:
             raise bad_request(
                 f"tools.{index}.input_schema: a JSON schema object is required", param=f"tools.{index}.input_schema"
             )
-        function = {"name": tool.get("name"), "parameters": schema}
+        function = {"name": tool.get("name")}  # in OpenAI's order: the template writes the same tools as for chat
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
+        function["parameters"] = schema
         if "strict" in tool:  # strict tool use: the input matches the schema exactly
             function["strict"] = tool["strict"]
         functions.append({"type": "function", "function": function})

@@ -122,8 +122,11 @@ def _input(value: Any) -> tuple[list[dict], list[dict]]:
     messages, items, calls = [], [], []
 
     def flush_calls():
-        if calls:
-            messages.append({"role": "assistant", "content": "", "tool_calls": list(calls)})
+        if calls:  # the calls join the assistant's text just before them: one turn, as chat's
+            said = (
+                messages.pop() if messages and messages[-1]["role"] == "assistant" and "tool_calls" not in messages[-1] else None
+            )
+            messages.append({"role": "assistant", "content": said["content"] if said else "", "tool_calls": list(calls)})
             calls.clear()
 
     for index, item in enumerate(value):
