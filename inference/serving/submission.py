@@ -100,7 +100,9 @@ async def with_tool_trigger_compiled(engine_client: EngineClient, inp: Generatio
     or without the trigger where it does not compile: the reply then stays free, as with
     MINIVLLM_TOOL_CALL_GRAMMAR off, instead of the request failing."""
     try:
-        await asyncio.to_thread(engine_client.compile_grammar, inp.params.tool_trigger["grammar"])
+        for spec in (inp.params.tool_trigger["grammar"], inp.params.tool_trigger.get("calls")):
+            if spec is not None:
+                await asyncio.to_thread(engine_client.compile_grammar, spec)
         return inp
     except GrammarError as exc:
         log.warning("tool-call grammar dropped, the reply stays free: %s", exc)

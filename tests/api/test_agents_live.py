@@ -3,18 +3,21 @@
 through both of the SDK's model classes (Responses and Chat Completions), streamed and not, with
 `tool_choice` left to the model (auto) and forced (`ModelSettings(tool_choice="required")`).
 
-Every run must call the tool with city "Paris", and the final answer must come from the tool's
-result. What the 0.5B does, measured here: under auto it calls the tool in every run (it writes a
-bare `{"name": ..., "arguments": ...}` object or the `<tool_call>` tag; a `{` opening the answer is
-held to a valid call by the tool-call grammar, engine/sample/tool_trigger.py), so auto needs no
-`required`. Once it has the result, though, a tool still on offer is called again, turn after turn
-(the SDK's `reset_tool_choice` puts tool_choice back to auto, which changes nothing here), until
-max_turns. So the tool disables itself once used, through the SDK's own `is_enabled`: the next turn
-is sent without tools, and the model then answers from the result ("The weather in Paris is sunny
-with a temperature of 22°C.").
+Every run must call the tool with city "Paris". What the 0.5B does, measured here: under auto it
+calls the tool in every run (a bare `{"name": ..., "arguments": ...}` object or the `<tool_call>`
+tag; the tool-call grammar holds a `{` that is a call to a valid one, engine/sample/tool_trigger.py).
+Once it has the result, a tool still on offer is called again, turn after turn, with the same
+arguments, though its history is exactly what Qwen's template writes (`<tool_call>` blocks, the
+results in `<tool_response>` blocks of a user turn): with the tool left on, the run ends through
+the SDK's own `max_turns` error handler, which the tool-left-on test uses. Where the tool disables
+itself once used (the SDK's `is_enabled`), the next turn is sent without tools and the model
+answers from the result ("The weather in Paris is sunny with a temperature of 22°C.").
 """
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import pytest
 from agents import (
@@ -23,6 +26,7 @@ from agents import (
     OpenAIChatCompletionsModel,
     OpenAIResponsesModel,
     Runner,
+    StopAtTools,
     function_tool,
     set_tracing_disabled,
 )
@@ -34,8 +38,8 @@ INSTRUCTIONS = "You answer questions about the weather. Use the tools."
 QUESTION = "What is the weather in Paris?"
 
 
-def weather_agent(model, tool_choice: str | None, calls: list[str]) -> Agent:
-    @function_tool(is_enabled=lambda context, agent: not calls)  # offered until it has been called once
+def weather_agent(model, tool_choice: str | None, calls: list[str], *, left_on: bool = False) -> Agent:
+    @function_tool(is_enabled=lambda context, agent: left_on or not calls)  # offered until called once, or always
     def get_weather(city: str) -> str:
         """The current weather in a city."""
         calls.append(city)
@@ -73,13 +77,46 @@ async def test_the_agent_calls_the_tool_and_answers_from_its_result(qwen_server,
     await client.close()
 
 
+# Qwen's template's own writing of the call and of its result, as the next turn's prompt must hold them
+CALL_AS_TEMPLATE = (
+    '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
+)
+RESULT_AS_TEMPLATE = "<|im_start|>user\n<tool_response>\nSunny, 22 C in Paris\n</tool_response><|im_end|>"
+
+
+@pytest.mark.parametrize("model_class", [OpenAIResponsesModel, OpenAIChatCompletionsModel], ids=["responses", "chat"])
+async def test_a_tool_left_on_is_called_right_every_turn_with_the_templates_history(qwen_server, qwen_model, model_class):
+    """The tool stays offered: every call names Paris, each later turn's prompt holds the earlier
+    calls and results exactly as Qwen's template writes them, and the run ends without an error
+    (the SDK's max_turns handler ends it with the tool's last result, as an app would)."""
+    client = AsyncOpenAI(base_url=f"{qwen_server.url}/v1", api_key="x", max_retries=0, timeout=120)
+    calls: list[str] = []
+    agent = weather_agent(model_class(model=qwen_model, openai_client=client), None, calls, left_on=True)
+    ended = {"max_turns": lambda data: {"final_output": f"stopped after {len(calls)} calls"}}
+    result = await Runner.run(agent, QUESTION, max_turns=3, error_handlers=ended)
+    assert len(calls) >= 2 and set(calls) == {"Paris"}, calls
+    assert isinstance(result.final_output, str)
+    held = len(calls) - 1  # the last turn's prompt holds every call before it, with its result
+    deadline = time.monotonic() + 30  # a row is written just after its reply's last event
+    while not any(p.count(CALL_AS_TEMPLATE) == held for p in _prompts(qwen_server)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    [last] = [p for p in _prompts(qwen_server) if p.count(CALL_AS_TEMPLATE) == held][-1:]
+    assert last.count(RESULT_AS_TEMPLATE) == held and last.index(CALL_AS_TEMPLATE) < last.index(RESULT_AS_TEMPLATE)
+    await client.close()
+
+
+def _prompts(server) -> list[str]:
+    return [row["prompt"] for row in server.rows("prompt LIKE ?", (f"%{QUESTION}%",))]
+
+
 async def test_an_agent_with_two_tools_calls_one_then_the_other(qwen_server, qwen_model):
     """Two tools on one agent: `find_city(landmark)`, then `get_weather(city)` with what the first
-    returned, then the answer. Each tool is offered while it is the next step (the SDK's `is_enabled`:
-    the 0.5B, offered both at once, asks for the weather at the landmark itself), through the
-    Responses model class under auto. The run ends there: after two tool turns the 0.5B's greedy
-    answer is an immediate end of turn (an empty final output; the rendered prompt is the template's
-    own, tool turns included), so this test holds the calls, and the one-tool test the answer."""
+    returned. Each tool is offered while it is the next step (the SDK's `is_enabled`: the 0.5B,
+    offered both at once, asks for the weather at the landmark itself), through the Responses
+    model class with tool_choice required kept for both turns (under auto, offered get_weather
+    alone, it writes find_city's call again: JSON naming a function not offered, which stays
+    content); the run stops at get_weather's result (the SDK's StopAtTools). This test holds the
+    calls, the one-tool test the answer."""
     client = AsyncOpenAI(base_url=f"{qwen_server.url}/v1", api_key="x", max_retries=0, timeout=120)
     found: list[str] = []
     weather: list[str] = []
@@ -101,7 +138,9 @@ async def test_an_agent_with_two_tools_calls_one_then_the_other(qwen_server, qwe
         instructions="You answer questions about the weather at landmarks. Use the tools.",
         tools=[find_city, get_weather],
         model=OpenAIResponsesModel(model=qwen_model, openai_client=client),
-        model_settings=ModelSettings(temperature=0, max_tokens=80),
+        model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=80),
+        reset_tool_choice=False,
+        tool_use_behavior=StopAtTools(stop_at_tool_names=["get_weather"]),
     )
     result = await Runner.run(agent, "What is the weather at the Eiffel Tower?", max_turns=4)
     assert "eiffel" in found[0].lower() and weather == ["Paris"]

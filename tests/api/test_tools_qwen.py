@@ -11,6 +11,9 @@ Qwen2.5-Coder-0.5B-Instruct (GGUF), whose `<tool_call>` tags are added tokens, t
   same request writes `{{name: "get_weather", arguments:{{city: "Paris"}}}}`, which nothing reads.
 - A reply that opens with prose is byte for byte what the model writes without the trigger: the
   same prompt sent to /v1/completions (no tools there, so no trigger) gives the same text.
+- JSON asked for, with the tool offered under auto, stays content: a `{` or a fence opens a call
+  only while what follows still fits one (the grammar also takes any other JSON), so the reply
+  is the one the model writes with tool_choice none.
 """
 
 from __future__ import annotations
@@ -122,3 +125,29 @@ def test_tools_the_grammar_engine_cannot_compile_leave_an_auto_reply_free(client
     assert choice.finish_reason == "tool_calls" and json.loads(choice.message.tool_calls[0].function.arguments) == {
         "city": "Paris"
     }
+
+
+# JSON asked for with a weather tool offered; the 0.5B's answers (greedy): a call-shaped object
+# naming a function nobody offered, a fenced object with a key the tool does not take, a fenced
+# list, a fenced cat, and a joke written as a broken call. (Asked for "a JSON object with the keys
+# city and temperature_c" it calls get_weather even with tool_choice none: that is its own call.)
+JSON_ASKS = {
+    "book": "Write a JSON object describing a book, with the keys title and pages. Reply with the JSON only.",
+    "convert": "Convert to JSON: the city is Paris and the temperature is 18 C. Use the keys city and temperature_c.",
+    "list": "Give me a JSON list of three fruit names.",
+    "fence": "Give me a JSON object with the keys name and age for a cat called Tom, in a ```json code block.",
+    "joke": "Tell me a joke about cats.",
+}
+
+
+@pytest.mark.parametrize("ask", JSON_ASKS.values(), ids=JSON_ASKS.keys())
+def test_auto_json_asked_for_stays_content_with_a_tool_offered(client, qwen_model, ask):
+    """A `{` or a ```json fence opens a call only when what follows is one: the grammar also takes
+    any other JSON, the model's tokens decide, and JSON that is not a call is the reply's content,
+    byte for byte what the model writes with the tool not offered as a call (tool_choice none
+    keeps the same prompt: the tools are shown either way)."""
+    messages = [{"role": "user", "content": ask}]
+    reply = client.chat.completions.create(model=qwen_model, messages=messages, tools=[WEATHER], tool_choice="auto", **GREEDY)
+    free = client.chat.completions.create(model=qwen_model, messages=messages, tools=[WEATHER], tool_choice="none", **GREEDY)
+    assert not reply.choices[0].message.tool_calls and reply.choices[0].finish_reason != "tool_calls"
+    assert reply.choices[0].message.content == free.choices[0].message.content

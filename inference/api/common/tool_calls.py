@@ -102,10 +102,12 @@ class ToolRequest:
             return None
         try:
             grammar = self.parser.trigger_grammar(self.functions, self.most_calls)
+            calls = self.parser.trigger_grammar(self.functions, self.most_calls, other=False)
         except RecursionError:
             return None
         return {
             "grammar": {"kind": "lark", "value": grammar, "param": "tools"},
+            "calls": {"kind": "lark", "value": calls, "param": "tools"},  # the calls alone: whether a `{` still is one
             "tags": list(self.parser.tags),
             "bare": self.parser.bare_start,
         }

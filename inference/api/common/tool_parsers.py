@@ -45,6 +45,10 @@ from ...engine.sample.json_schemas import grammar_schema
 from ...serving import runtime
 from . import gemma4_tool_calls, xml_tool_calls
 
+# JSON as the grammars write it: compact where a call is forced (no padding forever), and for a call
+# a reply opened by itself the few blanks models put between tokens (`{"name": "f", ...}` or indented).
+COMPACT = {"whitespace_flexible": False}
+TRIGGER_STYLE = {"whitespace_flexible": True, "whitespace_pattern": "[ \\t\\n]{0,8}"}
 # (name, arguments) of one call as read from a reply
 Call = tuple[str, dict]
 # The request's functions: name -> parameters schema (None: any object)
@@ -111,12 +115,12 @@ class ToolParser:
         """The Lark rule `call`, given the alternatives for a call's JSON object."""
         raise NotImplementedError
 
-    def call_rules(self, functions: list[dict]) -> str:
+    def call_rules(self, functions: list[dict], style: dict = COMPACT) -> str:
         """The Lark rule `call` (and the rules it uses): one call to one of `functions`. JSON
-        formats: the call's object, each function's as %json of its call_schema."""
+        formats: the call's object, each function's as %json of its call_schema, in `style`."""
         bodies = []
         for function in functions:
-            schema = {**self.call_schema(function), "x-guidance": {"whitespace_flexible": False}}  # compact: no padding forever
+            schema = {**self.call_schema(function), "x-guidance": style}
             bodies.append("%json " + json.dumps(schema))
         return self.call_rule(bodies)
 
@@ -148,27 +152,40 @@ class ToolParser:
         fit its parameter schema (llguidance's %json embeds each schema)."""
         return "start: calls\n" + self._rules(functions, most)
 
-    def trigger_grammar(self, functions: list[dict], most: int) -> str:
+    def trigger_grammar(self, functions: list[dict], most: int, *, other: bool = True) -> str:
         """Lark for a reply that opened a call by itself (tool_choice "auto"): blanks, then the
         calls as `grammar` forces them, or (bare_start) one bare call object or a ```json fence
-        holding one; nothing after them but the end of the turn."""
+        holding one, nothing after them but the end of the turn; and (`other`, bare_start) any
+        other JSON value, bare or fenced, so that a `{` or a fence the model meant as an answer
+        is not made a call: the engine follows the calls alone beside it (`other` False) and
+        leaves the reply free once they no longer fit (engine/sample/tool_trigger.py). Call
+        objects take the blanks models write between their tokens (a few, so none pads forever)."""
         starts = self.trigger_starts()
         fence = FENCED_RULE if "fenced" in starts else ""  # only the JSON formats have a `body` to fence
-        return f"start: LEAD? ({' | '.join(starts)})\n" + self._rules(functions, most) + fence + LEAD_RULE
+        answers = OTHER_JSON_RULES if other and self.bare_start else ""
+        if answers:
+            starts = [*starts, "other_json", "other_fenced"]
+        head = f"start: LEAD? ({' | '.join(starts)})\n"
+        return head + self._rules(functions, most, TRIGGER_STYLE) + fence + answers + LEAD_RULE
 
     def trigger_starts(self) -> list[str]:
         """The alternatives a reply that opened a call by itself may take (rules of `_rules`)."""
         return ["calls", "body", "fenced"] if self.bare_start else ["calls"]
 
-    def _rules(self, functions: list[dict], most: int) -> str:
+    def _rules(self, functions: list[dict], most: int, style: dict = COMPACT) -> str:
         between = f" {json.dumps(self.separator)} " if self.separator else " "
         calls = " | ".join(between.join(["call"] * count) for count in range(1, most + 1))
-        return f"calls: {calls}\n{self.call_rules(functions)}\n"
+        return f"calls: {calls}\n{self.call_rules(functions, style)}\n"
 
 
 # The rules trigger_grammar adds: blanks before the call, and a fenced call (its body as the call's).
 FENCED_RULE = 'fenced: "```json" "\\n"? body "\\n"? "```"\n'
 LEAD_RULE = "LEAD: /[ \\t\\r\\n]{1,8}/\n"
+# JSON answers (trigger_grammar): an object (what a bare `{` opens) or, in a ```json fence, any JSON
+# value; then anything.
+OTHER_JSON_RULES = r"""other_json: %json {"type": "object", "x-guidance": {"whitespace_flexible": true, "whitespace_pattern": "[ \\t\\n]{0,8}"}}
+other_fenced: "```json" /[ \t\r\n]*/ %json {"x-guidance": {"whitespace_flexible": true, "whitespace_pattern": "[ \\t\\n]{0,8}"}} /[\s\S]*/
+"""
 
 
 def _object_schema(function: dict, arguments_key: str) -> dict:
@@ -473,7 +490,7 @@ class Qwen3CoderToolParser(ToolParser):
     def call_text(self, name: str, arguments: dict) -> str:
         return xml_tool_calls.call_text(name, arguments)
 
-    def call_rules(self, functions: list[dict]) -> str:
+    def call_rules(self, functions: list[dict], style: dict = COMPACT) -> str:
         return xml_tool_calls.rules(functions, self.literal)
 
     def trigger_starts(self) -> list[str]:
@@ -504,7 +521,7 @@ class Gemma4ToolParser(ToolParser):
     def call_text(self, name: str, arguments: dict) -> str:
         return gemma4_tool_calls.call_text(name, arguments)
 
-    def call_rules(self, functions: list[dict]) -> str:
+    def call_rules(self, functions: list[dict], style: dict = COMPACT) -> str:
         return gemma4_tool_calls.rules(functions, self.literal)
 
     def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:

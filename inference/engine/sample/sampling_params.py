@@ -49,8 +49,9 @@ class SamplingParams:
     # first and verified like any speculation (engine/spec_decode/proposer.py)
     prediction: list[int] | None = None
     # tool_choice "auto" with tools: the reply is free until it opens a call, then constrained
-    # (engine/sample/tool_trigger.py): {"grammar": a lark spec as `structured`, "tags": the texts
-    # that open a call anywhere, "bare": whether a `{` or a ```json fence opening the answer does}
+    # (engine/sample/tool_trigger.py): {"grammar": a lark spec as `structured`, "calls": the same
+    # without its other-JSON alternatives, "tags": the texts that open a call anywhere, "bare":
+    # whether a `{` or a ```json fence opening the answer may}
     tool_trigger: dict | None = None
 
     MAX_LOGPROBS = 20
@@ -133,11 +134,10 @@ class SamplingParams:
 
 def _check_tool_trigger(trigger) -> None:
     grammar = trigger.get("grammar") if isinstance(trigger, dict) else None
+    calls = trigger.get("calls", grammar) if isinstance(trigger, dict) else None
     tags = trigger.get("tags", []) if isinstance(trigger, dict) else None
     if (
-        not isinstance(grammar, dict)
-        or grammar.get("kind") != "lark"
-        or not isinstance(grammar.get("value"), str)
+        not all(isinstance(g, dict) and g.get("kind") == "lark" and isinstance(g.get("value"), str) for g in (grammar, calls))
         or not isinstance(tags, list)
         or not all(isinstance(tag, str) and tag for tag in tags)
         or not isinstance(trigger.get("bare", False), bool)

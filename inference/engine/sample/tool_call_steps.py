@@ -22,6 +22,7 @@ class ToolCallSteps:
         compiled it before, off this loop, and dropped it there already if it could not)."""
         try:
             self.grammars.compile(spec["grammar"])
+            self.grammars.compile(spec.get("calls") or spec["grammar"])
         except GrammarError as exc:
             log.warning("request %s: tool-call grammar dropped, the reply stays free: %s", seq.request_id, exc)
             return None
@@ -41,26 +42,36 @@ class ToolCallSteps:
             sampled.token_ids[row], sampled.logprobs[row] = again.token_ids[0], again.logprobs[0]
 
     def _open_call(self, seq: Sequence, written: list[int], how: str) -> bool:
-        """Gives the sequence its call grammar's matcher, fed the tokens that opened the call; where
-        the grammar refuses them the trigger is dropped and the reply stays free."""
+        """Gives the sequence its call grammar's matcher, fed the tokens that opened the call (and
+        for a `{` or a fence, the trigger a matcher of the calls alone); where the grammar refuses
+        them the trigger is dropped and the reply stays free."""
         trigger = seq.tool_trigger
         matcher = self.grammars.matcher(trigger.grammar)
         if not all(matcher.consume_token(token_id) for token_id in written):
             trigger.drop()
             return False
-        trigger.opened(how)
+        calls = None
+        if how in ("brace", "fence"):  # may be JSON meant as the answer: the calls alone follow along
+            calls = self.grammars.matcher(trigger.calls)
+            if not all(calls.consume_token(token_id) for token_id in written):
+                trigger.drop()
+                return False
+        trigger.opened(how, calls)
         seq.matcher = matcher
         return True
 
     def _watch_tool_calls(self, seqs: list[Sequence]) -> None:
         """After a step's tokens are written: a tag (or a fence, or a `{` not drawn again) that opens
-        a call hands its sequence the call's grammar."""
+        a call hands its sequence the call's grammar; JSON that turned out not to be a call gives
+        it back (the reply goes on free)."""
         for seq in seqs:
             trigger = seq.tool_trigger
             if trigger is None or not trigger.armed or seq.is_finished or _reasoning(seq):
                 continue
             answer = seq.output_token_ids[seq.reasoning.tokens if seq.reasoning is not None else 0 :]
             opening = trigger.observe(answer)
+            if trigger.released:
+                seq.matcher, trigger.released = None, False
             if opening is not None:
                 self._open_call(seq, opening, trigger.opened_by)
 

@@ -18,11 +18,21 @@ grammar's mask (LLMEngine._open_call_at_start), so a first token `{{` becomes `{
 the grammar allows; a tag or a fence written later hands the sequence a grammar matcher fed what
 opened the call (`observe` says what), and the rest is constrained as a structured request's
 reply is. A reply that opens with prose and writes no tag is never constrained: its tokens are
-the ones it has without the trigger. Speculation waits while a trigger watches (a guess after a
-tag would skip its mask: spec_decode/proposer.py).
+the ones it has without the trigger.
+
+A `{` or a fence is not yet a call: JSON asked for is written the same way. So the grammar also
+allows any other JSON value (api/common/tool_parsers.py), and the trigger is DECIDING: the engine
+hands it a second matcher of the calls alone (`spec["calls"]`), fed the same tokens; once the
+model's own tokens no longer fit a call (`released`), the engine drops the sequence's matcher,
+the reply goes on free and the trigger watches for a tag again. Until then the mask is the
+union, so a `{{` or an unquoted key is still redrawn into JSON.
+
+Speculation goes on while a trigger watches: the proposer cuts a guess just before a token that
+would write an opening (`cut_before`), so the tag, `{` or fence is drawn by the target model and
+seen here exactly where it would be without speculation (spec_decode/proposer.py).
 
 Plain bookkeeping over token ids and their text: no tensors, no tokenizer beyond the two
-callables the engine hands in.
+callables the engine hands in, and the calls' matcher while DECIDING.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ from collections.abc import Callable
 
 FENCE = "```json"
 
-START, FENCE_OPENING, PROSE, DONE = "start", "fence", "prose", "done"
+START, FENCE_OPENING, PROSE, DECIDING, DONE = "start", "fence", "prose", "deciding", "done"
 
 
 class ToolTrigger:
@@ -40,6 +50,7 @@ class ToolTrigger:
 
     def __init__(self, spec: dict, piece: Callable[[int], str], encode: Callable[[str], list[int]]):
         self.grammar: dict = spec["grammar"]
+        self.calls: dict = spec.get("calls") or spec["grammar"]
         self.tags: list[str] = list(spec.get("tags") or [])
         self.bare: bool = bool(spec.get("bare"))
         self.piece, self.encode = piece, encode
@@ -47,6 +58,8 @@ class ToolTrigger:
         self.tokens: list[int] = []  # the answer's tokens seen so far
         self.text = ""  # their text
         self.opened_by: str | None = None  # "tag", "brace" or "fence", once a call opened
+        self.released = False  # set by `observe` when a DECIDING reply turned out not to be a call
+        self.calls_matcher = None  # while DECIDING
 
     @property
     def armed(self) -> bool:
@@ -63,8 +76,12 @@ class ToolTrigger:
         (it starts with `{`): the engine then draws it again under the grammar."""
         return self.at_start and self.piece(token_id).lstrip().startswith("{")
 
-    def opened(self, how: str) -> None:
-        self.state, self.opened_by = DONE, how
+    def opened(self, how: str, calls_matcher=None) -> None:
+        """A call opened (`how`: "tag", "brace", "fence"); a `{` or a fence is only DECIDING, while
+        `calls_matcher` (the calls alone, fed what opened it) takes the tokens written."""
+        deciding = how in ("brace", "fence") and calls_matcher is not None
+        self.state, self.opened_by, self.calls_matcher = (DECIDING if deciding else DONE), how, calls_matcher
+        self.released = False
 
     def drop(self) -> None:
         """Stops watching: the reply stays free (the grammar could not take what was written)."""
@@ -85,6 +102,10 @@ class ToolTrigger:
         before = len(self.text)
         self.tokens.append(token_id)
         self.text += self.piece(token_id)
+        if self.state == DECIDING:
+            if not self.calls_matcher.consume_token(token_id):  # not a call after all: the reply goes on free
+                self.state, self.opened_by, self.released, self.calls_matcher = PROSE, None, True, None
+            return None
         at = self._tag_at(before)
         if at is not None:
             self.opened("tag")

@@ -18,13 +18,14 @@ import pytest
 
 from inference.api.common.chat_template import render
 from inference.api.common.tool_calls import ToolRequest
-from inference.api.common.tool_parsers import HermesToolParser
+from inference.api.common.tool_parsers import HermesToolParser, Llama3JsonToolParser
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.sample.sampling_params import SamplingParams
 from inference.engine.sample.tool_trigger import ToolTrigger
 from tests.support import real_gguf
 from tests.support.engine_helpers import run_to_completion
+from tests.support.grammar_checks import accepts_ids, grammars_for
 
 PARAMETERS = {
     "type": "object",
@@ -249,3 +250,80 @@ def test_a_watched_reply_is_not_speculated_and_writes_what_a_speculated_one_does
     watched, free = outputs[True], outputs[False]
     assert watched[-1].spec_draft_tokens == 0 and free[-1].spec_draft_tokens > 0
     assert [t for out in watched for t in out.token_ids] == [t for out in free for t in out.token_ids]
+
+
+# -- a `{` or a fence that is JSON meant as the answer --------------------------------------
+
+JSON_ANSWERS = {
+    "object": '{"city": "Paris", "temperature_c": 18}',
+    "call-shaped, another function": '{"name": "Book", "arguments": {"title": "Dune"}}',
+    "pretty-printed": '{\n  "title": "Dune",\n  "pages": 412\n}',
+    "fenced list": '```json\n["apple", "banana"]\n```',
+    "fenced object": '```json\n{"name": "Tom", "age": 3}\n```\nTom is a cat.',
+}
+
+
+@pytest.fixture(scope="module")
+def grammars(smollm_tokenizer):
+    return grammars_for(smollm_tokenizer)
+
+
+def calls_for(parser_class) -> tuple[ToolRequest, str]:
+    """A request under auto in `parser_class`'s format, and its call to get_weather as its models write it."""
+    parser = parser_class()
+    key = "parameters" if parser_class is Llama3JsonToolParser else "arguments"
+    return ToolRequest([WEATHER], "auto", False, parser), json.dumps({"name": "get_weather", key: {"city": "Paris"}})
+
+
+def decided(tokenizer, grammars, request: ToolRequest, text: str) -> tuple[str | None, bool]:
+    """`text` written token by token as the engine writes it under the trigger: (how a call opened,
+    or None; whether the trigger let the reply go free again, JSON that is not a call)."""
+    spec = request.trigger()
+    trigger = ToolTrigger(spec, lambda t: tokenizer.decode([t]), lambda s: encode(tokenizer, s))
+    ids, how = encode(tokenizer, text), None
+    for written in range(1, len(ids) + 1):
+        opening = trigger.observe(ids[:written])
+        if trigger.released:
+            return how, True
+        if opening is not None:
+            how = trigger.opened_by
+            calls = grammars.matcher(spec["calls"])
+            assert all(calls.consume_token(t) for t in opening)
+            trigger.opened(how, calls)
+    return how, False
+
+
+@pytest.mark.parametrize("parser_class", [HermesToolParser, Llama3JsonToolParser])
+@pytest.mark.parametrize("answer", JSON_ANSWERS.values(), ids=JSON_ANSWERS.keys())
+def test_json_meant_as_the_answer_opens_no_call(smollm_tokenizer, grammars, parser_class, answer):
+    """Both JSON families: the grammar takes the answer as it is (no token is masked away), and
+    the trigger lets the reply go free as soon as it no longer fits a call."""
+    request, _ = calls_for(parser_class)
+    spec = request.trigger()
+    prefix = answer.split("\n```")[0] if answer.startswith("```") else answer
+    matcher = grammars.matcher(spec["grammar"])
+    ids = encode(smollm_tokenizer, prefix)
+    assert matcher.validate_tokens(ids) == len(ids)  # every token of it allowed under the union
+    how, released = decided(smollm_tokenizer, grammars, request, answer)
+    assert how in ("brace", "fence") and released
+
+
+@pytest.mark.parametrize("parser_class", [HermesToolParser, Llama3JsonToolParser])
+@pytest.mark.parametrize("fenced", [False, True])
+def test_a_call_opened_by_a_brace_or_a_fence_stays_a_call(smollm_tokenizer, grammars, parser_class, fenced):
+    request, call = calls_for(parser_class)
+    text = f"```json\n{call}\n```" if fenced else call
+    how, released = decided(smollm_tokenizer, grammars, request, text)
+    assert how == ("fence" if fenced else "brace") and not released
+    assert accepts_ids(grammars, request.trigger()["calls"], encode(smollm_tokenizer, text))
+
+
+@pytest.mark.parametrize("parser_class", [HermesToolParser, Llama3JsonToolParser])
+def test_the_almost_calls_are_still_masked_into_json(smollm_tokenizer, grammars, parser_class):
+    """A second `{` or an unquoted key fits neither a call nor JSON: masked while the reply decides."""
+    request, _ = calls_for(parser_class)
+    matcher = grammars.matcher(request.trigger()["grammar"])
+    brace = encode(smollm_tokenizer, "{")
+    assert matcher.consume_tokens(brace)
+    for bad in ("{", "name"):
+        assert matcher.validate_tokens(encode(smollm_tokenizer, bad)) == 0
