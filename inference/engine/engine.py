@@ -275,6 +275,7 @@ class LLMEngine(RequestDecoding, ToolCallSteps):
         if sample.verifies:
             verified = SamplerOutput(sampled.token_ids[len(seqs) :], sampled.logprobs[len(seqs) :])
             outputs += self.verifier.verify(verified, sample.verifies, sample.saved, sample.vocab, now)
+            self._watch_tool_calls(sample.verifies)  # a guess stops before a tag: the token after it opens one
         return outputs
 
     def _with_forks(self, logits, seqs: list[Sequence]):

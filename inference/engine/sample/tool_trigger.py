@@ -27,9 +27,11 @@ model's own tokens no longer fit a call (`released`), the engine drops the seque
 the reply goes on free and the trigger watches for a tag again. Until then the mask is the
 union, so a `{{` or an unquoted key is still redrawn into JSON.
 
-Speculation goes on while a trigger watches: the proposer cuts a guess just before a token that
-would write an opening (`cut_before`), so the tag, `{` or fence is drawn by the target model and
-seen here exactly where it would be without speculation (spec_decode/proposer.py).
+Speculation goes on while a trigger watches the prose of an answer: the proposer cuts a guess
+just before the token that would complete a tag (`speculable`), so that token is drawn by the model
+and the tag seen here exactly where it would be without speculation, and what follows it is drawn
+under the grammar (spec_decode/proposer.py). Before the answer's first non-blank token, and while
+a `{` or a fence decides, nothing is guessed: those tokens must be drawn one by one.
 
 Plain bookkeeping over token ids and their text: no tensors, no tokenizer beyond the two
 callables the engine hands in, and the calls' matcher while DECIDING.
@@ -87,6 +89,27 @@ class ToolTrigger:
         """Stops watching: the reply stays free (the grammar could not take what was written)."""
         self.state, self.opened_by = DONE, None
 
+    @property
+    def may_guess(self) -> bool:
+        """Whether guessed tokens may be proposed at all: not before the answer's prose began, nor
+        while a `{` or a fence decides (those tokens are drawn one by one)."""
+        return self.state in (PROSE, DONE)
+
+    def speculable(self, draft: list[int]) -> int:
+        """How many of the guessed tokens `draft` (to follow what was observed) may be proposed:
+        those before the token that would complete a tag; none before the answer's prose began."""
+        if not self.may_guess:
+            return 0
+        if self.state == DONE:
+            return len(draft)
+        text = self.text
+        for count, token_id in enumerate(draft):
+            before = len(text)
+            text += self.piece(token_id)
+            if _tag_at(text, before, self.tags) is not None:
+                return count
+        return len(draft)
+
     def observe(self, answer_ids: list[int]) -> list[int] | None:
         """After tokens were written (`answer_ids`: the whole answer so far, reasoning excluded):
         the token ids a fresh matcher must be fed when a call opened with them, else None."""
@@ -106,7 +129,7 @@ class ToolTrigger:
             if not self.calls_matcher.consume_token(token_id):  # not a call after all: the reply goes on free
                 self.state, self.opened_by, self.released, self.calls_matcher = PROSE, None, True, None
             return None
-        at = self._tag_at(before)
+        at = _tag_at(self.text, before, self.tags)
         if at is not None:
             self.opened("tag")
             rest = self.text[at:]
@@ -124,11 +147,8 @@ class ToolTrigger:
             self.state = FENCE_OPENING if FENCE.startswith(lead.lower()) else PROSE
         return None
 
-    def _tag_at(self, before: int) -> int | None:
-        """Where a tag that the latest token completed begins in the text, or None."""
-        found = []
-        for tag in self.tags:
-            at = self.text.find(tag, max(0, before - len(tag) + 1))
-            if at != -1:
-                found.append(at)
-        return min(found) if found else None
+
+def _tag_at(text: str, before: int, tags: list[str]) -> int | None:
+    """Where a tag that the text past `before` completed begins in `text`, or None."""
+    found = [at for tag in tags if (at := text.find(tag, max(0, before - len(tag) + 1))) != -1]
+    return min(found) if found else None

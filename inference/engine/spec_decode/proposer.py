@@ -176,6 +176,8 @@ class Speculator:
         draft, from_prediction = self._lookup(seq, wanted)
         if draft and seq.active_matcher is not None:
             draft = draft[: seq.matcher.validate_tokens(draft)]  # a guess the grammar forbids is never proposed
+        if draft and seq.tool_trigger is not None:
+            draft = draft[: seq.tool_trigger.speculable(draft)]  # the token completing a tag is the model's to draw
         if not draft:
             return False
         spec.draft, spec.draft_from_prediction = draft, from_prediction
@@ -239,13 +241,14 @@ def _decodes_next(seq) -> bool:
 
 def _may_speculate(seq) -> bool:
     """Whether guessed tokens can be verified exactly as they would be sampled one by one: not an
-    embedding, not while a tool-call trigger watches (a guessed tag would open a grammar that the
-    guesses after it skipped: engine/sample/tool_trigger.py), and not while a reasoning phase could
+    embedding, not while a tool-call trigger may see a call open before the answer's prose (its
+    first token may be drawn again; a `{` deciding: engine/sample/tool_trigger.py; in the prose a
+    guess stops before a tag: `_propose_one`), and not while a reasoning phase could
     change the row's mask between guesses (a pending opening, a budget that forces the end marker,
     or a grammar waiting for the end)."""
     if seq.params.pooling is not None:
         return False
-    if seq.tool_trigger is not None and seq.tool_trigger.armed:
+    if seq.tool_trigger is not None and not seq.tool_trigger.may_guess:
         return False
     reasoning = seq.reasoning
     if reasoning is None or not reasoning.active:

@@ -229,9 +229,10 @@ def test_the_constraint_starts_after_the_reasoning_block(smollm_engine):
     assert single_call(answer) == {"city": "Paris"}
 
 
-def test_a_watched_reply_is_not_speculated_and_writes_what_a_speculated_one_does(smollm_engine):
-    """n-gram guesses would skip the grammar a guessed tag opens: none are proposed while the
-    trigger watches. Verified guesses change no token, so the reply is the same either way."""
+def test_a_watched_reply_speculates_and_writes_what_an_unwatched_one_does(smollm_engine):
+    """The trigger watches a prose reply while n-gram guesses are verified (a guess stops before a
+    tag's last token: tests/engine/spec_decode/test_proposer.py holds a reply that opens a call):
+    the reply is the same, and guesses were proposed, watched or not."""
     smollm_engine.speculator.mode = "ngram"  # guess wherever the lookup finds something
     try:
         messages = [{"role": "user", "content": "Write the words one two three, ten times over."}]
@@ -248,7 +249,7 @@ def test_a_watched_reply_is_not_speculated_and_writes_what_a_speculated_one_does
     finally:
         smollm_engine.speculator.mode = "auto"
     watched, free = outputs[True], outputs[False]
-    assert watched[-1].spec_draft_tokens == 0 and free[-1].spec_draft_tokens > 0
+    assert watched[-1].spec_draft_tokens > 0 and free[-1].spec_draft_tokens > 0
     assert [t for out in watched for t in out.token_ids] == [t for out in free for t in out.token_ids]
 
 

@@ -297,3 +297,68 @@ def test_sampled_tokens_follow_the_same_distribution_with_speculation(tiny_hf, s
         table = frequent + ([rare] if sum(rare) else [])
         assert len(table) >= 3
         assert chi2_contingency(table).pvalue > 1e-3
+
+
+# -- tools offered: the tool-call trigger watches while guesses are verified ------------------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+# asked for the weather with the tag's tokens pushed up (logit_bias), the 135M writes the tag: the
+# n-gram guesses hold the tag's tokens (from the tools prompt and its own text)
+ASKS_FOR_A_CALL = ["What is the weather in Paris?", "Weather in Oslo, please."]
+
+
+def tool_requests(tokenizer, texts: list[str]) -> dict[str, tuple[list[int], SamplingParams]]:
+    """Each text as the chat API sends it with a weather tool offered under auto: the tools in the
+    prompt, the reply watched by the tool-call trigger (engine/sample/tool_trigger.py)."""
+    from inference.api.common.chat_template import render
+    from inference.api.common.tool_calls import ToolRequest
+    from inference.api.common.tool_parsers import tool_parser_for
+
+    request = ToolRequest([WEATHER], "auto", True, tool_parser_for(tokenizer))
+    tag = tokenizer.encode("<tool_call>", add_special_tokens=False)
+    requests = {}
+    for i, text in enumerate(texts):
+        prompt = render(tokenizer, [{"role": "user", "content": text}], tools=request.tools, tool_parser=request.parser)
+        ids = tokenizer.encode(prompt, add_special_tokens=False)
+        bias = {token: 6.0 for token in tag} if text in ASKS_FOR_A_CALL else {}
+        params = SamplingParams(temperature=0.0, max_tokens=40, tool_trigger=request.trigger(), logit_bias=bias)
+        requests[f"t{i}"] = (ids, params)
+    return requests
+
+
+def test_with_tools_offered_guesses_are_verified_and_the_tokens_unchanged(real_bundle):
+    """The grounded prompts and two that ask for a call, tools offered: with speculation on, every
+    reply is token for token the one without it, guesses were taken in the prose, and the replies
+    that call open the call where they do without speculation."""
+    texts = GROUNDED + ASKS_FOR_A_CALL
+    off_engine = real_engine(real_bundle, speculative="off")
+    off = complete(off_engine, tool_requests(real_bundle.tokenizer, texts))
+    engine = real_engine(real_bundle, speculative="ngram")
+    on = complete(engine, tool_requests(real_bundle.tokenizer, texts))
+    assert on == off
+    assert engine.speculator.num_accepted_tokens > 40
+    calls = [real_bundle.tokenizer.decode(off[f"t{i}"]) for i in range(len(GROUNDED), len(texts))]
+    assert any("<tool_call>" in text for text in calls), calls
+
+
+def test_a_guess_stops_before_the_token_that_completes_a_tag(smollm_tokenizer):
+    from inference.api.common.tool_calls import ToolRequest
+    from inference.api.common.tool_parsers import HermesToolParser
+    from inference.engine.sample.tool_trigger import ToolTrigger
+
+    spec = ToolRequest([WEATHER], "auto", True, HermesToolParser()).trigger()
+    trigger = ToolTrigger(spec, lambda t: smollm_tokenizer.decode([t]), lambda s: smollm_tokenizer.encode(s))
+    assert not trigger.may_guess  # before the answer's first token: nothing is guessed
+    prose = smollm_tokenizer.encode("Sure, let me check.", add_special_tokens=False)
+    trigger.observe(prose)
+    assert trigger.may_guess
+    draft = smollm_tokenizer.encode(" <tool_call>\n{", add_special_tokens=False)
+    completes = next(n for n in range(1, len(draft) + 1) if "<tool_call>" in smollm_tokenizer.decode(draft[:n]))
+    assert trigger.speculable(draft) == completes - 1 and trigger.speculable(draft[: completes - 1]) == completes - 1
