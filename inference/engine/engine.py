@@ -262,8 +262,9 @@ class LLMEngine(RequestDecoding, ToolCallSteps):
         if not contexts:
             return None
         rows = step.joined(logits)
+        states = self._states_at_start(seqs)  # a redrawn opening token reuses its first draw's noise
         sampled = self.sampler(rows, contexts)
-        self._open_calls_at_start(seqs, rows, sampled)
+        self._open_calls_at_start(seqs, rows, sampled, states)
         return StepSample(seqs, verifies, sampled, saved, rows.shape[1], time.monotonic())
 
     def _process(self, sample: StepSample) -> list[RequestOutput]:

@@ -28,17 +28,34 @@ class ToolCallSteps:
             return None
         return ToolTrigger(spec, seq.detokenizer.token_text, lambda text: self.tokenizer.encode(text, add_special_tokens=False))
 
-    def _open_calls_at_start(self, seqs: list[Sequence], rows, sampled: SamplerOutput) -> None:
+    def _states_at_start(self, seqs: list[Sequence]) -> dict[int, object]:
+        """Row -> its seeded generator's state, for the rows whose next token is their answer's
+        first (it may be drawn again: `_open_calls_at_start`)."""
+        return {
+            row: seq.generator.get_state()
+            for row, seq in enumerate(seqs)
+            if seq.tool_trigger is not None and seq.tool_trigger.at_start and seq.generator is not None
+        }
+
+    def _open_calls_at_start(self, seqs: list[Sequence], rows, sampled: SamplerOutput, states: dict[int, object]) -> None:
         """A plain row whose answer's first non-blank token opens a bare call (it starts with `{`)
-        draws that token again from the same logits row under the call's grammar, which the
-        sequence keeps from now on: a first `{{` becomes `{` or the call's tag, as the grammar allows."""
+        draws that token again from the same logits row, among the tokens starting with `{` that
+        the call's grammar allows (the sequence keeps the grammar from now on): a first `{{` becomes
+        `{`, `{"` and the like. Still a `{`, so a resumed request's replay opens the call where this
+        one did (engine/resume.py).
+        A seeded row draws again with the noise of its first draw (`states`): a token takes one
+        draw whatever happened, so a resumed request skips exactly the draws its tokens took
+        (engine/resume.py), and the masked draw is still a draw from the masked distribution."""
         for row, seq in enumerate(seqs):
             trigger = seq.tool_trigger
             if trigger is None or not trigger.at_start or _reasoning(seq) or not trigger.opens_bare(sampled.token_ids[row]):
                 continue
             if not self._open_call(seq, trigger.tokens, "brace"):
                 continue
-            again = self.sampler(rows[row : row + 1], [self._context(seq, self.grammars.allowed([seq.matcher])[0])])
+            if row in states:
+                seq.generator.set_state(states[row])
+            allowed = _opening_braces(self.grammars.allowed([seq.matcher])[0], trigger.piece)
+            again = self.sampler(rows[row : row + 1], [self._context(seq, allowed)])
             sampled.token_ids[row], sampled.logprobs[row] = again.token_ids[0], again.logprobs[0]
 
     def _open_call(self, seq: Sequence, written: list[int], how: str) -> bool:
@@ -74,6 +91,16 @@ class ToolCallSteps:
                 seq.matcher, trigger.released = None, False
             if opening is not None:
                 self._open_call(seq, opening, trigger.opened_by)
+
+
+def _opening_braces(allowed, piece):
+    """The grammar's mask (True: allowed) narrowed to the tokens whose text starts with `{` (after
+    blanks); the mask itself where none does."""
+    narrowed = allowed.clone()
+    for token_id in allowed.nonzero().flatten().tolist():
+        if not piece(token_id).lstrip().startswith("{"):
+            narrowed[token_id] = False
+    return narrowed if bool(narrowed.any()) else allowed
 
 
 def _reasoning(seq: Sequence) -> bool:
