@@ -1,4 +1,5 @@
-"""One streamed `/v1/completions` request, timed chunk by chunk (any OpenAI-compatible server).
+"""One streamed `/v1/completions` request (or `/v1/chat/completions`, for a request that carries
+chat fields), timed chunk by chunk (any OpenAI-compatible server).
 
 SSE lines are parsed by hand: with 32 concurrent streams on a 2-core machine the client shares
 the CPU with the server, so it does as little per chunk as it can.
@@ -15,9 +16,13 @@ from .metrics import RequestRecord
 from .prompts import BenchRequest
 
 
+def request_path(request: BenchRequest) -> str:
+    return "/v1/chat/completions" if request.chat else "/v1/completions"
+
+
 def completion_payload(request: BenchRequest, *, model: str | None, temperature: float, ignore_eos: bool) -> dict:
     payload = {
-        "prompt": request.prompt,
+        **(request.chat or {"prompt": request.prompt}),
         "max_tokens": request.output_len,
         "temperature": temperature,
         "stream": True,
@@ -40,7 +45,8 @@ def _read_event(record: RequestRecord, data: str, now: float) -> bool:
         record.error = error.get("message", str(error)) if isinstance(error, dict) else str(error)
         return True
     for choice in event.get("choices") or ():
-        if choice.get("text"):
+        delta = choice.get("delta") or {}
+        if choice.get("text") or delta.get("content") or delta.get("tool_calls"):
             record.chunk_times.append(now)
         elif choice.get("finish_reason") and not record.chunk_times:
             # A reply whose tokens carried no text (one token that is part of a UTF-8 character, say):

@@ -22,6 +22,8 @@ class BenchRequest:
     prompt: str
     prompt_len: int
     output_len: int
+    # a chat request's own fields (messages, tools, ...): sent to /v1/chat/completions instead of the prompt
+    chat: dict | None = None
 
 
 def parse_length(text: str | int) -> tuple[int, int]:

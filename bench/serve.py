@@ -23,7 +23,7 @@ import time
 import httpx
 from tqdm import tqdm
 
-from .client import completion_payload, stream_completion
+from .client import completion_payload, request_path, stream_completion
 from .metrics import RequestRecord, per_request, summarize
 from .prompts import BenchRequest, make_requests
 
@@ -47,14 +47,14 @@ async def _arrivals(count: int, rate: float, rng: random.Random):
 
 
 async def _drive(
-    client, url, requests, payloads, *, concurrency, request_rate, seed, progress
+    client, base_url, requests, payloads, *, concurrency, request_rate, seed, progress
 ) -> tuple[list[RequestRecord], float]:
     limit = asyncio.Semaphore(concurrency) if concurrency else contextlib.nullcontext()
     records: list[RequestRecord | None] = [None] * len(requests)
 
     async def one(index: int):
         async with limit:
-            records[index] = await stream_completion(client, url, payloads[index])
+            records[index] = await stream_completion(client, base_url + request_path(requests[index]), payloads[index])
             records[index].prompt_tokens = records[index].prompt_tokens or requests[index].prompt_len
         progress.update(1)
 
@@ -101,7 +101,14 @@ async def run_benchmark(
             total=len(requests), desc=f"serve c={concurrency or '-'} rate={request_rate}", disable=not show_progress, leave=False
         ) as progress:
             records, duration = await _drive(
-                client, url, requests, payloads, concurrency=concurrency, request_rate=request_rate, seed=seed, progress=progress
+                client,
+                base_url,
+                requests,
+                payloads,
+                concurrency=concurrency,
+                request_rate=request_rate,
+                seed=seed,
+                progress=progress,
             )
     config = {
         "base_url": base_url,

@@ -10,7 +10,10 @@ the same workloads, greedy, `ignore_eos`:
 - chat questions: bench/prompts.py's CHAT_QUESTIONS behind the chat template, 128 output tokens,
   1 client: answers that do not repeat, so little to guess (random words, used before, make a
   model loop, and the n-gram lookup predicts the loop);
-- standard: the peer benchmark's 32-client load (8-40 random words in, 32 out).
+- standard: the peer benchmark's 32-client load (8-40 random words in, 32 out);
+- grounded, agent: the grounded requests sent to /v1/chat/completions with a coding agent's tools
+  offered (tool_choice auto: the tool-call trigger watches every reply), 1 client, ours only: its
+  target is the plain grounded row's speed (speculation goes on while the trigger watches).
 Our acceptance rate and tokens per verification come from /stats' counters around each workload.
 A figure with a failed request is measured again (twice at most); one that still fails is "not
 measured", and a verdict needs every round's figure. Where llama-server had to be rebuilt without
@@ -26,6 +29,7 @@ measure what speculation costs where it cannot help.
     python -m bench.speculative --model qwen --rounds 1         # Qwen2.5-Coder-0.5B (real weights), ~10 min
     python -m bench.speculative --model large --rounds 1        # the 1.5B Q4_K_M, ~12 min
     python -m bench.speculative --docs-dir docs/bench           # also docs/bench/raw/speculative.json and the page
+    python -m bench.speculative --model qwen --no-peer          # ours only (no llama-server build or runs)
 """
 
 from __future__ import annotations
@@ -53,7 +57,24 @@ TARGETS = {  # (workload, against): ratio of our default's output tok/s
     ("grounded, 4 clients", "speculation off"): 1.4,
     ("chat questions, 1 client", "speculation off"): 0.97,
     ("standard, 32 clients", "speculation off"): 0.97,
+    ("grounded, agent, 1 client", "the same without tools"): 0.9,
 }
+AGENT_ROWS = {"grounded, agent, 1 client": "grounded, 1 client"}  # an agent row -> the row it is held to
+# a coding agent's tools, offered on every agent request
+AGENT_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": list(properties)},
+        },
+    }
+    for name, description, properties in (
+        ("read_file", "Reads a file of the repository.", {"path": {"type": "string"}}),
+        ("write_file", "Writes a file of the repository.", {"path": {"type": "string"}, "content": {"type": "string"}}),
+    )
+]
 ATTEMPTS = 3  # a workload with a failed request is measured again, at most this many times in all
 COUNTERS = ("spec_draft_tokens", "spec_accepted_tokens", "spec_verifications", "spec_verified_tokens")
 
@@ -91,13 +112,15 @@ TASKS = {
 }
 
 
-def grounded_requests(tokenizer, count: int, output_len: int = 256) -> list[BenchRequest]:
+def grounded_requests(tokenizer, count: int, output_len: int = 256, *, tools: list[dict] | None = None) -> list[BenchRequest]:
+    """The grounded tasks behind the chat template; with `tools`, as chat requests offering them."""
     requests = []
     for kind, text in passages(tokenizer):
         for task in TASKS[kind]:
             chat = [{"role": "user", "content": task.format(text=text)}]
             prompt = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-            requests.append(BenchRequest(prompt=prompt, prompt_len=len(tokenizer.encode(prompt)), output_len=output_len))
+            fields = {"messages": chat, "tools": tools, "tool_choice": "auto"} if tools else None
+            requests.append(BenchRequest(prompt, len(tokenizer.encode(prompt)), output_len, chat=fields))
     return [requests[i % len(requests)] for i in range(count)]
 
 
@@ -107,6 +130,7 @@ def workloads(tokenizer, seed: int) -> list[tuple[str, int, list[BenchRequest]]]
         ("grounded, 4 clients", 4, grounded_requests(tokenizer, 8)),
         ("chat questions, 1 client", 1, chat_requests(tokenizer, num_prompts=3, output_len=128, seed=seed)),
         ("standard, 32 clients", 32, make_requests(tokenizer, num_prompts=32, input_len="8-40", output_len=32, seed=seed)),
+        ("grounded, agent, 1 client", 1, grounded_requests(tokenizer, 4, tools=AGENT_TOOLS)),
     ]
 
 
@@ -152,7 +176,7 @@ def _measure_once(base_url: str, name: str, concurrency: int, requests, *, ours:
     return figure
 
 
-def one_round(tokenizer, gguf: str | None, r: int, results_dir: str) -> dict:
+def one_round(tokenizer, gguf: str | None, r: int, results_dir: str, *, peer: bool = True) -> dict:
     loads = workloads(tokenizer, seed=300 + r)
     model_env = {"MINIVLLM_MODEL": gguf} if gguf else {}
     row = {}
@@ -161,16 +185,19 @@ def one_round(tokenizer, gguf: str | None, r: int, results_dir: str) -> dict:
         with EngineServer({**model_env, **env}, log_path=log) as server:
             row[label] = measure(server.base_url, loads, ours=True)
             row[label]["command"] = server.command
+    if not peer:
+        return row
     if gguf is None:
         from .model_files import embedded_gguf
 
         gguf = str(embedded_gguf())
+    plain = [load for load in loads if load[0] not in AGENT_ROWS]  # the agent rows are held to our own
     for mode in PEER_MODES:
         log = os.path.join(results_dir, f"spec-llama-{mode}-{r}.log")
-        with LlamaServer(gguf, log_path=log, extra=("--spec-type", mode)) as peer:
-            row[f"llama-server {mode}"] = measure(peer.base_url, loads, ours=False)
-            row[f"llama-server {mode}"]["command"] = peer.command
-            row[f"llama-server {mode}"]["build"] = peer.build
+        with LlamaServer(gguf, log_path=log, extra=("--spec-type", mode)) as server:
+            row[f"llama-server {mode}"] = measure(server.base_url, plain, ours=False)
+            row[f"llama-server {mode}"]["command"] = server.command
+            row[f"llama-server {mode}"]["build"] = server.build
     return row
 
 
@@ -187,9 +214,16 @@ def peer_builds(rounds: list[dict]) -> set[str]:
     builds = set()
     for r in rounds:
         for mode in PEER_MODES:
-            peer = r[f"llama-server {mode}"]
+            peer = r.get(f"llama-server {mode}")
+            if peer is None:
+                continue
             builds.add(peer.get("build") or ("native-no-amx" if "(built " in peer.get("command", "") else "native"))
     return builds
+
+
+def _figure(r: dict, server: str, name: str) -> float | None:
+    """A server's tok/s on a workload in round `r` (None: not run or not measured)."""
+    return ((r.get(server) or {}).get(name) or {}).get("tok/s")
 
 
 def _ratios(rounds, name, against) -> list[float]:
@@ -197,10 +231,12 @@ def _ratios(rounds, name, against) -> list[float]:
     ratios = []
     for r in rounds:
         ours = r["ours"][name]["tok/s"]
-        if key:
+        if against == "the same without tools":
+            theirs = _figure(r, "ours", AGENT_ROWS[name])
+        elif key:
             theirs = r[key][name]["tok/s"]
         else:
-            peers = [r[f"llama-server {m}"][name]["tok/s"] for m in PEER_MODES]
+            peers = [_figure(r, f"llama-server {m}", name) for m in PEER_MODES]
             theirs = None if any(p is None for p in peers) else max(peers)
         ratios.append(ours / theirs if ours is not None and theirs else math.nan)
     return ratios
@@ -226,11 +262,16 @@ def render(result: dict) -> list[str]:
             continue
         names = [name for name in rounds[0]["ours"] if name not in NOT_FIGURES]
         rebuilt = sorted(peer_builds(rounds) - {"native"})
+        peer = rounds[0].get("llama-server ngram-simple")
+        peer_line = (
+            f"llama-server: `{peer['command']}` and the same with `--spec-type ngram-mod`."
+            if peer
+            else "llama-server not run (`--no-peer`)."
+        )
         lines += [
             f"### {model}",
             "",
-            f"Ours: `{rounds[0]['ours']['command']}` and the same with MINIVLLM_SPECULATIVE=off; llama-server: "
-            f"`{rounds[0]['llama-server ngram-simple']['command']}` and the same with `--spec-type ngram-mod`.",
+            f"Ours: `{rounds[0]['ours']['command']}` and the same with MINIVLLM_SPECULATIVE=off; {peer_line}",
             "",
         ]
         if rebuilt:
@@ -247,8 +288,8 @@ def render(result: dict) -> list[str]:
         for name in names:
             ours = [r["ours"][name]["tok/s"] for r in rounds]
             off = [r["ours, speculation off"][name]["tok/s"] for r in rounds]
-            simple = [r["llama-server ngram-simple"][name]["tok/s"] for r in rounds]
-            mod = [r["llama-server ngram-mod"][name]["tok/s"] for r in rounds]
+            simple = [_figure(r, "llama-server ngram-simple", name) for r in rounds]
+            mod = [_figure(r, "llama-server ngram-mod", name) for r in rounds]
             caveat = " (peer rebuilt)" if rebuilt else ""
             lines.append(
                 f"| {name} | {_fmt(ours, 1)} | {_fmt(off, 1)} | {_fmt(simple, 1)} / {_fmt(mod, 1)} "
@@ -261,7 +302,7 @@ def render(result: dict) -> list[str]:
             if name not in names:
                 continue
             ratios = _ratios(rounds, name, against)
-            judged = verdict(ratios, target, peer_rebuilt=bool(rebuilt) and against != "speculation off")
+            judged = verdict(ratios, target, peer_rebuilt=bool(rebuilt) and against.startswith("llama-server"))
             lines.append(f"- {name}, against {against}: {_fmt(ratios)}x (target >= {target}x): {judged}")
         lines.append("")
     return lines
@@ -278,11 +319,12 @@ def real_qwen():
     return str(path), AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
 
-def run(tokenizer, *, models: list[str], rounds: int, results_dir: str) -> dict:
+def run(tokenizer, *, models: list[str], rounds: int, results_dir: str, peer: bool = True) -> dict:
     from .machine import machine_info
     from .shaped_model import shaped_model
 
-    build(build_that_runs())
+    if peer:
+        build(build_that_runs())
     machine = machine_info()
     result = {"models": {}, "isa": " ".join(machine["isa_flags"]), "machine": machine}
     for model in models:
@@ -295,7 +337,7 @@ def run(tokenizer, *, models: list[str], rounds: int, results_dir: str) -> dict:
             title = "Embedded SmolLM2-135M (real weights)" if gguf is None else "1.5B Q4_K_M, Qwen2.5's shape (random weights)"
         result["models"][title] = []
         for r in range(rounds):
-            result["models"][title].append(one_round(model_tokenizer, gguf, r, results_dir))
+            result["models"][title].append(one_round(model_tokenizer, gguf, r, results_dir, peer=peer))
             print(f"speculative decoding, {model}: round {r + 1} done", flush=True)
     return result
 
@@ -306,12 +348,13 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--results-dir", default="bench/results")
     p.add_argument("--docs-dir", default=None, help="also write DOCS_DIR/raw/speculative.json and rewrite the page there")
+    p.add_argument("--no-peer", action="store_true", help="ours only: no llama-server build or runs")
     args = p.parse_args(argv)
     from .model_files import load_tokenizer
 
     os.makedirs(args.results_dir, exist_ok=True)
     models = ["embedded", "qwen", "large"] if args.model == "all" else [args.model]
-    result = run(load_tokenizer(), models=models, rounds=args.rounds, results_dir=args.results_dir)
+    result = run(load_tokenizer(), models=models, rounds=args.rounds, results_dir=args.results_dir, peer=not args.no_peer)
     result["command"] = "python -m bench.speculative " + " ".join(argv if argv is not None else sys.argv[1:])
     with open(os.path.join(args.results_dir, "speculative.json"), "w") as out:
         json.dump(result, out, indent=1)

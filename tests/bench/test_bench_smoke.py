@@ -341,3 +341,16 @@ def test_the_committed_page_is_what_its_committed_raw_results_render_to():
     docs = Path(__file__).resolve().parents[2] / "docs" / "bench"
     report = json.loads((docs / "report.json").read_text())
     assert (docs / "benchmarks.md").read_text() == render(report, load_raw(str(docs)))
+
+
+@pytest.mark.live
+async def test_a_chat_request_with_tools_is_benched_on_chat_completions(default_server):
+    """The speculation bench's agent rows: a request carrying chat fields (messages, tools) goes
+    to /v1/chat/completions against the real server, and its streamed deltas are counted."""
+    from bench.speculative import AGENT_TOOLS
+
+    chat = {"messages": [{"role": "user", "content": "Repeat: one two three four."}], "tools": AGENT_TOOLS}
+    requests = [BenchRequest(prompt="", prompt_len=10, output_len=12, chat=chat)]
+    result = await run_benchmark(requests, base_url=default_server.url, ignore_eos=True, show_progress=False)
+    assert result["summary"]["completed"] == 1 and result["requests"][0]["output_tokens"] == 12
+    assert result["summary"]["total_prompt_tokens"] > 100  # the usage counted the tools' description
