@@ -30,8 +30,9 @@ union, so a `{{` or an unquoted key is still redrawn into JSON.
 Speculation goes on while a trigger watches the prose of an answer: the proposer cuts a guess
 just before the token that would complete a tag (`speculable`), so that token is drawn by the model
 and the tag seen here exactly where it would be without speculation, and what follows it is drawn
-under the grammar (spec_decode/proposer.py). Before the answer's first non-blank token, and while
-a `{` or a fence decides, nothing is guessed: those tokens must be drawn one by one.
+under the grammar (spec_decode/proposer.py); while a `{` or a fence decides, a guess goes as far as
+a call still takes it. Before the answer's first non-blank token nothing is guessed: it may be
+drawn again.
 
 Plain bookkeeping over token ids and their text: no tensors, no tokenizer beyond the two
 callables the engine hands in, and the calls' matcher while DECIDING.
@@ -91,15 +92,19 @@ class ToolTrigger:
 
     @property
     def may_guess(self) -> bool:
-        """Whether guessed tokens may be proposed at all: not before the answer's prose began, nor
-        while a `{` or a fence decides (those tokens are drawn one by one)."""
-        return self.state in (PROSE, DONE)
+        """Whether guessed tokens may be proposed at all: not before the answer's prose began (its
+        first token may be drawn again)."""
+        return self.state in (PROSE, DECIDING, DONE)
 
     def speculable(self, draft: list[int]) -> int:
         """How many of the guessed tokens `draft` (to follow what was observed) may be proposed:
-        those before the token that would complete a tag; none before the answer's prose began."""
+        in prose, those before the token that would complete a tag; while a `{` decides, those a
+        call still takes (the token that leaves every call is drawn under the grammar's union, as
+        without speculation, and the reply is let go after it); none before the prose began."""
         if not self.may_guess:
             return 0
+        if self.state == DECIDING:
+            return self.calls_matcher.validate_tokens(draft)
         if self.state == DONE:
             return len(draft)
         text = self.text

@@ -241,9 +241,9 @@ def _decodes_next(seq) -> bool:
 
 def _may_speculate(seq) -> bool:
     """Whether guessed tokens can be verified exactly as they would be sampled one by one: not an
-    embedding, not while a tool-call trigger may see a call open before the answer's prose (its
-    first token may be drawn again; a `{` deciding: engine/sample/tool_trigger.py; in the prose a
-    guess stops before a tag: `_propose_one`), and not while a reasoning phase could
+    embedding, not before a watched answer's first token (it may be drawn again:
+    engine/sample/tool_trigger.py; later a guess stops before a tag, or where a `{` that is
+    deciding leaves every call: `_propose_one`), and not while a reasoning phase could
     change the row's mask between guesses (a pending opening, a budget that forces the end marker,
     or a grammar waiting for the end)."""
     if seq.params.pooling is not None:

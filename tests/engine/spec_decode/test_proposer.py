@@ -309,9 +309,14 @@ WEATHER = {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     },
 }
-# asked for the weather with the tag's tokens pushed up (logit_bias), the 135M writes the tag: the
-# n-gram guesses hold the tag's tokens (from the tools prompt and its own text)
-ASKS_FOR_A_CALL = ["What is the weather in Paris?", "Weather in Oslo, please."]
+# text -> what logit_bias pushes up: asked for the weather with the tag's tokens pushed, the 135M
+# writes the tag (the n-gram guesses hold its tokens, from the tools prompt and its own text); a
+# first `{` pushed opens JSON that decides, guessed while a call still takes it
+ASKS_FOR_A_CALL = {
+    "What is the weather in Paris?": "<tool_call>",
+    "Weather in Oslo, please.": "<tool_call>",
+    f'Return JSON {{"keeper": ..., "duties": [...]}} for this text: {PASSAGE}': "{",
+}
 
 
 def tool_requests(tokenizer, texts: list[str]) -> dict[str, tuple[list[int], SamplingParams]]:
@@ -322,12 +327,12 @@ def tool_requests(tokenizer, texts: list[str]) -> dict[str, tuple[list[int], Sam
     from inference.api.common.tool_parsers import tool_parser_for
 
     request = ToolRequest([WEATHER], "auto", True, tool_parser_for(tokenizer))
-    tag = tokenizer.encode("<tool_call>", add_special_tokens=False)
     requests = {}
     for i, text in enumerate(texts):
         prompt = render(tokenizer, [{"role": "user", "content": text}], tools=request.tools, tool_parser=request.parser)
         ids = tokenizer.encode(prompt, add_special_tokens=False)
-        bias = {token: 6.0 for token in tag} if text in ASKS_FOR_A_CALL else {}
+        pushed = tokenizer.encode(ASKS_FOR_A_CALL[text], add_special_tokens=False) if text in ASKS_FOR_A_CALL else []
+        bias = {token: 6.0 for token in pushed}
         params = SamplingParams(temperature=0.0, max_tokens=40, tool_trigger=request.trigger(), logit_bias=bias)
         requests[f"t{i}"] = (ids, params)
     return requests
@@ -337,7 +342,7 @@ def test_with_tools_offered_guesses_are_verified_and_the_tokens_unchanged(real_b
     """The grounded prompts and two that ask for a call, tools offered: with speculation on, every
     reply is token for token the one without it, guesses were taken in the prose, and the replies
     that call open the call where they do without speculation."""
-    texts = GROUNDED + ASKS_FOR_A_CALL
+    texts = GROUNDED + list(ASKS_FOR_A_CALL)
     off_engine = real_engine(real_bundle, speculative="off")
     off = complete(off_engine, tool_requests(real_bundle.tokenizer, texts))
     engine = real_engine(real_bundle, speculative="ngram")
@@ -345,7 +350,7 @@ def test_with_tools_offered_guesses_are_verified_and_the_tokens_unchanged(real_b
     assert on == off
     assert engine.speculator.num_accepted_tokens > 40
     calls = [real_bundle.tokenizer.decode(off[f"t{i}"]) for i in range(len(GROUNDED), len(texts))]
-    assert any("<tool_call>" in text for text in calls), calls
+    assert "<tool_call>" in calls[0] and calls[2].startswith("{"), calls
 
 
 def test_a_guess_stops_before_the_token_that_completes_a_tag(smollm_tokenizer):
