@@ -12,13 +12,17 @@ one user turn of <tool_response> blocks.
 
 from __future__ import annotations
 
+import copy
 import re
+from types import SimpleNamespace
 
 import pytest
 
+from inference.api.common.errors import ApiError
 from inference.api.common.template_traits import TemplateTraits, template_traits
 from inference.api.common.tool_calls import render_tools_prompt, results_text
 from inference.api.common.tool_parsers import tool_parser_for
+from inference.api.llama.tokenizer_views import _tokenized
 from inference.engine.prompt import prompt_token_ids
 from tests.support import official_templates as official
 from tests.support import real_gguf
@@ -101,11 +105,10 @@ def test_openai_call_ids_become_the_nine_characters_mistral_takes(tokenizers, na
         return
     ids = re.findall(r'"(?:id|call_id)": "([^"]+)"', ours) or re.findall(r"\[CALL_ID\]([^\[]+)\[", ours)
     assert len(set(ids)) == 2 and all(len(i) == 9 and i.isalnum() for i in ids)
-    mapped = [{**m} for m in HISTORY]
     renamed = ours
     for ours_id, theirs in zip(sorted(set(ids), key=ours.index), ("call00001", "call00002")):
         renamed = renamed.replace(ours_id, theirs)
-    assert renamed == transformers_prompt(tokenizer, mapped)
+    assert renamed == transformers_prompt(tokenizer, HISTORY)
 
 
 EXPECTED_TRAITS = {
@@ -117,13 +120,43 @@ EXPECTED_TRAITS = {
     official.QWEN35: TemplateTraits("tools", True, False, False, True),
     official.GEMMA4: TemplateTraits("tools", True, False, False, True),
     official.LLAMA31: TemplateTraits("tools", True, False, False, True),
+    official.QWEN3: TemplateTraits("tools", True, False, False, True),
+    official.MINISTRAL3: TemplateTraits("tools", True, False, False, True),
 }
+# two shapes no fixture has: a template that concatenates the arguments (it wants the JSON string,
+# as DeepSeek's do), and one that reads its tools from `xml_tools` (SmolLM3's as published)
+STRING_ARGUMENTS = (
+    "{% for m in messages %}{% for c in m.tool_calls or [] %}"
+    "<call>{{ c.function.name + ' ' + c.function.arguments }}</call>{% endfor %}"
+    "{{ m.role }}: {{ m.content }}\n{% endfor %}"
+)
+XML_TOOLS = "{% if xml_tools %}<tools>{{ xml_tools | tojson }}</tools>{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
 
 
 @pytest.mark.parametrize("name", EXPECTED_TRAITS)
 def test_what_each_template_takes_is_read_off_it(tokenizers, name):
     tokenizer = tokenizers[name]
     assert template_traits(tokenizer, tokenizer.chat_template) == EXPECTED_TRAITS[name]
+
+
+def test_a_template_that_concatenates_arguments_is_given_the_json_string(smollm_tokenizer):
+    tokenizer = official_like(smollm_tokenizer, STRING_ARGUMENTS)
+    assert template_traits(tokenizer, STRING_ARGUMENTS) == TemplateTraits(None, True, True, False, True)
+    prompt = chat_prompt(tokenizer, HISTORY)
+    assert '<call>get_weather {"city": "Paris", "days": 2}</call>' in prompt and "tool: 18 C, sunny" in prompt
+
+
+def test_a_template_reading_xml_tools_is_given_the_tools_there(smollm_tokenizer):
+    tokenizer = official_like(smollm_tokenizer, XML_TOOLS)
+    assert template_traits(tokenizer, XML_TOOLS).tools_variable == "xml_tools"
+    prompt = chat_prompt(tokenizer, HISTORY[:2])
+    assert prompt.startswith("<tools>[") and '"name": "get_weather"' in prompt and "You can call functions" not in prompt
+
+
+def official_like(tokenizer, template: str):
+    copied = copy.copy(tokenizer)
+    copied.chat_template = template
+    return copied
 
 
 def generic_form(tokenizer, history: list[dict]) -> list[dict]:
@@ -162,3 +195,25 @@ def test_gemma3s_results_after_parallel_calls_are_one_user_turn(tokenizers):
     assert turn == results_text(
         [{"name": "get_weather", "content": "18 C, sunny"}, {"name": "search", "content": "Nothing new."}]
     )
+
+
+def test_gemma3s_results_and_the_users_next_words_are_one_turn(tokenizers):
+    """Gemma 3's roles must alternate: what the user says right after the results joins their turn."""
+    history = [*PARALLEL, {"role": "user", "content": "And in Rome?"}]
+    ours = chat_prompt(tokenizers[official.GEMMA3], history)
+    turn = ours.split("<start_of_turn>user\n")[-1].split("<end_of_turn>")[0]
+    assert turn.startswith("<tool_response") and turn.endswith("</tool_response>\n\nAnd in Rome?")
+
+
+def test_tokenize_takes_chats_template_options_and_refuses_them_without_messages(tokenizers):
+    tokenizer = tokenizers[official.QWEN35]
+    info = SimpleNamespace(tokenizer=tokenizer, max_model_len=32768)
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    ids = _tokenized(info, {"messages": HISTORY, "tools": TOOLS, **off})["tokens"]
+    assert ids == prompt_token_ids(tokenizer, chat_prompt(tokenizer, HISTORY, **off)) != tokenized(tokenizer, HISTORY)
+    prefill = [*HISTORY[:2], {"role": "assistant", "content": "Let me"}]
+    continued = _tokenized(info, {"messages": prefill, "continue_final_message": True})["tokens"]
+    assert tokenizer.decode(continued).endswith("Let me")
+    with pytest.raises(ApiError) as refused:
+        _tokenized(info, {"prompt": "hi", "tools": TOOLS})
+    assert refused.value.param == "tools"

@@ -73,9 +73,10 @@ def _tool_calls(calls: Any, index: int) -> list[dict]:
 
 
 def with_result_names(messages: list[dict]) -> list[dict]:
-    """Each tool result naming the call it answers: its `name` from the call its `tool_call_id`
-    gives, and where it gives none, the earlier turn's calls in order (as llama.cpp pairs them)."""
-    names, waiting = {}, []
+    """The messages with each tool result naming the call it answers: its `name` from the call its
+    `tool_call_id` gives, and where it gives none, the earlier turn's calls in order (as llama.cpp
+    pairs them). The messages given are left as they are."""
+    names, waiting, named = {}, [], []
     for message in messages:
         if message["role"] == "assistant" and message.get("tool_calls"):
             names.update({call["id"]: call["function"]["name"] for call in message["tool_calls"]})
@@ -83,12 +84,14 @@ def with_result_names(messages: list[dict]) -> list[dict]:
         elif message["role"] == "tool":
             call_id = message.get("tool_call_id")
             if call_id is None and waiting:
-                call_id = message["tool_call_id"] = waiting[0]
+                call_id = waiting[0]
+                message = {**message, "tool_call_id": call_id}
             if call_id in waiting:
                 waiting.remove(call_id)
             if "name" not in message and call_id in names:
-                message["name"] = names[call_id]
-    return messages
+                message = {**message, "name": names[call_id]}
+        named.append(message)
+    return named
 
 
 def parse_messages(value: Any) -> list[dict]:

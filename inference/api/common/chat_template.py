@@ -162,21 +162,30 @@ def as_template_takes(messages: list[dict], traits: TemplateTraits, tool_parser:
         calls = message.get("tool_calls")
         if calls and not traits.renders_calls:
             text = tool_parser.calls_text([(c["function"]["name"], c["function"]["arguments"]) for c in calls])
-            message = {"role": message["role"], "content": (message["content"] + "\n" if message["content"] else "") + text}
+            kept = {key: value for key, value in message.items() if key != "tool_calls"}
+            message = {**kept, "content": (message["content"] + "\n" if message["content"] else "") + text}
         elif calls:
             message = {**message, "tool_calls": [_call_as_taken(call, traits, short) for call in calls]}
         if message["role"] == "tool" and short and message.get("tool_call_id") in short:
             message = {**message, "tool_call_id": short[message["tool_call_id"]]}
+        results = written[-1].get("results") if written else None
         if message["role"] == "tool" and not traits.tool_role:
             result = {"name": message.get("name"), "content": message["content"]}
-            if written and written[-1].get("results"):
-                written[-1]["results"].append(result)
+            if results is not None and "said" not in written[-1]:
+                results.append(result)
                 continue
             message = {"role": "user", "results": [result]}
+        elif message["role"] == "user" and results is not None and "said" not in written[-1]:
+            written[-1]["said"] = message["content"]  # the user's next words join the results' turn (roles alternate)
+            continue
         written.append(message)
-    return [
-        {"role": "user", "content": results_text(message["results"])} if "results" in message else message for message in written
-    ]
+    return [_results_turn(message) if "results" in message else message for message in written]
+
+
+def _results_turn(turn: dict) -> dict:
+    """Tool results (and what the user said after them) as one user turn, for a template without a `tool` role."""
+    text = results_text(turn["results"])
+    return {"role": "user", "content": text + "\n\n" + turn["said"] if "said" in turn else text}
 
 
 def _call_as_taken(call: dict, traits: TemplateTraits, short: dict[str, str]) -> dict:
@@ -211,7 +220,12 @@ def with_call_objects(messages: list[dict], tool_parser: ToolParser, *, keep_las
     written, waiting = [], []
     for index, message in enumerate(messages):
         role = message.get("role")
-        if role == "assistant" and isinstance(message.get("content"), str) and not (keep_last and index == len(messages) - 1):
+        if (
+            role == "assistant"
+            and "tool_calls" not in message
+            and isinstance(message.get("content"), str)
+            and not (keep_last and index == len(messages) - 1)
+        ):
             content, calls = tool_parser.parse_format(message["content"], ANY_FUNCTION)
             waiting = [(f"call_{index}_{number}", name) for number, (name, _) in enumerate(calls)]
             if calls:

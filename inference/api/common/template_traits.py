@@ -12,10 +12,10 @@ rendering shows what a template really writes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-import jinja2
 from jinja2 import meta
 
 TOOLS_VARIABLES = ("tools", "xml_tools")  # the name a template reads its tools from, in order of preference
@@ -95,14 +95,14 @@ def _traits(template: str, render: _Renderer) -> TemplateTraits:
 
 def _variables(template: str) -> set[str]:
     """The names a template reads from its context (transformers' own environment parses it: its
-    extensions' tags included)."""
+    extensions' tags included); where it cannot, the tools variables its text names."""
     from transformers.utils.chat_template_utils import _compile_jinja_template
 
     try:
         environment = _compile_jinja_template(template).environment
         return meta.find_undeclared_variables(environment.parse(template))
-    except jinja2.TemplateError:
-        return set()
+    except Exception:  # a template transformers cannot parse (or a transformers without this helper)
+        return {name for name in TOOLS_VARIABLES if re.search(rf"\b{name}\b", template)}
 
 
 def _probe_calls(string_arguments: bool, short_ids: bool) -> list[dict]:

@@ -134,7 +134,7 @@ class SamplingParams:
 
 def _check_tool_trigger(trigger) -> None:
     grammar = trigger.get("grammar") if isinstance(trigger, dict) else None
-    calls = trigger.get("calls", grammar) if isinstance(trigger, dict) else None
+    calls = (trigger.get("calls") or grammar) if isinstance(trigger, dict) else None
     tags = trigger.get("tags", []) if isinstance(trigger, dict) else None
     if (
         not all(isinstance(g, dict) and g.get("kind") == "lark" and isinstance(g.get("value"), str) for g in (grammar, calls))

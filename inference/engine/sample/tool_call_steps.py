@@ -80,15 +80,19 @@ class ToolCallSteps:
     def _watch_tool_calls(self, seqs: list[Sequence]) -> None:
         """After a step's tokens are written: a tag (or a fence, or a `{` not drawn again) that opens
         a call hands its sequence the call's grammar; JSON that turned out not to be a call gives
-        it back (the reply goes on free)."""
+        it back (the reply goes on free), and a whole call written after a `{` or a fence is held
+        to the calls alone from there."""
         for seq in seqs:
             trigger = seq.tool_trigger
             if trigger is None or not trigger.armed or seq.is_finished or _reasoning(seq):
                 continue
             answer = seq.output_token_ids[seq.reasoning.tokens if seq.reasoning is not None else 0 :]
             opening = trigger.observe(answer)
-            if trigger.released:
-                seq.matcher, trigger.released = None, False
+            if trigger.settled == "other":  # JSON meant as the answer: free from here
+                seq.matcher = None
+            elif trigger.settled == "call":  # a whole call: the calls alone hold the rest
+                seq.matcher, trigger.calls_matcher = trigger.calls_matcher, None
+            trigger.settled = None
             if opening is not None:
                 self._open_call(seq, opening, trigger.opened_by)
 
@@ -96,11 +100,13 @@ class ToolCallSteps:
 def _opening_braces(allowed, piece):
     """The grammar's mask (True: allowed) narrowed to the tokens whose text starts with `{` (after
     blanks); the mask itself where none does."""
+    ids = allowed.nonzero().flatten().tolist()
+    others = [token_id for token_id in ids if not piece(token_id).lstrip().startswith("{")]
+    if len(others) == len(ids):
+        return allowed
     narrowed = allowed.clone()
-    for token_id in allowed.nonzero().flatten().tolist():
-        if not piece(token_id).lstrip().startswith("{"):
-            narrowed[token_id] = False
-    return narrowed if bool(narrowed.any()) else allowed
+    narrowed[others] = False
+    return narrowed
 
 
 def _reasoning(seq: Sequence) -> bool:

@@ -1,10 +1,11 @@
 """Tool calls that always parse: a reply with tools offered under tool_choice "auto" stays free
 until it opens a call, and from there the call's grammar constrains it.
 
-Small models behind agent frameworks write almost-calls: the call with an extra pair of braces,
-arguments as a string, a fenced block, instead of their template's `<tool_call>{...}</tool_call>`.
+Small models behind agent frameworks write almost-calls: the call with an extra pair of braces or
+unquoted keys, a fenced block, instead of their template's `<tool_call>{...}</tool_call>`.
 What opens a call (the request path says, per chat template family, in
-`SamplingParams.tool_trigger`: {"grammar": the compiled spec, "tags": [...], "bare": bool}):
+`SamplingParams.tool_trigger`: {"grammar": the spec, "calls": the same without other JSON, "tags":
+[...], "bare": bool}):
 - one of the family's tags, anywhere in the answer (`<tool_call>`; Llama 3's `<|python_tag|>`;
   for Qwen3.5's XML function blocks also `<function=`, a block written without its tags; Gemma
   4's `<|tool_call>`): text or a single added token alike, since a token's text is read with its
@@ -13,19 +14,21 @@ What opens a call (the request path says, per chat template family, in
   text, or a ```json fence opening it.
 
 A ToolTrigger per sequence watches its answer (after any reasoning block). At the answer's first
-non-blank token, a token that starts with `{` is drawn again from the same logits row under the
-grammar's mask (LLMEngine._open_call_at_start), so a first token `{{` becomes `{` or the tag, as
-the grammar allows; a tag or a fence written later hands the sequence a grammar matcher fed what
+non-blank token, a token that starts with `{` is drawn again from the same logits row among the
+`{` tokens the grammar allows (ToolCallSteps._open_calls_at_start), so a first token `{{` becomes
+`{` or `{"`; a tag or a fence written later hands the sequence a grammar matcher fed what
 opened the call (`observe` says what), and the rest is constrained as a structured request's
 reply is. A reply that opens with prose and writes no tag is never constrained: its tokens are
 the ones it has without the trigger.
 
 A `{` or a fence is not yet a call: JSON asked for is written the same way. So the grammar also
 allows any other JSON value (api/common/tool_parsers.py), and the trigger is DECIDING: the engine
-hands it a second matcher of the calls alone (`spec["calls"]`), fed the same tokens; once the
-model's own tokens no longer fit a call (`released`), the engine drops the sequence's matcher,
-the reply goes on free and the trigger watches for a tag again. Until then the mask is the
-union, so a `{{` or an unquoted key is still redrawn into JSON.
+hands it a second matcher of the calls alone (`spec["calls"]`), fed the same tokens. Once the
+model's own tokens no longer fit a call (`settled` "other"), the engine drops the sequence's
+matcher, the reply goes on free and the trigger watches for a tag again; once they make a whole
+call (`settled` "call"), the calls' matcher holds the rest (the end of the turn, or more calls),
+as a fenced JSON answer's would not. Until then the mask is the union, so a second `{` or an
+unquoted key is still redrawn into JSON.
 
 Speculation goes on while a trigger watches the prose of an answer: the proposer cuts a guess
 just before the token that would complete a tag (`speculable`), so that token is drawn by the model
@@ -61,7 +64,9 @@ class ToolTrigger:
         self.tokens: list[int] = []  # the answer's tokens seen so far
         self.text = ""  # their text
         self.opened_by: str | None = None  # "tag", "brace" or "fence", once a call opened
-        self.released = False  # set by `observe` when a DECIDING reply turned out not to be a call
+        # set by `observe` when a DECIDING reply settled: "call" (a whole call written: the engine
+        # holds the rest to `calls_matcher`) or "other" (not a call: the engine lets the reply go)
+        self.settled: str | None = None
         self.calls_matcher = None  # while DECIDING
 
     @property
@@ -84,7 +89,7 @@ class ToolTrigger:
         `calls_matcher` (the calls alone, fed what opened it) takes the tokens written."""
         deciding = how in ("brace", "fence") and calls_matcher is not None
         self.state, self.opened_by, self.calls_matcher = (DECIDING if deciding else DONE), how, calls_matcher
-        self.released = False
+        self.settled = None
 
     def drop(self) -> None:
         """Stops watching: the reply stays free (the grammar could not take what was written)."""
@@ -132,7 +137,9 @@ class ToolTrigger:
         self.text += self.piece(token_id)
         if self.state == DECIDING:
             if not self.calls_matcher.consume_token(token_id):  # not a call after all: the reply goes on free
-                self.state, self.opened_by, self.released, self.calls_matcher = PROSE, None, True, None
+                self.state, self.opened_by, self.settled, self.calls_matcher = PROSE, None, "other", None
+            elif self.calls_matcher.is_accepting():  # a whole call: from here the calls alone hold it
+                self.state, self.settled = DONE, "call"
             return None
         at = _tag_at(self.text, before, self.tags)
         if at is not None:

@@ -269,22 +269,24 @@ def calls_for(parser_class) -> tuple[ToolRequest, str]:
     return ToolRequest([WEATHER], "auto", False, parser), json.dumps({"name": "get_weather", key: {"city": "Paris"}})
 
 
-def decided(tokenizer, grammars, request: ToolRequest, text: str) -> tuple[str | None, bool]:
+def decided(tokenizer, grammars, request: ToolRequest, text: str) -> tuple[str | None, str | None]:
     """`text` written token by token as the engine writes it under the trigger: (how a call opened,
-    or None; whether the trigger let the reply go free again, JSON that is not a call)."""
+    or None; what it settled as: "other" where the trigger let the reply go free again, JSON that
+    is not a call, "call" where a whole call was written, None while it may still be either)."""
     spec = request.trigger()
     trigger = ToolTrigger(spec, lambda t: tokenizer.decode([t]), lambda s: encode(tokenizer, s))
-    ids, how = encode(tokenizer, text), None
+    ids, how, settled = encode(tokenizer, text), None, None
     for written in range(1, len(ids) + 1):
         opening = trigger.observe(ids[:written])
-        if trigger.released:
-            return how, True
+        settled = trigger.settled or settled
+        if settled == "other":
+            return how, settled
         if opening is not None:
             how = trigger.opened_by
             calls = grammars.matcher(spec["calls"])
             assert all(calls.consume_token(t) for t in opening)
             trigger.opened(how, calls)
-    return how, False
+    return how, settled
 
 
 @pytest.mark.parametrize("parser_class", [HermesToolParser, Llama3JsonToolParser])
@@ -298,8 +300,8 @@ def test_json_meant_as_the_answer_opens_no_call(smollm_tokenizer, grammars, pars
     matcher = grammars.matcher(spec["grammar"])
     ids = encode(smollm_tokenizer, prefix)
     assert matcher.validate_tokens(ids) == len(ids)  # every token of it allowed under the union
-    how, released = decided(smollm_tokenizer, grammars, request, answer)
-    assert how in ("brace", "fence") and released
+    how, settled = decided(smollm_tokenizer, grammars, request, answer)
+    assert how in ("brace", "fence") and settled == "other"
 
 
 @pytest.mark.parametrize("parser_class", [HermesToolParser, Llama3JsonToolParser])
@@ -307,9 +309,23 @@ def test_json_meant_as_the_answer_opens_no_call(smollm_tokenizer, grammars, pars
 def test_a_call_opened_by_a_brace_or_a_fence_stays_a_call(smollm_tokenizer, grammars, parser_class, fenced):
     request, call = calls_for(parser_class)
     text = f"```json\n{call}\n```" if fenced else call
-    how, released = decided(smollm_tokenizer, grammars, request, text)
-    assert how == ("fence" if fenced else "brace") and not released
+    how, settled = decided(smollm_tokenizer, grammars, request, text)
+    assert how == ("fence" if fenced else "brace") and settled == "call"
     assert accepts_ids(grammars, request.trigger()["calls"], encode(smollm_tokenizer, text))
+
+
+@pytest.mark.parametrize("parser_class", [HermesToolParser, Llama3JsonToolParser])
+def test_text_after_a_whole_fenced_call_does_not_let_it_go(smollm_tokenizer, grammars, parser_class):
+    """A fenced JSON answer may go on after its fence, so the union grammar takes text there; a
+    fenced call may not: once the call is whole the trigger settles on it (the engine then holds
+    the reply to the calls alone, which end the turn there)."""
+    request, call = calls_for(parser_class)
+    fenced, after = f"```json\n{call}\n```", "\nDone."
+    ids = encode(smollm_tokenizer, fenced + after)
+    assert grammars.matcher(request.trigger()["grammar"]).validate_tokens(ids) == len(ids)
+    calls = grammars.matcher(request.trigger()["calls"])
+    assert calls.validate_tokens(ids) < len(ids)
+    assert decided(smollm_tokenizer, grammars, request, fenced + after) == ("fence", "call")
 
 
 @pytest.mark.parametrize("parser_class", [HermesToolParser, Llama3JsonToolParser])
