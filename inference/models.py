@@ -22,6 +22,8 @@ class GenerationRequest(models.Model):
         RESPONSES = "responses", "/v1/responses"
         INFILL = "infill", "/infill"
         EMBEDDINGS = "embeddings", "/v1/embeddings"
+        OLLAMA_CHAT = "ollama.chat", "/api/chat"
+        OLLAMA_GENERATE = "ollama.generate", "/api/generate"
 
     TERMINAL = (Status.COMPLETED, Status.ABORTED, Status.FAILED, Status.REJECTED)
 

@@ -7,6 +7,7 @@ from .api.anthropic import views as anthropic_views
 from .api.common.auth import require_key_or_staff
 from .api.llama import infill_views, tokenizer_views
 from .api.metrics import metrics_view
+from .api.ollama import views as ollama_views
 from .api.openai import embeddings as embeddings_views
 from .api.openai import views as openai_views
 from .api.responses import views as responses_views
@@ -33,6 +34,14 @@ urlpatterns = [
     path("stats", require_key_or_staff(api.StatsView.as_view()), name="stats"),
     path("metrics", require_key_or_staff(metrics_view), name="metrics"),
     path("api/requests/", require_key_or_staff(api.RequestListView.as_view()), name="request-list"),
+    path("api/chat", ollama_views.chat, name="ollama-chat"),
+    path("api/generate", ollama_views.generate, name="ollama-generate"),
+    path("api/embed", ollama_views.embed_view, name="ollama-embed"),
+    path("api/tags", ollama_views.tags, name="ollama-tags"),
+    path("api/ps", ollama_views.ps, name="ollama-ps"),
+    path("api/show", ollama_views.show, name="ollama-show"),
+    path("api/version", ollama_views.version, name="ollama-version"),
+    re_path(r"^api/(?!requests/)(?P<rest>.*)$", ollama_views.unknown),  # Ollama's other paths: its JSON 404
     re_path(r"^v1/(?P<rest>.*)$", views.unknown_api_path),  # last: any other /v1/ path is a JSON 404
 ]
 

@@ -155,11 +155,13 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-async def serve(request, inp: GenerationInput, request_id: str, make_prompts, make_reply):
+async def serve(request, inp: GenerationInput, request_id: str, make_prompts, make_reply, *, stream_response=sse.response):
     """The flow every generating API shares: readiness (503), model (404), per-key slot (429), one
     job per prompt, then stream or wait. `make_prompts(info)` gives the (prompt, text) pairs;
-    `make_reply(served, model, request_id, prompts, jobs)` the API's reply, with `stream()` (SSE
-    bytes), `finish()` (the whole body, once every job has ended) and `failed()`. Several prompts get ids `<id>-<position>` (one history row each)."""
+    `make_reply(served, model, request_id, prompts, jobs)` the API's reply, with `stream()` (the
+    stream's bytes, which `stream_response` sends: SSE unless the API streams otherwise),
+    `finish()` (the whole body, once every job has ended) and `failed()`. Several prompts get ids
+    `<id>-<position>` (one history row each)."""
     served = ready_model()
     model = resolve_model(inp.model, served)
     # rendering a chat template and laying out a FIM prompt (which tokenizes) take milliseconds on
@@ -182,7 +184,7 @@ async def serve(request, inp: GenerationInput, request_id: str, make_prompts, ma
                 stream = reply.stream()
                 for job in jobs:
                     guard_stream(stream, job)
-                return sse.response(slot.hold(stream))
+                return stream_response(slot.hold(stream))
         except BaseException:
             for job in jobs:  # the batch is refused whole: the prompts already queued go too
                 await job.close()

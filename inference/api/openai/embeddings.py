@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import math
 import struct
+import time
 import uuid
 
 from django.http import JsonResponse
@@ -32,7 +33,7 @@ MAX_INPUTS = 2048  # OpenAI's limit per request
 WINDOW = 32  # inputs in flight at once
 
 
-def _inputs(value) -> list[str | list[int]]:
+def embedding_inputs(value) -> list[str | list[int]]:
     def token_ids(item, param: str) -> list[int]:
         if not item or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in item):
             raise bad_request(f"{param} must be a non-empty list of token ids (integers >= 0)", param=param)
@@ -63,6 +64,11 @@ def _dimensions(body: dict, info) -> int | None:
     dimensions = expect(body, "dimensions", int, "an integer")
     if dimensions is None:
         return None
+    return checked_dimensions(dimensions, info)
+
+
+def checked_dimensions(dimensions: int, info) -> int:
+    """`dimensions` where the model's embeddings can be cut to it, else a 400."""
     allowed = info.matryoshka_dimensions
     if allowed is None:
         raise bad_request(
@@ -93,18 +99,30 @@ async def embeddings(request):
     check_unknown_fields(body, EMBEDDING_FIELDS)
     if "input" not in body:
         raise bad_request("input is required", param="input")
-    inputs = _inputs(body["input"])
+    inputs = embedding_inputs(body["input"])
     encoding = expect(body, "encoding_format", str, "a string") or "float"
     if encoding not in ("float", "base64"):
         raise bad_request("encoding_format must be float or base64", param="encoding_format")
     served = ready_model()
     model = resolve_model(model_name(body), served)
-    dimensions = _dimensions(body, served.info)
+    vectors, prompt_tokens, _ = await embed(request, served, inputs, model, _dimensions(body, served.info))
+    data = [{"object": "embedding", "index": i, "embedding": _encoded(vector, encoding)} for i, vector in enumerate(vectors)]
+    usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}
+    return JsonResponse({"object": "list", "data": data, "model": model, "usage": usage})
+
+
+async def embed(request, served, inputs: list, model: str, dimensions: int | None) -> tuple[list[list[float]], int, float]:
+    """(each input's unit vector, cut to `dimensions`; the prompt tokens; the seconds it took): the
+    inputs run as prefill-only requests, a window at a time (module docstring). Ollama's /api/embed
+    shares it."""
+    if dimensions is not None:
+        dimensions = checked_dimensions(dimensions, served.info)
+    started = time.monotonic()
     params = SamplingParams(max_tokens=1, pooling=served.info.pooling)
-    inp = GenerationInput(endpoint="embeddings", params=params, prompts=inputs, model=model, stream=False, given=frozenset(body))
+    inp = GenerationInput(endpoint="embeddings", params=params, prompts=inputs, model=model, stream=False, given=frozenset())
     request_id = f"embd-{uuid.uuid4().hex}"
     slot = key_limits.acquire(request.api_caller)
-    data, prompt_tokens = [], 0
+    vectors, prompt_tokens = [], 0
     try:
         pairs = [(item, item if isinstance(item, str) else "") for item in inputs]
         submitted = inputs  # with several, their token ids: every input is checked (off the loop) before any runs
@@ -126,13 +144,11 @@ async def embeddings(request):
                     await job.close()
                 raise
             await run_to_end(jobs)
-            for offset, job in enumerate(jobs):
+            for job in jobs:
                 if job.embedding is None:
                     raise ApiError(500, f"embedding failed: {job.error or 'no vector'}", code="generation_failed")
                 prompt_tokens += job.prompt_tokens
-                vector = _encoded(_vector(job.embedding, dimensions), encoding)
-                data.append({"object": "embedding", "index": start + offset, "embedding": vector})
+                vectors.append(_vector(job.embedding, dimensions))
     finally:
         slot.release_unless_held()
-    usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}
-    return JsonResponse({"object": "list", "data": data, "model": model, "usage": usage})
+    return vectors, prompt_tokens, time.monotonic() - started
