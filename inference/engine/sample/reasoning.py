@@ -31,6 +31,18 @@ class ReasoningState:
         """The token the next step must sample (the budget ran out), or None."""
         return self.forcing[0] if self.active and self.forcing else None
 
+    def before_end(self, output_ids: list[int], draft: list[int]) -> int:
+        """How many of the guessed tokens `draft` (to follow `output_ids`) come before the token
+        that would complete the end marker: a guess stops there, so the marker's last token is the
+        model's own draw and nothing after it is guessed (the answer's first token may be drawn
+        again: engine/sample/tool_trigger.py)."""
+        end, written = self.end_ids, list(output_ids)
+        for count, token_id in enumerate(draft):
+            written.append(token_id)
+            if written[-len(end) :] == end:
+                return count
+        return len(draft)
+
     def observe(self, output_ids: list[int]) -> bool:
         """After a token was appended to the output: count it, and end the phase at the marker.
         True once, when a pending reply turns out not to reason at all."""

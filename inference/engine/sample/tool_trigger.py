@@ -34,8 +34,9 @@ Speculation goes on while a trigger watches the prose of an answer: the proposer
 just before the token that would complete a tag (`speculable`), so that token is drawn by the model
 and the tag seen here exactly where it would be without speculation, and what follows it is drawn
 under the grammar (spec_decode/proposer.py); while a `{` or a fence decides, a guess goes as far as
-a call still takes it. Before the answer's first non-blank token nothing is guessed: it may be
-drawn again.
+a call still takes it. The answer's first non-blank token is never guessed (it may be drawn
+again): a guess in a reasoning block stops before the end marker's last token
+(engine/sample/reasoning.py), and none is proposed while the answer has not begun.
 
 Plain bookkeeping over token ids and their text: no tensors, no tokenizer beyond the two
 callables the engine hands in, and the calls' matcher while DECIDING.

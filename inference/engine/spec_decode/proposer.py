@@ -177,7 +177,10 @@ class Speculator:
         if draft and seq.active_matcher is not None:
             draft = draft[: seq.matcher.validate_tokens(draft)]  # a guess the grammar forbids is never proposed
         if draft and seq.tool_trigger is not None:
-            draft = draft[: seq.tool_trigger.speculable(draft)]  # the token completing a tag is the model's to draw
+            if seq.reasoning is not None and seq.reasoning.active:  # the answer's first token must not be a guess's
+                draft = draft[: seq.reasoning.before_end(seq.output_token_ids, draft)]
+            else:
+                draft = draft[: seq.tool_trigger.speculable(draft)]  # the token completing a tag is the model's to draw
         if not draft:
             return False
         spec.draft, spec.draft_from_prediction = draft, from_prediction
@@ -242,15 +245,17 @@ def _decodes_next(seq) -> bool:
 def _may_speculate(seq) -> bool:
     """Whether guessed tokens can be verified exactly as they would be sampled one by one: not an
     embedding, not before a watched answer's first token (it may be drawn again:
-    engine/sample/tool_trigger.py; later a guess stops before a tag, or where a `{` that is
-    deciding leaves every call: `_propose_one`), and not while a reasoning phase could
+    engine/sample/tool_trigger.py; in a reasoning block a guess stops before the end marker's last
+    token, later before a tag, or where a `{` that is deciding leaves every call: `_propose_one`),
+    and not while a reasoning phase could
     change the row's mask between guesses (a pending opening, a budget that forces the end marker,
     or a grammar waiting for the end)."""
     if seq.params.pooling is not None:
         return False
-    if seq.tool_trigger is not None and not seq.tool_trigger.may_guess:
-        return False
     reasoning = seq.reasoning
-    if reasoning is None or not reasoning.active:
+    thinking = reasoning is not None and reasoning.active
+    if seq.tool_trigger is not None and not seq.tool_trigger.may_guess and not thinking:
+        return False
+    if not thinking:
         return True
     return seq.matcher is None and reasoning.budget is None and not reasoning.pending

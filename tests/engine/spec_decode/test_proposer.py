@@ -5,6 +5,7 @@ guesses give their cache slots and blocks back and never reach the prefix cache.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -367,3 +368,26 @@ def test_a_guess_stops_before_the_token_that_completes_a_tag(smollm_tokenizer):
     draft = smollm_tokenizer.encode(" <tool_call>\n{", add_special_tokens=False)
     completes = next(n for n in range(1, len(draft) + 1) if "<tool_call>" in smollm_tokenizer.decode(draft[:n]))
     assert trigger.speculable(draft) == completes - 1 and trigger.speculable(draft[: completes - 1]) == completes - 1
+
+
+def test_a_watched_reasoning_block_is_guessed_up_to_its_end_marker(real_bundle):
+    """A reply that starts in a reasoning block, tools offered in a format whose bare `{` opens a
+    call: guesses go on inside the block and stop before the end marker's last token, so the
+    answer's first token is the model's own draw, drawn again as without speculation where it is
+    a `{{`. The end marker is words the 135M writes as it repeats its prompt (" great lens"), and
+    the answer after it starts with `{{`: a guess running past the marker would write that `{{`."""
+    tokenizer = real_bundle.tokenizer
+    text = "Repeat the following text exactly.\n\nThe great lens {{keeper}} shone. The great lens {{keeper}} shone."
+    thinking = {"start": "<think>", "end": " great lens", "opened": True, "budget": None}
+
+    def requests():
+        [(ids, params)] = tool_requests(tokenizer, [text]).values()
+        return {"think": (ids, dataclasses.replace(params, max_tokens=30, reasoning=thinking))}
+
+    off = complete(real_engine(real_bundle, speculative="off"), requests())
+    engine = real_engine(real_bundle, speculative="ngram")
+    assert complete(engine, requests()) == off
+    written = tokenizer.decode(off["think"])
+    reasoning, answer = written.split(" great lens", 1)
+    assert answer.lstrip().startswith("{") and not answer.lstrip().startswith("{{"), written  # drawn again
+    assert engine.speculator.num_accepted_tokens > 0
