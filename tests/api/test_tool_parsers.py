@@ -72,6 +72,13 @@ def test_hermes_keeps_the_text_around_its_calls_as_content():
     assert parser.parse(text, FUNCTIONS) == ("Let me look.", [("add", {"a": 1})])
 
 
+def test_hermes_reads_a_call_whose_argument_holds_its_closing_tag():
+    """A forced call's string may hold `</tool_call>` (the grammar allows any string): the block is
+    read as JSON first, so the tag inside the string does not end it."""
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris</tool_call>x"}}\n</tool_call>'
+    assert HermesToolParser().parse(f"Sure. {call}", FUNCTIONS) == ("Sure.", [("get_weather", {"city": "Paris</tool_call>x"})])
+
+
 def test_the_served_models_parser_comes_from_its_template_or_the_setting(smollm_tokenizer, settings):
     assert isinstance(parser_for_template(smollm_tokenizer.chat_template), HermesToolParser)
     llama3 = "{%- if tools %}...<|python_tag|>{{ tool_call | tojson }}{%- endif %}"

@@ -240,11 +240,11 @@ class HermesToolParser(ToolParser):
 
     def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
         calls, content = [], text
-        for match in self.CALL.finditer(text):
-            call = _call_object(match.group(1), functions, "arguments")
+        for block, inside in self._blocks(text):
+            call = _call_object(inside, functions, "arguments")
             if call is not None:
                 calls.append(call)
-                content = content.replace(match.group(0), "", 1)
+                content = content.replace(block, "", 1)
         last = content.rfind(self.OPEN)
         if last != -1 and self.CLOSE not in content[last:]:  # a call never closed, at the end of the reply
             unclosed = _exact_calls(content[last + len(self.OPEN) :], functions)
@@ -253,6 +253,30 @@ class HermesToolParser(ToolParser):
         if not calls:
             return text, []
         return content.strip() or None, calls
+
+    def _blocks(self, text: str):
+        """Each `<tool_call>...</tool_call>` block and the text inside it. The inside is read as
+        JSON first, so a closing tag within one of its strings (a forced call's argument may hold
+        one) does not end it; where it is not JSON, it ends at the first closing tag."""
+        decoder, at = json.JSONDecoder(), text.find(self.OPEN)
+        while at != -1:
+            start = at + len(self.OPEN)
+            body = start + len(text[start:]) - len(text[start:].lstrip())
+            try:
+                _, end = decoder.raw_decode(text, body)
+            except (ValueError, RecursionError):
+                end = None
+            after = end + len(text[end:]) - len(text[end:].lstrip()) if end is not None else None
+            if after is not None and text.startswith(self.CLOSE, after):
+                block_end = after + len(self.CLOSE)
+                yield text[at:block_end], text[body:end]
+            else:
+                match = self.CALL.match(text, at)
+                if match is None:
+                    return
+                block_end = match.end()
+                yield match.group(0), match.group(1)
+            at = text.find(self.OPEN, block_end)
 
     def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
         at = text.find(self.OPEN, shown)  # what was shown holds no start of a call: search on from there
