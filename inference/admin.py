@@ -30,6 +30,7 @@ class GenerationRequestAdmin(ReadOnlyAdmin):
     list_display = (
         "id",
         "created",
+        "model",
         "endpoint",
         "status",
         "finish_reason",
@@ -43,7 +44,7 @@ class GenerationRequestAdmin(ReadOnlyAdmin):
         "client_address",
         "api_key_label",
     )
-    list_filter = ("status", "finish_reason", "endpoint", "created", "api_key_label")
+    list_filter = ("model", "status", "finish_reason", "endpoint", "created", "api_key_label")
     search_fields = ("id", "prompt", "output_text", "api_key_label")
     date_hierarchy = "created"
     list_per_page = 50

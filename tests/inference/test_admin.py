@@ -13,6 +13,7 @@ def rows():
     GenerationRequest.objects.create(
         id="gen-1",
         endpoint="generate",
+        model="SmolLM2-135M-Instruct.Q4_1",
         prompt="The quick brown fox",
         output_text="jumps",
         status="completed",
@@ -24,6 +25,7 @@ def rows():
     GenerationRequest.objects.create(
         id="chatcmpl-2",
         endpoint="chat.completions",
+        model="qwen2.5-coder-0.5b-instruct",
         prompt="<|im_start|>user hi",
         messages=[{"role": "user", "content": "hi"}],
         status="aborted",
@@ -84,3 +86,12 @@ def test_staff_user_with_view_permission(client, django_user_model, rows):
 def test_anonymous_is_sent_to_login(client, rows):
     resp = client.get(reverse("admin:inference_generationrequest_changelist"))
     assert resp.status_code == 302 and "/admin/login/" in resp["Location"]
+
+
+def test_the_history_filters_by_model(staff_client, rows):
+    """Many models, one server (issue 55): each row names the model that served it, and the list filters on it."""
+    url = reverse("admin:inference_generationrequest_changelist")
+    html = staff_client.get(url, {"model": "qwen2.5-coder-0.5b-instruct"}).content.decode()
+    assert "chatcmpl-2" in html and "gen-1" not in html
+    listed = staff_client.get(url).content.decode()
+    assert "?model=SmolLM2-135M-Instruct.Q4_1" in listed  # the filter offers each model served
