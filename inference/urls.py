@@ -41,7 +41,7 @@ urlpatterns = [
     path("api/ps", ollama_views.ps, name="ollama-ps"),
     path("api/show", ollama_views.show, name="ollama-show"),
     path("api/version", ollama_views.version, name="ollama-version"),
-    re_path(r"^api/(?!requests/)(?P<rest>.*)$", ollama_views.unknown),  # Ollama's other paths: its JSON 404
+    re_path(r"^api/(?!requests)(?P<rest>.*)$", ollama_views.unknown),  # Ollama's other paths: its JSON 404
     re_path(r"^v1/(?P<rest>.*)$", views.unknown_api_path),  # last: any other /v1/ path is a JSON 404
 ]
 

@@ -141,6 +141,11 @@ class GenerationJob:
         return self.choices[0].text
 
     @property
+    def first_token_time(self) -> float | None:
+        """When the first token came (time.monotonic), or None before it."""
+        return self._last.first_token_time if self._last is not None else None
+
+    @property
     def completion_tokens(self) -> int:
         return sum(choice.completion_tokens for choice in self.choices)
 

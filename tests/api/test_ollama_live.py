@@ -81,6 +81,9 @@ def test_generate_through_the_template_raw_and_streamed(client, model):
     assert raw.response and raw.done_reason in ("stop", "length")
     loaded = client.generate(model=model, prompt="")
     assert loaded.done and loaded.done_reason == "load"
+    # no num_predict: as many as the context holds, raw too (not OpenAI completions' 16)
+    counted = client.generate(model=model, prompt="1, 2, 3, 4, 5, 6,", raw=True, options={"temperature": 0, "stop": ["40"]})
+    assert counted.eval_count > 16 and counted.eval_duration > 0 and counted.prompt_eval_duration >= 0
 
 
 def test_options_stop_and_a_json_schema_format(client, model):
@@ -101,6 +104,13 @@ def test_bad_input_gets_ollamas_error_shape(client, model, default_server):
     with pytest.raises(ollama.ResponseError) as missing:
         client.chat(model="no-such-model", messages=ASK)
     assert missing.value.status_code == 404
+    for path, body in (
+        ("show", {"model": ["x"]}),
+        ("embed", {"model": 3, "input": "a"}),
+        ("generate", {"model": model, "prompt": 0}),
+    ):
+        odd = httpx.post(f"{default_server.url}/api/{path}", json=body, timeout=30)
+        assert odd.status_code == 400 and odd.json()["error"], (path, odd.text)
     bad = httpx.post(f"{default_server.url}/api/chat", json={"model": model, "messages": ASK, "keep_alive": "soon"}, timeout=30)
     assert bad.status_code == 400 and "keep_alive" in bad.json()["error"]
     images = httpx.post(

@@ -77,6 +77,8 @@ def ready_model() -> Served:
 
 def resolve_model(requested: str | None, served: Served) -> str:
     """The served model's id; an empty or absent name means it (vLLM's rule), any other must be one of its names."""
+    if requested is not None and not isinstance(requested, str):
+        raise bad_request("model must be a string", param="model")
     if requested and requested not in runtime.accepted_model_names(served.info, served.engine_client):
         raise model_not_found(requested)
     return served.name

@@ -4,7 +4,7 @@ Ollama's error shape ({"error": message}).
 /api/chat's chunks carry `message` ({"role": "assistant", "content"}, with `thinking` for a
 thinking model's reasoning and `tool_calls`, arguments as objects, once the reply is read);
 /api/generate's carry `response` (and `thinking`). The last object has `done: true`, `done_reason`
-("stop" or "length") and Ollama's counts and timings in nanoseconds: `total_duration`,
+("stop", "length", "abort"; a generate with no prompt answers "load" at once) and Ollama's counts and timings in nanoseconds: `total_duration`,
 `load_duration` (0: the model was loaded), `prompt_eval_count` / `prompt_eval_duration` (to the
 first token) and `eval_count` / `eval_duration`.
 """
@@ -80,8 +80,8 @@ class OllamaReply:
 
     def _done(self, chunk: dict) -> dict:
         job, now = self.job, time.monotonic()
-        first = self.first_token or now
-        reason = "length" if job.choices[0].finish_reason == "length" else "stop"
+        first = min(max(self.first_token or job.first_token_time or now, self.started), now)
+        reason = {"length": "length", "abort": "abort"}.get(job.choices[0].finish_reason or "", "stop")
         return {
             **chunk,
             "done": True,

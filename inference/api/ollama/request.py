@@ -91,6 +91,8 @@ class OllamaRequest:
 
 
 def _check_fields(body: dict, allowed: set[str]) -> None:
+    if not isinstance(body, dict):
+        raise bad_request("the body must be a JSON object")
     for name in body:
         if name not in allowed:
             raise bad_request(f"unknown field {name!r}", param=name)
@@ -113,7 +115,9 @@ def keep_alive_seconds(value: Any) -> float | None:
 
 def _options(body: dict) -> dict:
     """The request's `options` as OpenAI body fields."""
-    options = body.get("options") or {}
+    options = body.get("options")
+    if options is None:
+        return {}
     if not isinstance(options, dict):
         raise bad_request("options must be an object", param="options")
     fields = {}
@@ -204,16 +208,17 @@ def parse_generate_request(body: dict, parser: ToolParser) -> OllamaRequest:
     _check_fields(body, GENERATE_FIELDS)
     if body.get("images"):
         raise bad_request("images: the served model reads text only", param="images")
-    prompt, suffix, system = body.get("prompt") or "", body.get("suffix"), body.get("system")
+    prompt, suffix, system = body.get("prompt"), body.get("suffix"), body.get("system")
     for name, value in (("prompt", prompt), ("suffix", suffix), ("system", system)):
         if value is not None and not isinstance(value, str):
             raise bad_request(f"{name} must be a string", param=name)
+    prompt = prompt or ""
     common = _common(body)
     if not prompt and not suffix:
         return OllamaRequest(None, body["model"], "generate")  # Ollama's way to load a model
     if body.get("raw") or suffix is not None:  # the prompt as it is, or the code before a gap to fill
         fields = {**common, "prompt": prompt, **({"suffix": suffix} if suffix is not None else {})}
-        return OllamaRequest(parse_completion(fields), body["model"], "generate")
+        return OllamaRequest(parse_completion(fields, default_max_tokens=None), body["model"], "generate")
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     inp = parse_chat({**common, **_think(body), "messages": messages}, parser)
     return OllamaRequest(inp, body["model"], "generate")

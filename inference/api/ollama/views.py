@@ -20,7 +20,7 @@ from ...serving.generation_input import GenerationInput
 from ..common.chat_template import render_request
 from ..common.endpoint import Served, api_endpoint, new_id, ready_model, resolve_model, serve
 from ..common.errors import ApiError, bad_request
-from ..common.reasoning_parsers import plan_reasoning
+from ..common.reasoning_parsers import plan_reasoning, reasoning_parser_for
 from ..common.request_body import parse_json_body
 from ..common.tool_calls import active_tools
 from ..common.tool_parsers import served_tool_parser
@@ -162,16 +162,20 @@ async def ps(request):
 async def show(request):
     body = parse_json_body(request)
     served = ready_model()
-    resolve_model(body.get("model") or body.get("name"), served)
-    capabilities = ["completion", "tools"] + (["embedding"] if served.info.hidden_size else [])
+    resolve_model(body.get("model") or body.get("name"), served)  # (`name`: older clients' field)
+    thinking = reasoning_parser_for(served.info.tokenizer) is not None
+    capabilities = (
+        ["completion", "tools"] + (["thinking"] if thinking else []) + (["embedding"] if served.info.hidden_size else [])
+    )
     template = getattr(served.info.tokenizer, "chat_template", None)
+    family = _details(served)["family"]
     return JsonResponse(
         {
             "modelfile": f"FROM {_model_file(served) or served.name}\n",
             "parameters": "",
             "template": template if isinstance(template, str) else "",
             "details": _details(served),
-            "model_info": {"general.architecture": _details(served)["family"], "context_length": served.info.max_model_len},
+            "model_info": {"general.architecture": family, f"{family}.context_length": served.info.max_model_len},
             "capabilities": capabilities,
             "modified_at": _entry(served)["modified_at"],
         }

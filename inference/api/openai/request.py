@@ -215,15 +215,16 @@ def _token_ids(value: list, param: str) -> list[int]:
     return list(value)
 
 
-def parse_completion(body: dict) -> GenerationInput:
-    """OpenAI's /v1/completions (plus vLLM's extra sampling fields)."""
+def parse_completion(body: dict, *, default_max_tokens: int | None = COMPLETIONS_DEFAULT_MAX_TOKENS) -> GenerationInput:
+    """OpenAI's /v1/completions (plus vLLM's extra sampling fields); `default_max_tokens`: OpenAI's
+    16 unless the API says otherwise (None: the rest of the context, as Ollama's generate)."""
     body = _openai_body(body, COMPLETION_FIELDS)
     reject_unsupported(body)
     if "prompt" not in body:
         raise bad_request("prompt is required", param="prompt")
     prompts = _completion_prompts(body["prompt"])
     stream, include_usage = stream_flags(body, default_stream=False)
-    max_tokens, max_name, defaulted = max_tokens_field(body, ("max_tokens",), COMPLETIONS_DEFAULT_MAX_TOKENS)
+    max_tokens, max_name, defaulted = max_tokens_field(body, ("max_tokens",), default_max_tokens)
     max_tokens = check_limits(body, max_tokens, max_name, defaulted=defaulted)
     echo = bool(expect(body, "echo", bool, "a boolean"))
     suffix = expect(body, "suffix", str, "a string")

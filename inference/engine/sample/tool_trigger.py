@@ -34,7 +34,7 @@ Speculation goes on while a trigger watches the prose of an answer: the proposer
 just before the token that would complete a tag (`speculable`), so that token is drawn by the model
 and the tag seen here exactly where it would be without speculation, and what follows it is drawn
 under the grammar (spec_decode/proposer.py); while a `{` or a fence decides, a guess goes as far as
-a call still takes it. The answer's first non-blank token is never guessed (it may be drawn
+a call still takes it, stopping before the token that would make the call whole. The answer's first non-blank token is never guessed (it may be drawn
 again): a guess in a reasoning block stops before the end marker's last token
 (engine/sample/reasoning.py), and none is proposed while the answer has not begun.
 
@@ -110,7 +110,7 @@ class ToolTrigger:
         if not self.may_guess:
             return 0
         if self.state == DECIDING:
-            return self.calls_matcher.validate_tokens(draft)
+            return self._before_whole_call(draft)
         if self.state == DONE:
             return len(draft)
         text = self.text
@@ -120,6 +120,20 @@ class ToolTrigger:
             if _tag_at(text, before, self.tags) is not None:
                 return count
         return len(draft)
+
+    def _before_whole_call(self, draft: list[int]) -> int:
+        """How many guesses a call still takes, stopping before the one that would make it whole
+        (that token is the model's own draw, and the calls alone hold what follows it)."""
+        matcher, taken, count = self.calls_matcher, 0, 0
+        for token_id in draft[: matcher.validate_tokens(draft)]:
+            matcher.consume_token(token_id)
+            taken += 1
+            if matcher.is_accepting():
+                break
+            count += 1
+        if taken and not matcher.rollback(taken):
+            raise RuntimeError("the calls' matcher could not go back over the guesses")
+        return count
 
     def observe(self, answer_ids: list[int]) -> list[int] | None:
         """After tokens were written (`answer_ids`: the whole answer so far, reasoning excluded):

@@ -383,3 +383,20 @@ def test_a_watched_seeded_reply_resumes_token_for_token(smollm_engine, case):
     for delivered in (1, 4, 12):
         rest = written(smollm_engine, f"resumed-{delivered}", params, resume=[whole[:delivered]])
         assert rest == whole[delivered:], (delivered, tokenizer.decode(whole))
+
+
+@pytest.mark.parametrize("parser_class", [HermesToolParser, Llama3JsonToolParser])
+def test_a_guess_while_deciding_stops_before_the_token_that_makes_the_call_whole(smollm_tokenizer, grammars, parser_class):
+    """Guesses go on while a `{` decides, as far as a call takes them, but the token that makes the
+    call whole is the model's own draw: after it the calls alone hold the reply."""
+    request, call = calls_for(parser_class)
+    spec = request.trigger()
+    trigger = ToolTrigger(spec, lambda t: smollm_tokenizer.decode([t]), lambda s: encode(smollm_tokenizer, s))
+    ids = encode(smollm_tokenizer, call)
+    opening = trigger.observe(ids[:1])
+    calls = grammars.matcher(spec["calls"])
+    assert opening is not None and all(calls.consume_token(t) for t in opening)
+    trigger.opened("brace", calls)
+    draft = ids[1:] + encode(smollm_tokenizer, "\n\nDone.")
+    assert trigger.speculable(draft) == len(ids) - 2  # all but the closing brace
+    assert trigger.speculable(draft[:3]) == 3 and trigger.observe(ids) is None and trigger.settled == "call"
