@@ -37,6 +37,7 @@ urlpatterns = [
     path("api/chat", ollama_views.chat, name="ollama-chat"),
     path("api/generate", ollama_views.generate, name="ollama-generate"),
     path("api/embed", ollama_views.embed_view, name="ollama-embed"),
+    path("api/embeddings", ollama_views.embeddings, name="ollama-embeddings"),
     path("api/tags", ollama_views.tags, name="ollama-tags"),
     path("api/ps", ollama_views.ps, name="ollama-ps"),
     path("api/show", ollama_views.show, name="ollama-show"),

@@ -98,6 +98,14 @@ def test_embeddings_are_unit_vectors(client, model):
     vectors = client.embed(model=model, input=["a cat", "a dog"]).embeddings
     assert len(vectors) == 2 and len(vectors[0]) == 576
     assert all(math.isclose(sum(v * v for v in vector), 1.0, rel_tol=1e-4) for vector in vectors)
+    older = client.embeddings(model=f"{model}:latest", prompt="a cat").embedding  # the older route, a tagged name
+    assert all(math.isclose(a, b, abs_tol=1e-5) for a, b in zip(older, vectors[0], strict=True))
+
+
+def test_tagged_names_and_go_durations_are_taken(client, model):
+    reply = client.chat(model=f"{model}:latest", messages=ASK, options=GREEDY, keep_alive="1h30m")
+    assert reply.done and reply.message.content
+    assert client.generate(model=model, prompt="Hi.", options=GREEDY, keep_alive=-1).done
 
 
 def test_bad_input_gets_ollamas_error_shape(client, model, default_server):

@@ -73,7 +73,8 @@ GENERATE_FIELDS = {
     "context",
     "images",
 }
-DURATION = re.compile(r"^(-?\d+(?:\.\d+)?)(ns|us|ms|s|m|h)?$")
+DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")  # Go's time.ParseDuration units
+SCALE = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass
@@ -101,16 +102,20 @@ def _check_fields(body: dict, allowed: set[str]) -> None:
 
 
 def keep_alive_seconds(value: Any) -> float | None:
-    """Ollama's keep_alive: seconds (a number) or a duration ("5m", "1h", "-1"); negative: forever."""
+    """Ollama's keep_alive: seconds (a number, or a numeric string) or a Go duration ("5m", "1h30m",
+    "-1s"); negative: forever."""
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    match = DURATION.match(value.strip()) if isinstance(value, str) else None
-    if match is None:
-        raise bad_request("keep_alive must be a number of seconds or a duration such as 5m", param="keep_alive")
-    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[match.group(2)]
-    return float(match.group(1)) * scale
+    text = value.strip() if isinstance(value, str) else ""
+    sign, body = (-1.0, text[1:]) if text.startswith("-") else (1.0, text)
+    if re.fullmatch(r"\d+(?:\.\d+)?", body):
+        return sign * float(body)
+    parts = DURATION_PART.findall(body)
+    if not body or not parts or "".join(number + unit for number, unit in parts) != body:
+        raise bad_request("keep_alive must be a number of seconds or a duration such as 5m or 1h30m", param="keep_alive")
+    return sign * sum(float(number) * SCALE[unit] for number, unit in parts)
 
 
 def _options(body: dict) -> dict:
@@ -161,7 +166,8 @@ def _common(body: dict) -> dict:
     stream = body.get("stream", True)
     if not isinstance(stream, bool):
         raise bad_request("stream must be a boolean", param="stream")
-    return {"model": body["model"], "stream": stream, **_options(body), **_format(body)}
+    # Ollama's names carry a tag: `model:latest` is the model
+    return {"model": body["model"].removesuffix(":latest"), "stream": stream, **_options(body), **_format(body)}
 
 
 def _message(message: Any, index: int) -> dict:

@@ -62,7 +62,7 @@ async def generate(request):
     parsed = parse_generate_request(parse_json_body(request), served_tool_parser())
     inp = parsed.inp
     if inp is None:  # no prompt: Ollama's way to load a model (it is loaded)
-        resolve_model(parsed.model, ready_model())
+        resolve_model(_name(parsed.model), ready_model())
         return JsonResponse(
             {"model": parsed.model, "created_at": created_at(), "response": "", "done": True, "done_reason": "load"}
         )
@@ -90,7 +90,7 @@ async def embed_view(request):
     if "input" not in body:
         raise bad_request("input is required", param="input")
     served = ready_model()
-    model = resolve_model(body.get("model"), served)
+    model = resolve_model(_name(body.get("model")), served)
     dimensions = body.get("dimensions")
     if dimensions is not None and (not isinstance(dimensions, int) or isinstance(dimensions, bool)):
         raise bad_request("dimensions must be an integer", param="dimensions")
@@ -117,6 +117,24 @@ def _model_file(served: Served) -> str:
     if source.is_hub_id:
         return ""
     return os.path.join(source.path, source.gguf_file) if source.gguf_file else source.path
+
+
+@api_endpoint("POST", errors=error_response)
+async def embeddings(request):
+    """Ollama's older embedding route: {"model", "prompt"} -> {"embedding"} (one vector)."""
+    body = parse_json_body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("prompt"), str) or not body["prompt"]:
+        raise bad_request("prompt must be a non-empty string", param="prompt")
+    keep_alive_seconds(body.get("keep_alive"))
+    served = ready_model()
+    model = resolve_model(_name(body.get("model")), served)
+    vectors, _, _ = await embed(request, served, [body["prompt"]], model, None)
+    return JsonResponse({"embedding": vectors[0]})
+
+
+def _name(requested):
+    """Ollama's names carry a tag (`model:latest`); the served model answers to its name with `:latest`."""
+    return requested.removesuffix(":latest") if isinstance(requested, str) else requested
 
 
 def _details(served: Served) -> dict:
@@ -162,7 +180,7 @@ async def ps(request):
 async def show(request):
     body = parse_json_body(request)
     served = ready_model()
-    resolve_model(body.get("model") or body.get("name"), served)  # (`name`: older clients' field)
+    resolve_model(_name(body.get("model") or body.get("name")), served)  # (`name`: older clients' field)
     thinking = reasoning_parser_for(served.info.tokenizer) is not None
     capabilities = (
         ["completion", "tools"] + (["thinking"] if thinking else []) + (["embedding"] if served.info.hidden_size else [])
