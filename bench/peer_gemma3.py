@@ -24,7 +24,7 @@ import httpx
 
 from .llama_server import LlamaServer, build, build_that_runs
 from .peer import _measure, prompts_used
-from .peer_large import target_rows, with_prefill_rate
+from .peer_large import rebuilt_peer, target_rows, with_prefill_rate
 from .prompts import CHAT, make_requests
 from .raw import measured_line
 from .server import EngineServer
@@ -93,8 +93,7 @@ def one_round(tokenizer, gguf: str, r: int, results_dir: str) -> dict:
 
 def render(result: dict) -> list[str]:
     rounds = result["rounds"]
-    rebuilt = sorted({r["llama-server"]["start"].get("build", "native") for r in rounds} - {"native"})
-    caveat = f" (peer rebuilt {', '.join(rebuilt)}: not its native build)" if rebuilt else ""
+    rebuilt, caveat = rebuilt_peer(rounds)
     lines = [
         "## Gemma 3 270M Q4_K_M (real weights) against llama-server",
         "",

@@ -91,6 +91,26 @@ def _cell(values, digits=2) -> str:
     return ", ".join("–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}" for v in values)
 
 
+def rebuilt_peer(rounds: list[dict]) -> tuple[list[str], str]:
+    """(the llama-server builds the rounds ran other than its native one, the caveat a ratio carries then)."""
+    rebuilt = sorted({r["llama-server"]["start"].get("build", "native") for r in rounds} - {"native"})
+    return rebuilt, f" (peer rebuilt {', '.join(rebuilt)}: not its native build)" if rebuilt else ""
+
+
+def latency_rows(rounds: list[dict], loads) -> list[str]:
+    """The ITL and TTFT medians of each load, beside the targets (not judged)."""
+    lines = []
+    for load in loads:
+        theirs = [r["llama-server"][load[0]] for r in rounds]
+        ours = [r["ours"][load[0]] for r in rounds]
+        lines.append(
+            f"| {load[0]} | ITL p50 / TTFT p50 ms | {_cell([t.get('ITL p50') for t in theirs], 0)} / "
+            f"{_cell([t.get('TTFT p50') for t in theirs], 0)} | {_cell([o.get('ITL p50') for o in ours], 0)} / "
+            f"{_cell([o.get('TTFT p50') for o in ours], 0)} | | | |"
+        )
+    return lines
+
+
 def target_rows(rounds: list[dict], targets: dict, rebuilt: list[str], caveat: str) -> list[str]:
     """The table of figures against llama-server's, one row per (load, figure) target, judged over
     every round (bench/peer_gemma3.py's table too)."""
@@ -112,8 +132,7 @@ def target_rows(rounds: list[dict], targets: dict, rebuilt: list[str], caveat: s
 
 def render(result: dict) -> list[str]:
     rounds = result["rounds"]
-    rebuilt = sorted({r["llama-server"]["start"].get("build", "native") for r in rounds} - {"native"})
-    caveat = f" (peer rebuilt {', '.join(rebuilt)}: not its native build)" if rebuilt else ""
+    rebuilt, caveat = rebuilt_peer(rounds)
     lines = [
         "## The model class people download: a 1.5B Q4_K_M against llama-server",
         "",
@@ -136,14 +155,7 @@ def render(result: dict) -> list[str]:
         off = [r[SPEC_OFF][name].get("tok/s") for r in rounds]
         ratios = [o / t if o is not None and t else math.nan for o, t in zip(off, theirs)]
         lines.append(f"| {name}, speculation off | tok/s | {_cell(theirs)} | {_cell(off)} | {_cell(ratios)}x{caveat} | | |")
-    for load in LOADS:  # the latencies beside the targets
-        theirs = [r["llama-server"][load[0]] for r in rounds]
-        ours = [r["ours"][load[0]] for r in rounds]
-        lines.append(
-            f"| {load[0]} | ITL p50 / TTFT p50 ms | {_cell([t['ITL p50'] for t in theirs], 0)} / {_cell([t['TTFT p50'] for t in theirs], 0)} "
-            f"| {_cell([o['ITL p50'] for o in ours], 0)} / {_cell([o['TTFT p50'] for o in ours], 0)} | | | |"
-        )
-    return lines + [""]
+    return lines + latency_rows(rounds, LOADS) + [""]
 
 
 def run(tokenizer, *, rounds: int, results_dir: str) -> dict:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from .llama_server import LlamaServer, build, build_that_runs
 from .peer import _measure, prompts_used
-from .peer_large import _cell, target_rows, with_prefill_rate
+from .peer_large import _cell, latency_rows, rebuilt_peer, target_rows, with_prefill_rate
 from .prompts import CHAT
 from .raw import RAW_SECTIONS, measured_line, raw_path, save_raw
 from .server import EngineServer
@@ -95,8 +95,7 @@ def one_round(spec: Shaped, tokenizer, gguf: str, r: int, results_dir: str) -> d
 
 def render(spec: Shaped, result: dict) -> list[str]:
     rounds = result["rounds"]
-    rebuilt = sorted({r["llama-server"]["start"].get("build", "native") for r in rounds} - {"native"})
-    caveat = f" (peer rebuilt {', '.join(rebuilt)}: not its native build)" if rebuilt else ""
+    rebuilt, caveat = rebuilt_peer(rounds)
     lines = [
         spec.heading,
         "",
@@ -114,14 +113,7 @@ def render(spec: Shaped, result: dict) -> list[str]:
     lines += target_rows(rounds, TARGETS, rebuilt, caveat)
     after = [[r[side]["start"].get("resident MB after the loads") for r in rounds] for side in ("llama-server", "ours")]
     lines.append(f"| end | resident MB after the loads | {_cell(after[0], 0)} | {_cell(after[1], 0)} | | | |")
-    for load in (*LOADS, PREFILL):  # the latencies beside the targets
-        theirs = [r["llama-server"][load[0]] for r in rounds]
-        ours = [r["ours"][load[0]] for r in rounds]
-        lines.append(
-            f"| {load[0]} | ITL p50 / TTFT p50 ms | {_cell([t.get('ITL p50') for t in theirs], 0)} / "
-            f"{_cell([t.get('TTFT p50') for t in theirs], 0)} | {_cell([o.get('ITL p50') for o in ours], 0)} / "
-            f"{_cell([o.get('TTFT p50') for o in ours], 0)} | | | |"
-        )
+    lines += latency_rows(rounds, (*LOADS, PREFILL))  # the latencies beside the targets
     return lines + [""]
 
 
