@@ -12,7 +12,6 @@ one user turn of <tool_response> blocks.
 
 from __future__ import annotations
 
-import copy
 import re
 from types import SimpleNamespace
 
@@ -140,23 +139,17 @@ def test_what_each_template_takes_is_read_off_it(tokenizers, name):
 
 
 def test_a_template_that_concatenates_arguments_is_given_the_json_string(smollm_tokenizer):
-    tokenizer = official_like(smollm_tokenizer, STRING_ARGUMENTS)
+    tokenizer = official.tokenizer_with_text(smollm_tokenizer, STRING_ARGUMENTS)
     assert template_traits(tokenizer, STRING_ARGUMENTS) == TemplateTraits(None, True, True, False, True)
     prompt = chat_prompt(tokenizer, HISTORY)
     assert '<call>get_weather {"city": "Paris", "days": 2}</call>' in prompt and "tool: 18 C, sunny" in prompt
 
 
 def test_a_template_reading_xml_tools_is_given_the_tools_there(smollm_tokenizer):
-    tokenizer = official_like(smollm_tokenizer, XML_TOOLS)
+    tokenizer = official.tokenizer_with_text(smollm_tokenizer, XML_TOOLS)
     assert template_traits(tokenizer, XML_TOOLS).tools_variable == "xml_tools"
     prompt = chat_prompt(tokenizer, HISTORY[:2])
     assert prompt.startswith("<tools>[") and '"name": "get_weather"' in prompt and "You can call functions" not in prompt
-
-
-def official_like(tokenizer, template: str):
-    copied = copy.copy(tokenizer)
-    copied.chat_template = template
-    return copied
 
 
 def generic_form(tokenizer, history: list[dict]) -> list[dict]:

@@ -16,9 +16,6 @@ answers from the result ("The weather in Paris is sunny with a temperature of 22
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 from agents import (
     Agent,
@@ -31,6 +28,8 @@ from agents import (
     set_tracing_disabled,
 )
 from openai import AsyncOpenAI
+
+from tests.support.engine_fixtures import async_wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.real_model]
 set_tracing_disabled(True)  # the SDK would otherwise send its traces to OpenAI
@@ -97,9 +96,8 @@ async def test_a_tool_left_on_is_called_right_every_turn_with_the_templates_hist
     assert len(calls) >= 2 and set(calls) == {"Paris"}, calls
     assert isinstance(result.final_output, str)
     held = len(calls) - 1  # the last turn's prompt holds every call before it, with its result
-    deadline = time.monotonic() + 30  # a row is written just after its reply's last event
-    while not any(p.count(CALL_AS_TEMPLATE) == held for p in _prompts(qwen_server)) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    # a row is written just after its reply's last event
+    await async_wait_until(lambda: any(p.count(CALL_AS_TEMPLATE) == held for p in _prompts(qwen_server)))
     [last] = [p for p in _prompts(qwen_server) if p.count(CALL_AS_TEMPLATE) == held][-1:]
     assert last.count(RESULT_AS_TEMPLATE) == held and last.index(CALL_AS_TEMPLATE) < last.index(RESULT_AS_TEMPLATE)
     await client.close()

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import httpx
 import ollama
 import pytest
+
+from tests.support.engine_fixtures import wait_until
 
 pytestmark = pytest.mark.live
 GREEDY = {"temperature": 0, "num_predict": 12, "seed": 1}
@@ -57,13 +58,11 @@ def test_chat_streamed_is_the_chat_whole(client, model):
 def test_the_history_rows_name_ollamas_paths(client, model, default_server):
     client.chat(model=model, messages=ASK, options=GREEDY)
     client.generate(model=model, prompt="Hi.", options=GREEDY)
-    deadline = time.monotonic() + 30  # a row is written just after its reply
 
     def endpoints():
         return {row["endpoint"] for row in default_server.rows("endpoint LIKE 'ollama.%' AND status = 'completed'")}
 
-    while endpoints() != {"ollama.chat", "ollama.generate"} and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: endpoints() == {"ollama.chat", "ollama.generate"})  # a row is written just after its reply
     assert endpoints() == {"ollama.chat", "ollama.generate"}
     other = httpx.post(f"{default_server.url}/api/pull", json={"model": "llama3"}, timeout=10)
     assert other.status_code == 404 and "not served here" in other.json()["error"]

@@ -43,6 +43,11 @@ def template(name: str) -> str:
 def tokenizer_with(tokenizer, name: str):
     """A shallow copy of `tokenizer` whose chat template is the official one (the vocabulary is
     shared: only the template differs)."""
+    return tokenizer_with_text(tokenizer, template(name))
+
+
+def tokenizer_with_text(tokenizer, text: str):
+    """A shallow copy of `tokenizer` whose chat template is `text` (a test's own)."""
     copied = copy.copy(tokenizer)
-    copied.chat_template = template(name)
+    copied.chat_template = text
     return copied

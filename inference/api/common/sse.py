@@ -13,13 +13,18 @@ DONE = b"data: [DONE]\n\n"
 _SPLITLINES_ONLY = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
+def one_line_json(payload: dict) -> bytes:
+    """The payload as compact JSON on one line, whatever line breaks its strings hold (NDJSON's too)."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).translate(_SPLITLINES_ONLY).encode("utf-8")
+
+
 def event(payload: dict) -> bytes:
-    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).translate(_SPLITLINES_ONLY)
-    return b"data: " + text.encode("utf-8") + b"\n\n"
+    return b"data: " + one_line_json(payload) + b"\n\n"
 
 
-def response(events) -> StreamingHttpResponse:
-    resp = StreamingHttpResponse(events, content_type="text/event-stream; charset=utf-8")
+def response(events, content_type: str = "text/event-stream; charset=utf-8") -> StreamingHttpResponse:
+    """A streamed response of `events` (SSE; Ollama's NDJSON passes its own content type)."""
+    resp = StreamingHttpResponse(events, content_type=content_type)
     resp["Cache-Control"] = "no-cache"
     resp["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
     return resp

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 
 from jinja2 import meta
 
@@ -47,47 +46,42 @@ class TemplateTraits:
 
 
 def template_traits(tokenizer, template: str) -> TemplateTraits:
-    """The traits of `template` as rendered with `tokenizer`'s special tokens (cached per template)."""
-    return _traits(template, _Renderer(tokenizer, template))
+    """The traits of `template` as rendered with `tokenizer`'s special tokens (found once per
+    template; a few dozen are kept, as requests may bring their own)."""
+    traits = _FOUND.get(template)
+    if traits is None:
+        if len(_FOUND) >= 64:
+            _FOUND.clear()
+        traits = _FOUND[template] = _traits(tokenizer, template)
+    return traits
 
 
-class _Renderer:
-    """Renders a probe with the tokenizer's apply_chat_template; hashed by template so the cache
-    keys on the template text alone."""
-
-    def __init__(self, tokenizer, template: str):
-        self.tokenizer, self.template = tokenizer, template
-
-    def __hash__(self):
-        return hash(self.template)
-
-    def __eq__(self, other):
-        return isinstance(other, _Renderer) and other.template == self.template
-
-    def __call__(self, messages: list[dict], tools_variable: str | None) -> str | None:
-        """The text, or None where the template refuses the messages (given a tool where it reads
-        some, as some iterate them unguarded, else without one, as some refuse a made-up tool)."""
-        for tools in ({tools_variable: [PROBE_TOOL]}, {}) if tools_variable else ({},):
-            try:
-                return self.tokenizer.apply_chat_template(messages, chat_template=self.template, tokenize=False, **tools)
-            except Exception:  # a template raises for what it does not take: that is the answer sought
-                continue
-        return None
+_FOUND: dict[str, TemplateTraits] = {}
 
 
-@lru_cache(maxsize=64)
-def _traits(template: str, render: _Renderer) -> TemplateTraits:
+def _render(tokenizer, template: str, messages: list[dict], tools_variable: str | None) -> str | None:
+    """A probe's text, or None where the template refuses the messages (given a tool where it reads
+    some, as some iterate them unguarded, else without one, as some refuse a made-up tool)."""
+    for tools in ({tools_variable: [PROBE_TOOL]}, {}) if tools_variable else ({},):
+        try:
+            return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False, **tools)
+        except Exception:  # a template raises for what it does not take: that is the answer sought
+            continue
+    return None
+
+
+def _traits(tokenizer, template: str) -> TemplateTraits:
     variables = _variables(template)
     tools_variable = next((name for name in TOOLS_VARIABLES if name in variables), None)
     renders_calls, string_arguments, short_ids = False, False, False
     for string_arguments, short_ids in ((False, False), (False, True), (True, False), (True, True)):
-        text = render(_probe_calls(string_arguments, short_ids), tools_variable)
+        text = _render(tokenizer, template, _probe_calls(string_arguments, short_ids), tools_variable)
         if text is not None and "probe_value" in text and "'probe_key'" not in text:  # written, not a Python repr
             renders_calls = True
             break
     if not renders_calls:
         string_arguments, short_ids = False, False
-    result = render(_probe_result(renders_calls, string_arguments, short_ids), tools_variable)
+    result = _render(tokenizer, template, _probe_result(renders_calls, string_arguments, short_ids), tools_variable)
     return TemplateTraits(
         tools_variable, renders_calls, string_arguments, short_ids, result is not None and PROBE_RESULT in result
     )

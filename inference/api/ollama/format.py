@@ -19,6 +19,7 @@ import time
 from django.http import JsonResponse, StreamingHttpResponse
 
 from ...serving.jobs import Choice, GenerationJob
+from ..common import sse
 from ..common.errors import ApiError
 from ..common.reasoning_parsers import ReplyReasoning, split_delta
 from ..common.tool_calls import ToolRequest
@@ -34,14 +35,11 @@ def error_response(error: ApiError) -> JsonResponse:
 
 
 def ndjson_response(lines) -> StreamingHttpResponse:
-    resp = StreamingHttpResponse(lines, content_type="application/x-ndjson")
-    resp["Cache-Control"] = "no-cache"
-    resp["X-Accel-Buffering"] = "no"
-    return resp
+    return sse.response(lines, content_type="application/x-ndjson")
 
 
 def line(payload: dict) -> bytes:
-    return json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n"
+    return sse.one_line_json(payload) + b"\n"
 
 
 def created_at() -> str:
@@ -62,7 +60,6 @@ class OllamaReply:
     tools: ToolRequest | None = None
     reasoning: ReplyReasoning | None = None
     started: float = dataclasses.field(default_factory=time.monotonic)
-    first_token: float | None = None
 
     def failed(self) -> GenerationJob | None:
         return self.job if self.job.finish_reason == "error" else None
@@ -80,7 +77,7 @@ class OllamaReply:
 
     def _done(self, chunk: dict) -> dict:
         job, now = self.job, time.monotonic()
-        first = min(max(self.first_token or job.first_token_time or now, self.started), now)
+        first = min(max(job.first_token_time or now, self.started), now)
         reason = {"length": "length", "abort": "abort"}.get(job.choices[0].finish_reason or "", "stop")
         return {
             **chunk,
@@ -106,8 +103,6 @@ class OllamaReply:
         splitter = self.reasoning.splitter() if self.reasoning is not None else None
         try:
             async for out in job:
-                if self.first_token is None and out.token_ids:
-                    self.first_token = time.monotonic()
                 thinking, answer = split_delta(splitter, out.text, out.finish_reason is not None or out.finished)
                 answer = holdback.add(0, answer) if holdback is not None and answer else answer
                 if thinking or answer:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ...serving.generation_input import GenerationInput
 from ..common.errors import bad_request
+from ..common.sampling_fields import check_unknown_fields
 from ..common.tool_parsers import ToolParser
 from ..openai.request import parse_chat, parse_completion
 
@@ -59,6 +60,7 @@ RUNNER_OPTIONS = {
     "vocab_only",
 }
 CHAT_FIELDS = {"model", "messages", "tools", "format", "options", "stream", "keep_alive", "think"}
+EMBED_FIELDS = {"model", "input", "truncate", "options", "keep_alive", "dimensions"}
 GENERATE_FIELDS = {
     "model",
     "prompt",
@@ -92,13 +94,14 @@ class OllamaRequest:
 
 
 def _check_fields(body: dict, allowed: set[str]) -> None:
-    if not isinstance(body, dict):
-        raise bad_request("the body must be a JSON object")
-    for name in body:
-        if name not in allowed:
-            raise bad_request(f"unknown field {name!r}", param=name)
+    check_unknown_fields(body, allowed)
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise bad_request("model is required", param="model")
+
+
+def model_name(value):
+    """A request's model: Ollama's names carry a tag, and `name:latest` is the model `name`."""
+    return value.removesuffix(":latest") if isinstance(value, str) else value
 
 
 def keep_alive_seconds(value: Any) -> float | None:
@@ -166,8 +169,7 @@ def _common(body: dict) -> dict:
     stream = body.get("stream", True)
     if not isinstance(stream, bool):
         raise bad_request("stream must be a boolean", param="stream")
-    # Ollama's names carry a tag: `model:latest` is the model
-    return {"model": body["model"].removesuffix(":latest"), "stream": stream, **_options(body), **_format(body)}
+    return {"model": model_name(body["model"]), "stream": stream, **_options(body), **_format(body)}
 
 
 def _message(message: Any, index: int) -> dict:

@@ -22,12 +22,13 @@ from ..common.endpoint import Served, api_endpoint, new_id, ready_model, resolve
 from ..common.errors import ApiError, bad_request
 from ..common.reasoning_parsers import plan_reasoning, reasoning_parser_for
 from ..common.request_body import parse_json_body
+from ..common.sampling_fields import check_unknown_fields
 from ..common.tool_calls import active_tools
 from ..common.tool_parsers import served_tool_parser
 from ..llama.fim import fim_ids
 from ..openai.embeddings import embed, embedding_inputs
 from .format import OllamaReply, created_at, error_response, ndjson_response
-from .request import keep_alive_seconds, parse_chat_request, parse_generate_request
+from .request import EMBED_FIELDS, keep_alive_seconds, model_name, parse_chat_request, parse_generate_request
 
 VERSION = "0.12.0"  # the Ollama API version whose shapes these follow (clients gate features on it)
 
@@ -62,7 +63,7 @@ async def generate(request):
     parsed = parse_generate_request(parse_json_body(request), served_tool_parser())
     inp = parsed.inp
     if inp is None:  # no prompt: Ollama's way to load a model (it is loaded)
-        resolve_model(_name(parsed.model), ready_model())
+        resolve_model(model_name(parsed.model), ready_model())
         return JsonResponse(
             {"model": parsed.model, "created_at": created_at(), "response": "", "done": True, "done_reason": "load"}
         )
@@ -83,14 +84,12 @@ async def generate(request):
 @api_endpoint("POST", errors=error_response)
 async def embed_view(request):
     body = parse_json_body(request)
-    for name in body:
-        if name not in ("model", "input", "truncate", "options", "keep_alive", "dimensions"):
-            raise bad_request(f"unknown field {name!r}", param=name)
+    check_unknown_fields(body, EMBED_FIELDS)
     keep_alive_seconds(body.get("keep_alive"))
     if "input" not in body:
         raise bad_request("input is required", param="input")
     served = ready_model()
-    model = resolve_model(_name(body.get("model")), served)
+    model = resolve_model(model_name(body.get("model")), served)
     dimensions = body.get("dimensions")
     if dimensions is not None and (not isinstance(dimensions, int) or isinstance(dimensions, bool)):
         raise bad_request("dimensions must be an integer", param="dimensions")
@@ -123,18 +122,13 @@ def _model_file(served: Served) -> str:
 async def embeddings(request):
     """Ollama's older embedding route: {"model", "prompt"} -> {"embedding"} (one vector)."""
     body = parse_json_body(request)
-    if not isinstance(body, dict) or not isinstance(body.get("prompt"), str) or not body["prompt"]:
+    if not isinstance(body.get("prompt"), str) or not body["prompt"]:
         raise bad_request("prompt must be a non-empty string", param="prompt")
     keep_alive_seconds(body.get("keep_alive"))
     served = ready_model()
-    model = resolve_model(_name(body.get("model")), served)
+    model = resolve_model(model_name(body.get("model")), served)
     vectors, _, _ = await embed(request, served, [body["prompt"]], model, None)
     return JsonResponse({"embedding": vectors[0]})
-
-
-def _name(requested):
-    """Ollama's names carry a tag (`model:latest`); the served model answers to its name with `:latest`."""
-    return requested.removesuffix(":latest") if isinstance(requested, str) else requested
 
 
 def _details(served: Served) -> dict:
@@ -180,7 +174,7 @@ async def ps(request):
 async def show(request):
     body = parse_json_body(request)
     served = ready_model()
-    resolve_model(_name(body.get("model") or body.get("name")), served)  # (`name`: older clients' field)
+    resolve_model(model_name(body.get("model") or body.get("name")), served)  # (`name`: older clients' field)
     thinking = reasoning_parser_for(served.info.tokenizer) is not None
     capabilities = (
         ["completion", "tools"] + (["thinking"] if thinking else []) + (["embedding"] if served.info.hidden_size else [])

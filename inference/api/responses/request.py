@@ -167,7 +167,7 @@ def _input(value: Any) -> tuple[list[dict], list[dict]]:
     flush_calls()
     if not messages:
         raise bad_request("input holds no message", param="input")
-    return with_result_names(messages), items
+    return messages, items  # results are named by their calls in `conversation`, across earlier turns too
 
 
 def _tool_choice(choice: Any) -> Any:

@@ -36,7 +36,8 @@ class ReasoningState:
         that would complete the end marker: a guess stops there, so the marker's last token is the
         model's own draw and nothing after it is guessed (the answer's first token may be drawn
         again: engine/sample/tool_trigger.py)."""
-        end, written = self.end_ids, list(output_ids)
+        end = self.end_ids
+        written = list(output_ids[max(0, len(output_ids) - len(end) + 1) :])  # a marker begun before the guesses
         for count, token_id in enumerate(draft):
             written.append(token_id)
             if written[-len(end) :] == end:
