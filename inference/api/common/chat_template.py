@@ -157,7 +157,7 @@ def as_template_takes(messages: list[dict], traits: TemplateTraits, tool_parser:
     if traits.renders_calls and tool_parser.template_calls:
         messages = with_call_objects(messages, tool_parser, keep_last=keep_last)
     short = _short_ids(messages) if traits.short_ids else {}
-    written = []
+    written, gathering = [], None  # `gathering`: the user turn results go in, where the template has no tool role
     for message in messages:
         calls = message.get("tool_calls")
         if calls and not traits.renders_calls:
@@ -168,24 +168,20 @@ def as_template_takes(messages: list[dict], traits: TemplateTraits, tool_parser:
             message = {**message, "tool_calls": [_call_as_taken(call, traits, short) for call in calls]}
         if message["role"] == "tool" and short and message.get("tool_call_id") in short:
             message = {**message, "tool_call_id": short[message["tool_call_id"]]}
-        results = written[-1].get("results") if written else None
         if message["role"] == "tool" and not traits.tool_role:
-            result = {"name": message.get("name"), "content": message["content"]}
-            if results is not None and "said" not in written[-1]:
-                results.append(result)
+            block = results_text([{"name": message.get("name"), "content": message["content"]}])
+            if gathering is not None:
+                gathering["content"] += "\n" + block
                 continue
-            message = {"role": "user", "results": [result]}
-        elif message["role"] == "user" and results is not None and "said" not in written[-1]:
-            written[-1]["said"] = message["content"]  # the user's next words join the results' turn (roles alternate)
+            message = gathering = {"role": "user", "content": block}
+        elif message["role"] == "user" and gathering is not None:
+            gathering["content"] += "\n\n" + message["content"]  # the user's next words join it: roles alternate
+            gathering = None
             continue
+        else:
+            gathering = None
         written.append(message)
-    return [_results_turn(message) if "results" in message else message for message in written]
-
-
-def _results_turn(turn: dict) -> dict:
-    """Tool results (and what the user said after them) as one user turn, for a template without a `tool` role."""
-    text = results_text(turn["results"])
-    return {"role": "user", "content": text + "\n\n" + turn["said"] if "said" in turn else text}
+    return written
 
 
 def _call_as_taken(call: dict, traits: TemplateTraits, short: dict[str, str]) -> dict:
