@@ -5,7 +5,7 @@ from .api import stats_views as api
 from .api import views
 from .api.anthropic import views as anthropic_views
 from .api.common.auth import require_key_or_staff
-from .api.llama import infill_views, tokenizer_views
+from .api.llama import infill_views, router_views, tokenizer_views
 from .api.metrics import metrics_view
 from .api.ollama import views as ollama_views
 from .api.openai import embeddings as embeddings_views
@@ -26,6 +26,9 @@ urlpatterns = [
     path("v1/embeddings", embeddings_views.embeddings, name="embeddings"),
     path("v1/models", openai_views.models, name="models"),
     path("v1/models/<path:model_id>", openai_views.model, name="model"),
+    path("models", router_views.models, name="router-models"),
+    path("models/load", router_views.load, name="router-load"),
+    path("models/unload", router_views.unload, name="router-unload"),
     path("infill", infill_views.infill, name="infill"),
     path("tokenize", tokenizer_views.tokenize, name="tokenize"),
     path("detokenize", tokenizer_views.detokenize, name="detokenize"),

@@ -169,6 +169,28 @@ MINIVLLM_HEALTH_STALL_SECONDS = env_float("MINIVLLM_HEALTH_STALL_SECONDS", 30.0)
 MINIVLLM_STATS_INTERVAL = 1.0
 # The model id the API reports and accepts (default: the engine's model name).
 MINIVLLM_SERVED_MODEL_NAME = env_str("MINIVLLM_SERVED_MODEL_NAME")
+# Many models (inference/serving/models/): every GGUF file and transformers folder in this folder is
+# a model served by its name, loaded when a request names it (beside MINIVLLM_MODEL when both are set).
+MINIVLLM_MODELS_DIR = env_str("MINIVLLM_MODELS_DIR")
+# At most this many loaded at once: loading one more unloads the least recently used idle one.
+MINIVLLM_MODELS_MAX = env_int("MINIVLLM_MODELS_MAX", 4)
+# A request naming an unloaded model loads it (off: only POST /models/load does).
+MINIVLLM_MODELS_AUTOLOAD = env_bool("MINIVLLM_MODELS_AUTOLOAD", True)
+
+
+def _keep_alive(name: str) -> float | None:
+    from inference.serving.models.keep_alive import parse_keep_alive
+
+    value = env_str(name)
+    try:
+        return parse_keep_alive(value) if value else None
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+
+
+# How long a model stays loaded once idle (Ollama's keep_alive: 300, 5m, 1h30m; -1 never; 0 at once).
+# Unset, the model the server starts with stays loaded and the others idle for 5 minutes.
+MINIVLLM_KEEP_ALIVE = _keep_alive("MINIVLLM_KEEP_ALIVE")
 # The tool-call format replies are read in and forced to (api/common/tool_parsers.py): auto = the chat template's.
 TOOL_CALL_PARSERS = ("hermes", "llama3_json", "qwen3_coder", "gemma4")  # api/tool_parsers.PARSERS' names
 MINIVLLM_TOOL_CALL_PARSER = env_choice("MINIVLLM_TOOL_CALL_PARSER", "auto", ("auto", *TOOL_CALL_PARSERS))

@@ -10,7 +10,7 @@ from django.views.defaults import page_not_found
 from ..serving.jobs import guard_stream
 from ..serving.stats import engine_health
 from .common import key_limits, sse
-from .common.endpoint import api_endpoint, new_id, ready_model, start_job
+from .common.endpoint import api_endpoint, new_id, served_for, start_job
 from .common.errors import ApiError
 from .common.request_body import parse_json_body
 from .openai.request import parse_generate
@@ -20,17 +20,18 @@ from .openai.stream_format import generate_events
 @api_endpoint("POST")
 async def generate(request):
     """The seed's API: SSE events start / token / done (or error)."""
-    inp = parse_generate(parse_json_body(request), default_max_tokens=settings.MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS)
-    served = ready_model()
-    slot = key_limits.acquire(request.api_caller)
-    try:
-        request_id = new_id("gen")
-        job = await start_job(
-            request, served, inp, request_id=request_id, prompt=inp.prompts[0], prompt_text=inp.prompts[0], model=served.name
-        )
-        return sse.response(slot.hold(guard_stream(generate_events(job), job)))
-    finally:
-        slot.release_unless_held()
+    body = parse_json_body(request)
+    inp = parse_generate(body, default_max_tokens=settings.MINIVLLM_GENERATE_DEFAULT_MAX_TOKENS)
+    async with served_for(body) as served:
+        slot = key_limits.acquire(request.api_caller)
+        try:
+            request_id = new_id("gen")
+            job = await start_job(
+                request, served, inp, request_id=request_id, prompt=inp.prompts[0], prompt_text=inp.prompts[0], model=served.name
+            )
+            return sse.response(slot.hold(guard_stream(generate_events(job), job)))
+        finally:
+            slot.release_unless_held()
 
 
 @api_endpoint("GET", "HEAD", public=True)
@@ -39,7 +40,18 @@ async def health(request):
     return JsonResponse(body, status=200 if healthy else 503)
 
 
-API_PREFIXES = ("/v1/", "/generate", "/api/", "/stats", "/health", "/tokenize", "/detokenize", "/tokenizer_info", "/infill")
+API_PREFIXES = (
+    "/v1/",
+    "/generate",
+    "/api/",
+    "/stats",
+    "/health",
+    "/tokenize",
+    "/detokenize",
+    "/tokenizer_info",
+    "/infill",
+    "/models",
+)
 
 
 @api_endpoint("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", public=True)

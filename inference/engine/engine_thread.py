@@ -158,6 +158,10 @@ class EngineThread:
         engine = self.engine
         return (len(engine.scheduler.waiting) if engine else 0) + self._inbox.qsize()
 
+    def num_in_flight(self) -> int:
+        """Requests submitted whose streams have not ended (queued, running, or still in the inbox)."""
+        return len(self._streams)
+
     def stats(self) -> EngineStats:
         """The snapshot of the engine's last pass (empty while loading)."""
         return self._snapshot.replace(num_requests_resumed=self.resumed_requests)

@@ -160,7 +160,7 @@ def load_model(config: EngineConfig) -> ModelBundle:
         ):
             max_model_len = _context_length(gguf.hf_config, config.max_model_len)
             model, kernels_used = gguf_weights.build(model_class, gguf.hf_config, gguf, max_model_len, config.packed_cache)
-            _return_freed_memory()
+            return_freed_memory()
             per_type = ", ".join(f"{n} {kind}" for kind, n in sorted(kernels_used.items()))
             bundle = from_gguf(
                 model,
@@ -307,7 +307,7 @@ def _dtype_for(model_class, dtype: torch.dtype, requested: str) -> torch.dtype:
     )
 
 
-def _return_freed_memory() -> None:
+def return_freed_memory() -> None:
     """glibc keeps freed heap pages (the load's block copies and unpacked levels, ~70 MB for SmolLM2)
     in the process; malloc_trim hands them back to the OS."""
     try:

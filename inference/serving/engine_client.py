@@ -56,6 +56,9 @@ class EngineClient(Protocol):
 
     def num_waiting(self) -> int: ...
 
+    def num_in_flight(self) -> int:
+        """Requests submitted whose streams have not ended: a model with any is never unloaded."""
+
     def stats(self) -> EngineStats:
         """The latest snapshot (a fleet's: summed over its ready workers)."""
 

@@ -6,7 +6,8 @@ the engine client's contract (`EngineClient.inject_fault`).
 Body: {"kind": "step"} fails the next model step (only its requests), {"kind": "loop"} kills the
 engine loop once (it restarts); "times" repeats the fault (default 1); "hold_restart": true keeps
 the loop in "restarting" until {"kind": "release"} arrives, so a client can see /health answer
-503 for as long as it needs (it waits on that condition, not on a window of time).
+503 for as long as it needs (it waits on that condition, not on a window of time). "model" names
+which model's engine, where the server holds several (default: the default model's).
 """
 
 from __future__ import annotations
@@ -50,7 +51,11 @@ def inject_fault(request):
         _released.set()
         return JsonResponse({"released": True})
     engine_client = runtime.get_engine_client()
-    if engine_client is None or not engine_client.ready:
+    if body.get("model"):  # a model of several: the one named
+        models = runtime.get_models()
+        slots = [slot for slot in (models.slots.values() if models else ()) if slot.answers_to(body["model"])]
+        engine_client = slots[0].client if slots else None
+    if engine_client is None or not getattr(engine_client, "ready", False):
         return JsonResponse({"error": "engine not ready"}, status=503)
     if kind not in ("step", "loop"):
         return JsonResponse({"error": "kind must be 'step', 'loop' or 'release'"}, status=400)

@@ -1,10 +1,12 @@
-"""The process's engine: one per serving process, reached only through here.
+"""The process's models: one registry per serving process, reached only through here.
 
-Views, consumers, asgi.py and tests use `get_engine_client()` / `start()` / `install()` / `reset()` /
-`shutdown()`. The engine starts from asgi.py (Daphne has no lifespan), never from
-AppConfig.ready(), so `migrate`, `check` and tests do not load a model unless they ask.
-With MINIVLLM_ENGINE=remote the "engine" is a RemoteEngine: the same interface, served by
-`manage.py runengine` workers over the channel layer.
+Views, consumers, asgi.py and tests use `get_models()` / `get_engine_client()` / `start()` /
+`install()` / `reset()` / `shutdown()`. The registry (serving/models/) holds every model the
+server can serve by name, loading each on demand; a server started with one model is a catalogue
+of one. It starts from asgi.py (Daphne has no lifespan), never from AppConfig.ready(), so
+`migrate`, `check` and tests do not load a model unless they ask.
+With MINIVLLM_ENGINE=remote the one model's "engine" is a RemoteEngine: the same interface,
+served by `manage.py runengine` workers over the channel layer.
 """
 
 from __future__ import annotations
@@ -16,47 +18,92 @@ import time
 
 from django.conf import settings
 
-from ..engine.engine_state import EngineState
 from .engine_client import EngineClient
+from .models.catalogue import ModelSpec, build_catalogue
+from .models.keep_alive import FOREVER
+from .models.registry import ModelRegistry
 
 log = logging.getLogger("inference.serving.runtime")
 
 _lock = threading.Lock()
-_engine_client: EngineClient | None = None
+_models: ModelRegistry | None = None
 _started_at = time.time()
+DEFAULT_KEEP_ALIVE_S = 300.0  # Ollama's: models loaded on demand idle this long (MINIVLLM_KEEP_ALIVE)
+
+
+def get_models() -> ModelRegistry | None:
+    return _models
 
 
 def get_engine_client() -> EngineClient | None:
-    return _engine_client
+    """The default model's engine client (the one a request naming no model gets), while it is
+    loaded or loading; None otherwise. Stats, health and the dashboard's figures read it."""
+    models = _models
+    slot = models.default_slot() if models is not None else None
+    client = slot.client if slot is not None else None
+    return client if isinstance(client, EngineClient) else None
 
 
-def start(config=None, *, max_queue: int | None = None) -> EngineClient:
-    """Starts the engine thread once per process; later calls return the same client."""
-    global _engine_client
+def start(config=None, *, max_queue: int | None = None) -> ModelRegistry:
+    """Builds the registry once per process and starts loading the model the server starts with
+    (MINIVLLM_MODEL, the embedded one by default; none where only MINIVLLM_MODELS_DIR is set);
+    later calls return the same registry."""
+    global _models
     with _lock:
-        if _engine_client is not None:
-            return _engine_client
+        if _models is not None:
+            return _models
         from ..engine.config import EngineConfig
-        from ..engine.engine_thread import EngineThread
 
         config = config or EngineConfig.from_env()
         max_queue = settings.MINIVLLM_MAX_QUEUE if max_queue is None else max_queue
         if settings.MINIVLLM_ENGINE == "remote":
-            _engine_client = _start_remote(config, max_queue)
-            return _engine_client
+            client = _start_remote(config, max_queue)
+            _models = ModelRegistry.of_client(client, served_model_name(None) or _remote_name(config))
+            return _models
+        specs = build_catalogue(config, served_name=settings.MINIVLLM_SERVED_MODEL_NAME, models_dir=settings.MINIVLLM_MODELS_DIR)
+        folder_only = bool(settings.MINIVLLM_MODELS_DIR) and not os.environ.get("MINIVLLM_MODEL")
+        if folder_only:
+            specs = specs[1:]
+        default_name = None if folder_only else specs[0].name
+        _models = ModelRegistry(
+            specs,
+            client_factory=_engine_thread_factory(max_queue),
+            max_loaded=settings.MINIVLLM_MODELS_MAX,
+            keep_alive=DEFAULT_KEEP_ALIVE_S if settings.MINIVLLM_KEEP_ALIVE is None else settings.MINIVLLM_KEEP_ALIVE,
+            default_name=default_name,
+            default_keep_alive=FOREVER if settings.MINIVLLM_KEEP_ALIVE is None else settings.MINIVLLM_KEEP_ALIVE,
+            autoload=settings.MINIVLLM_MODELS_AUTOLOAD,
+        ).start()
         log.info(
-            "starting engine: model=%s device=%s dtype=%s max_num_seqs=%s max_queue=%s",
-            config.model or "embedded SmolLM2-135M-Instruct",
+            "models: %s; device=%s dtype=%s max_num_seqs=%s max_queue=%s, at most %d loaded",
+            ", ".join(spec.name for spec in specs) or "none (MINIVLLM_MODELS_DIR is empty)",
             config.device,
             config.dtype,
             config.max_num_seqs or "auto",
             max_queue,
+            _models.max_loaded,
         )
-        engine_client = EngineThread(config, max_queue=max_queue)
-        engine_client.start()
-        _engine_client = engine_client
-    _watch_loading(engine_client)
-    return engine_client
+        if default_name is not None:
+            _models.start_loading(_models.slots[default_name])
+        models = _models
+    if default_name is not None:
+        _watch_loading(models, default_name)
+    return models
+
+
+def _engine_thread_factory(max_queue: int):
+    def build(spec: ModelSpec) -> EngineClient:
+        from ..engine.engine_thread import EngineThread
+
+        return EngineThread(spec.config, max_queue=max_queue)
+
+    return build
+
+
+def _remote_name(config) -> str:
+    from .models.catalogue import start_model_name
+
+    return start_model_name(config, None)
 
 
 def _start_remote(config, max_queue: int):
@@ -73,44 +120,50 @@ def _start_remote(config, max_queue: int):
     ).start()
 
 
-def install(engine_client: EngineClient | None) -> EngineClient | None:
-    """Puts an engine client in place (tests build one from a tiny model); returns the previous one."""
-    global _engine_client
+def install(models: ModelRegistry | EngineClient | None) -> ModelRegistry | None:
+    """Puts models in place (tests build an engine from a tiny model: it becomes a catalogue of
+    one); returns what was there, for the caller to put back."""
+    global _models
+    if models is not None and not isinstance(models, ModelRegistry):
+        info = models.model_info
+        name = served_model_name(info) or (info.model_name if info else None) or _remote_name(models.config)
+        models = ModelRegistry.of_client(models, name, frozenset({models.config.model} - {None}))
     with _lock:
-        previous, _engine_client = _engine_client, engine_client
+        previous, _models = _models, models
     return previous
 
 
 def reset() -> None:
-    """Forgets the engine client without stopping it: after fork, the child has no engine thread."""
-    global _engine_client
-    _engine_client = None
+    """Forgets the registry without stopping it: after fork, the child has no engine thread."""
+    global _models
+    _models = None
 
 
 def shutdown() -> None:
-    """Stops the engine: every in-flight stream ends with finish_reason "abort". Idempotent."""
-    engine_client = _engine_client
-    if engine_client is None or engine_client.state in (EngineState.STOPPED, EngineState.DEAD):
+    """Stops every model's engine: every in-flight stream ends with finish_reason "abort". Idempotent."""
+    models = _models
+    if models is None:
         return
-    log.info("stopping engine")
-    engine_client.shutdown()
+    log.info("stopping engines")
+    models.shutdown(settings.MINIVLLM_SHUTDOWN_TIMEOUT)
 
 
 def process_started_at() -> float:
     return _started_at
 
 
-def _watch_loading(engine_client: EngineClient) -> None:
-    """Logs one line when the model has loaded (or failed to): the start-up progress line."""
+def _watch_loading(models: ModelRegistry, name: str) -> None:
+    """Logs one line when the start model has loaded (or failed to): the start-up progress line."""
 
     def watch():
         began = time.monotonic()
-        while engine_client.state == EngineState.LOADING:
+        slot = models.slots[name]
+        while slot.status == "loading":
             time.sleep(0.1)
-        if engine_client.state == EngineState.READY:
+        if slot.status == "loaded":
             log.info("engine ready in %.1fs", time.monotonic() - began)
         else:
-            log.error("engine did not start (%s): %s", engine_client.state, engine_client.error)
+            log.error("engine did not start (%s): %s", slot.status, slot.error)
 
     threading.Thread(target=watch, name="minivllm-engine-watch", daemon=True).start()
 
@@ -119,10 +172,32 @@ def _watch_loading(engine_client: EngineClient) -> None:
 
 
 def current_model_info():
-    """The process's engine client's ModelInfo, or None before a model is loaded: for what a page
-    or a request may read before it needs a ready engine."""
-    engine_client = _engine_client
+    """The default model's ModelInfo, or None while it is not loaded: for what a page may read
+    before it needs a ready engine."""
+    engine_client = get_engine_client()
     return engine_client.model_info if engine_client is not None else None
+
+
+def api_name(slot) -> str:
+    """The id the API reports for a model: MINIVLLM_SERVED_MODEL_NAME for the default one, else
+    its catalogue id."""
+    models = _models
+    if models is not None and slot.name == models.default_name and settings.MINIVLLM_SERVED_MODEL_NAME:
+        return settings.MINIVLLM_SERVED_MODEL_NAME
+    return slot.name
+
+
+def models_described() -> list[dict]:
+    """Every model's entry (ModelRegistry.describe) under its API id, with its ModelInfo once loaded."""
+    models = _models
+    if models is None:
+        return []
+    described = []
+    for slot, entry in zip(list(models.slots.values()), models.describe()):
+        client = slot.client
+        info = client.model_info if isinstance(client, EngineClient) and entry["status"] == "loaded" else None
+        described.append({**entry, "id": api_name(slot), "info": info})
+    return described
 
 
 def served_model_name(info) -> str | None:
@@ -131,12 +206,6 @@ def served_model_name(info) -> str | None:
     if settings.MINIVLLM_SERVED_MODEL_NAME:
         return settings.MINIVLLM_SERVED_MODEL_NAME
     return info.model_name if info else None
-
-
-def accepted_model_names(info, engine_client) -> set[str]:
-    """The names a request's `model` may use: the served id, the engine's name, the configured path."""
-    names = {served_model_name(info), info.model_name if info else None, engine_client.config.model}
-    return {name for name in names if name}
 
 
 if hasattr(os, "register_at_fork"):

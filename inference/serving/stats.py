@@ -146,10 +146,19 @@ def _round(value, digits):
 
 
 def engine_health() -> tuple[bool, dict]:
-    """(healthy, body): healthy only while the model is loaded and the loop steps when it has work."""
-    engine_client = runtime.get_engine_client()
-    if engine_client is None:
+    """(healthy, body): healthy while the default model is loaded and its loop steps when it has
+    work, or while it is unloaded (idle past its keep-alive, or none: a folder of models) and can
+    be loaded on demand; unhealthy while it loads and once it failed."""
+    models, engine_client = runtime.get_models(), runtime.get_engine_client()
+    if models is None:
         return False, {"status": "unavailable", "state": "not_started", "reason": "the engine has not been started"}
+    if engine_client is None:
+        slot = models.default_slot()
+        if slot is not None and slot.status == "loading":
+            return False, {"status": "unavailable", "state": EngineState.LOADING, "reason": "the model is loading"}
+        if slot is not None and slot.status == "failed":
+            return False, {"status": "unavailable", "state": EngineState.DEAD, "reason": slot.error}
+        return True, {"status": "ok", "state": "unloaded", "models": _model_counts(models)}
     state = engine_client.state
     if state == EngineState.LOADING:
         return False, {"status": "unavailable", "state": state, "reason": "the model is loading"}
@@ -173,9 +182,16 @@ def engine_health() -> tuple[bool, dict]:
         "status": "ok",
         "state": state,
         "model": runtime.served_model_name(engine_client.model_info if engine_client is not None else None),
+        "models": _model_counts(models),
         "device": stats.device,
         "dtype": stats.dtype,
         "running": stats.running,
         "waiting": stats.waiting,
         **_engines(engine_client, stats),
     }
+
+
+def _model_counts(models) -> dict:
+    """How many models the server has, and how many of them are loaded."""
+    described = models.describe()
+    return {"total": len(described), "loaded": sum(entry["status"] == "loaded" for entry in described)}

@@ -24,7 +24,6 @@ import string
 from django.conf import settings
 
 from ...engine.prompt import prompt_token_ids
-from ...serving import runtime
 from .errors import ApiError, bad_request
 from .template_traits import TemplateTraits, template_traits
 from .tool_calls import ToolRequest, active_tools, render_tools_prompt, results_text
@@ -81,13 +80,19 @@ def render(
 
 
 def render_request(
-    tokenizer, messages: list[dict], tools: ToolRequest | None, *, options: dict | None = None, continue_final: bool = False
+    tokenizer,
+    messages: list[dict],
+    tools: ToolRequest | None,
+    *,
+    options: dict | None = None,
+    continue_final: bool = False,
+    token_limit: int | None = None,
 ) -> str:
     """`render` for a request's messages and its ToolRequest: the tools go in whenever the request
     offers them, tool_choice "none" included (the model sees them and must not call: as vLLM and
     OpenAI do); calls are written in the request's parser's format. With `options["truncation"]`
-    ({"reserve": tokens}), a prompt that would not leave `reserve` tokens of the context loses its
-    oldest turns (`fitted`)."""
+    ({"reserve": tokens}), a prompt that would not leave `reserve` tokens of the model's context
+    (`token_limit`) loses its oldest turns (`fitted`)."""
     parser = tools.parser if tools is not None else None
 
     def text_of(kept: list[dict]) -> str:
@@ -104,13 +109,12 @@ def render_request(
     fit = (options or {}).get("truncation")
     if not fit:
         return text_of(messages)
-    return fitted(tokenizer, messages, text_of, _prompt_room(fit["reserve"]))
+    return fitted(tokenizer, messages, text_of, _prompt_room(fit["reserve"], token_limit))
 
 
-def _prompt_room(reserve: int) -> int | None:
-    """The most prompt tokens the served model takes beside `reserve` tokens of reply (None: unknown)."""
-    info = runtime.current_model_info()
-    rooms = [info.token_limit - reserve] if info is not None and info.token_limit else []
+def _prompt_room(reserve: int, token_limit: int | None) -> int | None:
+    """The most prompt tokens the model takes beside `reserve` tokens of reply (None: unknown)."""
+    rooms = [token_limit - reserve] if token_limit else []
     if settings.MINIVLLM_MAX_PROMPT_TOKENS > 0:
         rooms.append(settings.MINIVLLM_MAX_PROMPT_TOKENS)
     return min(rooms) if rooms else None

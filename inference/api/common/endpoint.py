@@ -1,9 +1,11 @@
-"""What every API's views share: the endpoint decorator (method, key, errors), the served model,
-submitting a job, and `serve`, the flow each generating endpoint runs."""
+"""What every API's views share: the endpoint decorator (method, key, errors), the model a
+request names (loaded on demand), submitting a job, and `serve`, the flow each generating
+endpoint runs."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import uuid
 from dataclasses import dataclass
@@ -18,11 +20,14 @@ from ...serving import runtime, submission
 from ...serving.engine_client import EngineClient
 from ...serving.generation_input import GenerationInput
 from ...serving.jobs import guard_stream
+from ...serving.models.keep_alive import parse_keep_alive
+from ...serving.models.registry import ModelNotFound, ModelUnavailable
 from ...serving.submission import PromptLimitError, RequestRecord
 from ..openai.stream_format import run_to_end
 from . import auth, key_limits, sse
 from .errors import ApiError, bad_request, internal_error_response
 from .tool_calls import active_tools
+from .tool_parsers import tool_parser_for
 
 
 def api_endpoint(*methods: str, public: bool = False, errors=ApiError.response):
@@ -55,33 +60,62 @@ def api_endpoint(*methods: str, public: bool = False, errors=ApiError.response):
 
 @dataclass(frozen=True)
 class Served:
-    """A request's engine client and the model it serves, fetched once per request."""
+    """The model a request runs on, ready: its engine client, its facts and its id."""
 
     engine_client: EngineClient
     info: ModelInfo
+    name: str
 
     @property
-    def name(self) -> str:
-        return runtime.served_model_name(self.info) or "unknown"
+    def tool_parser(self):
+        """Tools are read, written and forced in this model's format."""
+        return tool_parser_for(self.info.tokenizer)
 
 
-def ready_model() -> Served:
-    """The engine client, ready, and its ModelInfo; 503 otherwise."""
-    engine_client = runtime.get_engine_client()
-    info = engine_client.model_info if engine_client is not None and engine_client.ready else None
-    if info is None:
-        reason = "the engine has not been started" if engine_client is None else engine_client.not_ready_reason()
-        raise ApiError(503, f"the engine is not ready: {reason}", code="engine_not_ready", headers={"Retry-After": "5"})
-    return Served(engine_client, info)
-
-
-def resolve_model(requested: str | None, served: Served) -> str:
-    """The served model's id; an empty or absent name means it (vLLM's rule), any other must be one of its names."""
-    if requested is not None and not isinstance(requested, str):
+def requested_model(body: dict) -> str | None:
+    """The body's `model`: absent or empty means the default model (vLLM's rule)."""
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
         raise bad_request("model must be a string", param="model")
-    if requested and requested not in runtime.accepted_model_names(served.info, served.engine_client):
-        raise model_not_found(requested)
-    return served.name
+    return model or None
+
+
+def requested_keep_alive(body: dict) -> float | None:
+    """The body's `keep_alive` (Ollama's field, taken on every API): how long the model stays loaded once idle."""
+    try:
+        return parse_keep_alive(body.get("keep_alive"))
+    except ValueError as exc:
+        raise bad_request(str(exc), param="keep_alive") from None
+
+
+@contextlib.asynccontextmanager
+async def served_model(requested: str | None, *, keep_alive: float | None = None):
+    """The named model, loaded first if it is not (the request waits), held while the block runs:
+    404 for a name no model answers to, 503 where it cannot serve (its load failed, no room, the
+    server stopping). A stream started inside keeps the model busy after the block ends."""
+    models = runtime.get_models()
+    if models is None:
+        raise ApiError(
+            503, "the engine is not ready: the engine has not been started", code="engine_not_ready", headers={"Retry-After": "5"}
+        )
+    try:
+        lease = await models.acquire(requested, keep_alive=keep_alive)
+    except ModelNotFound:
+        if requested:
+            raise model_not_found(requested) from None
+        raise bad_request("model is required: this server serves several models and none is the default", param="model") from None
+    except ModelUnavailable as exc:
+        message = f"the engine is not ready: {exc}" if exc.code == "engine_not_ready" else str(exc)
+        raise ApiError(503, message, code=exc.code, headers={"Retry-After": "5"}) from None
+    try:
+        yield Served(lease.client, lease.info, runtime.api_name(lease.slot))
+    finally:
+        lease.release()
+
+
+def served_for(body: dict):
+    """`served_model` for a request body's `model` and `keep_alive`."""
+    return served_model(requested_model(body), keep_alive=requested_keep_alive(body))
 
 
 def model_not_found(name: str) -> ApiError:
@@ -157,15 +191,16 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-async def serve(request, inp: GenerationInput, request_id: str, make_prompts, make_reply, *, stream_response=sse.response):
-    """The flow every generating API shares: readiness (503), model (404), per-key slot (429), one
-    job per prompt, then stream or wait. `make_prompts(info)` gives the (prompt, text) pairs;
+async def serve(
+    request, served: Served, inp: GenerationInput, request_id: str, make_prompts, make_reply, *, stream_response=sse.response
+):
+    """The flow every generating API shares, on the model the view holds (`served_for`): per-key
+    slot (429), one job per prompt, then stream or wait. `make_prompts(info)` gives the (prompt, text) pairs;
     `make_reply(served, model, request_id, prompts, jobs)` the API's reply, with `stream()` (the
     stream's bytes, which `stream_response` sends: SSE unless the API streams otherwise),
     `finish()` (the whole body, once every job has ended) and `failed()`. Several prompts get ids
     `<id>-<position>` (one history row each)."""
-    served = ready_model()
-    model = resolve_model(inp.model, served)
+    model = served.name
     # rendering a chat template and laying out a FIM prompt (which tokenizes) take milliseconds on
     # long input: in a worker thread, so the event loop keeps delivering every other stream's tokens
     prompts = await asyncio.to_thread(make_prompts, served.info)

@@ -42,7 +42,6 @@ from django.conf import settings
 from referencing import Registry
 
 from ...engine.sample.json_schemas import grammar_schema
-from ...serving import runtime
 from . import gemma4_tool_calls, xml_tool_calls
 
 # JSON as the grammars write it: compact where a call is forced (no padding forever), and for a call
@@ -587,9 +586,3 @@ def tool_parser_for(tokenizer) -> ToolParser:
     else:
         parser = parser_for_template(getattr(tokenizer, "chat_template", None) if tokenizer is not None else None)
     return parser.bind(tokenizer) if tokenizer is not None else parser
-
-
-def served_tool_parser() -> ToolParser:
-    """The served model's parser (the default before a model is loaded)."""
-    loaded = runtime.current_model_info()
-    return tool_parser_for(loaded.tokenizer if loaded else None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 
 from ...serving.generation_input import GenerationInput
-from ..common.endpoint import api_endpoint, serve
+from ..common.endpoint import api_endpoint, serve, served_model
 from ..common.errors import bad_request
 from ..common.extra_fields import drop_ignored
 from ..common.request_body import parse_json_body
@@ -99,4 +99,5 @@ async def infill(request):
     def reply(served, model, request_id, prompts, jobs):
         return LlamaCompletionReply(request_id, model, jobs[0], prompts[0][1])
 
-    return await serve(request, inp, f"infill-{uuid.uuid4().hex}", prompts, reply)
+    async with served_model(inp.model) as served:
+        return await serve(request, served, inp, f"infill-{uuid.uuid4().hex}", prompts, reply)

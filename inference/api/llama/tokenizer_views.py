@@ -20,7 +20,7 @@ from django.http import JsonResponse
 from ...engine.prompt import prompt_token_ids
 from ..common.chat_messages import parse_messages
 from ..common.chat_template import render_request
-from ..common.endpoint import api_endpoint, ready_model, resolve_model
+from ..common.endpoint import api_endpoint, served_for, served_model
 from ..common.errors import bad_request
 from ..common.request_body import parse_json_body
 from ..common.sampling_fields import check_unknown_fields
@@ -64,11 +64,10 @@ def _encode(tokenizer, text: str, add_special: bool | None) -> list[int]:
 async def tokenize(request):
     body = parse_json_body(request)
     check_unknown_fields(body, TOKENIZE_FIELDS)
-    served = ready_model()
-    resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, served)
-    # a long text takes milliseconds to tokenize (its pieces as long again): in a worker thread, as
-    # a completion's prompt is, so the event loop keeps delivering every other stream's tokens
-    return JsonResponse(await asyncio.to_thread(_tokenized, served.info, body))
+    async with served_for(body) as served:
+        # a long text takes milliseconds to tokenize (its pieces as long again): in a worker thread, as
+        # a completion's prompt is, so the event loop keeps delivering every other stream's tokens
+        return JsonResponse(await asyncio.to_thread(_tokenized, served.info, body))
 
 
 def _tokenized(info, body: dict) -> dict:
@@ -103,15 +102,15 @@ def _tokenized(info, body: dict) -> dict:
 async def detokenize(request):
     body = parse_json_body(request)
     check_unknown_fields(body, DETOKENIZE_FIELDS)
-    served = ready_model()
-    resolve_model(body.get("model") if isinstance(body.get("model"), str) else None, served)
+    async with served_for(body) as served:
+        info = served.info
     ids = body.get("tokens")
-    vocab = served.info.vocab_size
+    vocab = info.vocab_size
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise bad_request("tokens must be a list of token ids", param="tokens")
     if vocab and any(t < 0 or t >= vocab for t in ids):
         raise bad_request(f"token ids must be in [0, {vocab})", param="tokens")
-    text = await asyncio.to_thread(served.info.tokenizer.decode, ids)  # a long list: off the loop, as /tokenize
+    text = await asyncio.to_thread(info.tokenizer.decode, ids)  # a long list: off the loop, as /tokenize
     return JsonResponse({"prompt": text, "content": text})  # vLLM's name and llama.cpp's
 
 
@@ -123,10 +122,12 @@ def _text(value: Any, param: str) -> str:
 
 @api_endpoint("GET", "HEAD")
 async def tokenizer_info(request):
-    """vLLM's GET /tokenizer_info: the special tokens, the chat template and the length limit."""
-    served = ready_model()
-    tokenizer = served.info.tokenizer
-    info = {"tokenizer_class": type(tokenizer).__name__, "model_max_length": served.info.max_model_len}
+    """vLLM's GET /tokenizer_info: the special tokens, the chat template and the length limit (of
+    the model `?model=` names, else the default one)."""
+    async with served_model(request.GET.get("model") or None) as served:
+        model_info = served.info
+    tokenizer = model_info.tokenizer
+    info = {"tokenizer_class": type(tokenizer).__name__, "model_max_length": model_info.max_model_len}
     for name in ("eos_token", "bos_token", "pad_token", "unk_token"):
         value = getattr(tokenizer, name, None)
         info[name] = value if isinstance(value, str) else None

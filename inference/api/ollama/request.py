@@ -8,19 +8,20 @@ schema), `options` (`num_predict` is max_tokens, -1 and -2 meaning as much as th
 `frequency_penalty`; `num_ctx` and Ollama's runner settings are accepted and change nothing: the
 context is the served model's), `think` (the template's thinking switch, or a reasoning effort),
 `stream` (true unless false, as Ollama's). `/api/generate` renders `prompt` (and `system`) through
-the chat template unless `raw`, and fills in the middle with `suffix`. `keep_alive` is checked and
-kept: the one served model stays loaded. Images are refused (the served model reads text).
+the chat template unless `raw`, and fills in the middle with `suffix`. `keep_alive` (the views
+hand it to the model registry) sets how long the model stays loaded once idle. Images are refused
+(the served models read text).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from ...serving.generation_input import GenerationInput
+from ...serving.models.keep_alive import parse_keep_alive
 from ..common.errors import bad_request
 from ..common.sampling_fields import check_unknown_fields
 from ..common.tool_parsers import ToolParser
@@ -75,8 +76,6 @@ GENERATE_FIELDS = {
     "context",
     "images",
 }
-DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")  # Go's time.ParseDuration units
-SCALE = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass
@@ -105,20 +104,11 @@ def model_name(value):
 
 
 def keep_alive_seconds(value: Any) -> float | None:
-    """Ollama's keep_alive: seconds (a number, or a numeric string) or a Go duration ("5m", "1h30m",
-    "-1s"); negative: forever."""
-    if value is None:
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    text = value.strip() if isinstance(value, str) else ""
-    sign, body = (-1.0, text[1:]) if text.startswith("-") else (1.0, text)
-    if re.fullmatch(r"\d+(?:\.\d+)?", body):
-        return sign * float(body)
-    parts = DURATION_PART.findall(body)
-    if not body or not parts or "".join(number + unit for number, unit in parts) != body:
-        raise bad_request("keep_alive must be a number of seconds or a duration such as 5m or 1h30m", param="keep_alive")
-    return sign * sum(float(number) * SCALE[unit] for number, unit in parts)
+    """Ollama's keep_alive in seconds (serving/models/keep_alive.py); a 400 naming the field."""
+    try:
+        return parse_keep_alive(value)
+    except ValueError as exc:
+        raise bad_request(str(exc), param="keep_alive") from None
 
 
 def _options(body: dict) -> dict:

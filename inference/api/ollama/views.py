@@ -12,19 +12,20 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
+import time
 
 from django.http import JsonResponse
 
 from ...serving import runtime
 from ...serving.generation_input import GenerationInput
+from ...serving.models.registry import ModelNotFound
 from ..common.chat_template import render_request
-from ..common.endpoint import Served, api_endpoint, new_id, ready_model, resolve_model, serve
+from ..common.endpoint import Served, api_endpoint, model_not_found, new_id, serve, served_model
 from ..common.errors import ApiError, bad_request
 from ..common.reasoning_parsers import plan_reasoning, reasoning_parser_for
 from ..common.request_body import parse_json_body
 from ..common.sampling_fields import check_unknown_fields
 from ..common.tool_calls import active_tools
-from ..common.tool_parsers import served_tool_parser
 from ..llama.fim import fim_ids
 from ..openai.embeddings import embed, embedding_inputs
 from .format import OllamaReply, created_at, error_response, ndjson_response
@@ -40,33 +41,70 @@ def _reply(kind: str, inp: GenerationInput):
     return make
 
 
-async def _serve(request, inp: GenerationInput, kind: str, prompts):
+async def _serve(request, served: Served, inp: GenerationInput, kind: str, prompts):
     """`serve` with Ollama's NDJSON stream."""
-    return await serve(request, inp, new_id("ollama"), prompts, _reply(kind, inp), stream_response=ndjson_response)
+    return await serve(request, served, inp, new_id("ollama"), prompts, _reply(kind, inp), stream_response=ndjson_response)
+
+
+def _served(body: dict, name_field: str = "model"):
+    """The model the body names (`name:latest` is `name`), held for the request; its keep_alive
+    applies from this request on (as Ollama's)."""
+    requested = model_name(body.get(name_field))
+    if requested is not None and not isinstance(requested, str):
+        raise bad_request(f"{name_field} must be a string", param=name_field)
+    return served_model(requested or None, keep_alive=keep_alive_seconds(body.get("keep_alive")))
 
 
 @api_endpoint("POST", errors=error_response)
 async def chat(request):
-    parsed = parse_chat_request(parse_json_body(request), served_tool_parser())
-    inp = parsed.inp
+    body = parse_json_body(request)
+    if body.get("messages") in (None, []):  # Ollama's load (or, with keep_alive 0, unload) call
+        return await _load_or_unload(body)
+    async with _served(body) as served:
+        parsed = parse_chat_request(body, served.tool_parser)
+        inp = parsed.inp
 
-    def prompts(info):
-        text = render_request(info.tokenizer, inp.messages, inp.tools, options=inp.template_options)
-        plan_reasoning(inp, info.tokenizer, text)
-        return [(text, text)]
+        def prompts(info):
+            text = render_request(info.tokenizer, inp.messages, inp.tools, options=inp.template_options)
+            plan_reasoning(inp, info.tokenizer, text)
+            return [(text, text)]
 
-    return await _serve(request, inp, "chat", prompts)
+        return await _serve(request, served, inp, "chat", prompts)
+
+
+async def _load_or_unload(body: dict) -> JsonResponse:
+    """A chat or generate with nothing to answer: loads the model, or unloads it where keep_alive is 0."""
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise bad_request("model is required", param="model")
+    keep_alive = keep_alive_seconds(body.get("keep_alive"))
+    models = runtime.get_models()
+    if keep_alive == 0 and models is not None:
+        try:
+            await models.unload(model_name(body["model"]))
+        except ModelNotFound:
+            raise model_not_found(body["model"]) from None
+        reason = "unload"
+    else:
+        async with _served(body):
+            reason = "load"
+    done = {"model": body["model"], "created_at": created_at(), "done": True, "done_reason": reason}
+    if "messages" in body:
+        return JsonResponse({**done, "message": {"role": "assistant", "content": ""}})
+    return JsonResponse({**done, "response": ""})
 
 
 @api_endpoint("POST", errors=error_response)
 async def generate(request):
-    parsed = parse_generate_request(parse_json_body(request), served_tool_parser())
+    body = parse_json_body(request)
+    if body.get("prompt") in (None, "") and body.get("suffix") in (None, ""):
+        return await _load_or_unload(body)
+    async with _served(body) as served:
+        return await _generate(request, body, served)
+
+
+async def _generate(request, body: dict, served: Served):
+    parsed = parse_generate_request(body, served.tool_parser)
     inp = parsed.inp
-    if inp is None:  # no prompt: Ollama's way to load a model (it is loaded)
-        resolve_model(model_name(parsed.model), ready_model())
-        return JsonResponse(
-            {"model": parsed.model, "created_at": created_at(), "response": "", "done": True, "done_reason": "load"}
-        )
 
     def prompts(info):
         if inp.messages is not None:
@@ -78,22 +116,22 @@ async def generate(request):
             return [(ids, info.tokenizer.decode(ids))]
         return [(inp.prompts[0], inp.prompts[0])]
 
-    return await _serve(request, inp, "generate", prompts)
+    return await _serve(request, served, inp, "generate", prompts)
 
 
 @api_endpoint("POST", errors=error_response)
 async def embed_view(request):
     body = parse_json_body(request)
     check_unknown_fields(body, EMBED_FIELDS)
-    keep_alive_seconds(body.get("keep_alive"))
     if "input" not in body:
         raise bad_request("input is required", param="input")
-    served = ready_model()
-    model = resolve_model(model_name(body.get("model")), served)
     dimensions = body.get("dimensions")
     if dimensions is not None and (not isinstance(dimensions, int) or isinstance(dimensions, bool)):
         raise bad_request("dimensions must be an integer", param="dimensions")
-    vectors, prompt_tokens, seconds = await embed(request, served, embedding_inputs(body["input"]), model, dimensions)
+    inputs = embedding_inputs(body["input"])
+    async with _served(body) as served:
+        model = served.name
+        vectors, prompt_tokens, seconds = await embed(request, served, inputs, model, dimensions)
     return JsonResponse(
         {
             "model": body.get("model") or model,
@@ -105,12 +143,23 @@ async def embed_view(request):
     )
 
 
-def _model_file(served: Served) -> str:
-    """The served model's file (a GGUF) or folder, as the loader resolves it ("" where it is a hub id)."""
+@api_endpoint("POST", errors=error_response)
+async def embeddings(request):
+    """Ollama's older embedding route: {"model", "prompt"} -> {"embedding"} (one vector)."""
+    body = parse_json_body(request)
+    if not isinstance(body.get("prompt"), str) or not body["prompt"]:
+        raise bad_request("prompt must be a non-empty string", param="prompt")
+    async with _served(body) as served:
+        vectors, _, _ = await embed(request, served, [body["prompt"]], served.name, None)
+    return JsonResponse({"embedding": vectors[0]})
+
+
+def _model_file(model_path: str | None) -> str:
+    """A model's file (a GGUF) or folder, as the loader resolves it ("" where it is a hub id)."""
     from ...engine.loader import resolve_source
 
     try:
-        source = resolve_source(served.engine_client.config.model)
+        source = resolve_source(model_path)
     except Exception:  # an engine elsewhere (scale-out) may name a path this process cannot see
         return ""
     if source.is_hub_id:
@@ -118,78 +167,87 @@ def _model_file(served: Served) -> str:
     return os.path.join(source.path, source.gguf_file) if source.gguf_file else source.path
 
 
-@api_endpoint("POST", errors=error_response)
-async def embeddings(request):
-    """Ollama's older embedding route: {"model", "prompt"} -> {"embedding"} (one vector)."""
-    body = parse_json_body(request)
-    if not isinstance(body.get("prompt"), str) or not body["prompt"]:
-        raise bad_request("prompt must be a non-empty string", param="prompt")
-    keep_alive_seconds(body.get("keep_alive"))
-    served = ready_model()
-    model = resolve_model(model_name(body.get("model")), served)
-    vectors, _, _ = await embed(request, served, [body["prompt"]], model, None)
-    return JsonResponse({"embedding": vectors[0]})
-
-
-def _details(served: Served) -> dict:
-    path = _model_file(served)
+def _details(path: str, info) -> dict:
+    family = ((info.architecture if info else None) or "").split(" ")[0]
     return {
         "parent_model": "",
         "format": "gguf" if path.endswith(".gguf") else "safetensors",
-        "family": (served.info.architecture or "").split(" ")[0],
-        "families": [(served.info.architecture or "").split(" ")[0]],
+        "family": family,
+        "families": [family] if family else [],
         "parameter_size": "",
-        "quantization_level": served.info.weights or "",
+        "quantization_level": (info.weights if info else None) or "",
     }
 
 
-def _entry(served: Served) -> dict:
-    """The served model as Ollama lists one."""
-    path = _model_file(served)
+def _entry(model: dict) -> dict:
+    """A model of the catalogue (runtime.models_described) as Ollama lists one."""
+    path = _model_file(model["path"])
     size = os.path.getsize(path) if os.path.isfile(path) else 0
     modified = os.path.getmtime(path) if os.path.isfile(path) else runtime.process_started_at()
     return {
-        "name": served.name,
-        "model": served.name,
-        "modified_at": datetime.datetime.fromtimestamp(modified, datetime.UTC).isoformat().replace("+00:00", "Z"),
+        "name": model["id"],
+        "model": model["id"],
+        "modified_at": _iso(modified),
         "size": size,
         "digest": hashlib.sha256(f"{path}:{size}:{modified}".encode()).hexdigest(),
-        "details": _details(served),
+        "details": _details(path, model["info"]),
     }
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
 @api_endpoint("GET", "HEAD", errors=error_response)
 async def tags(request):
-    return JsonResponse({"models": [_entry(ready_model())]})
+    """Every model the server can serve, loaded or not."""
+    return JsonResponse({"models": [_entry(model) for model in runtime.models_described()]})
 
 
 @api_endpoint("GET", "HEAD", errors=error_response)
 async def ps(request):
-    """The loaded models: the served one, kept loaded (it never expires)."""
-    entry = _entry(ready_model())
-    return JsonResponse({"models": [{**entry, "expires_at": "9999-12-31T23:59:59Z", "size_vram": 0, "context_length": 0}]})
+    """The loaded models, each with when its keep-alive runs out (never: far in the future) and the
+    memory its load took."""
+    loaded = []
+    for model in runtime.models_described():
+        if model["status"] != "loaded":
+            continue
+        keep_alive = model["keep_alive"]
+        expires = "9999-12-31T23:59:59Z"
+        if keep_alive >= 0:  # a busy model's idle clock starts again when its last request ends
+            expires = _iso(time.time() + max(0.0, keep_alive - (0.0 if model["in_flight"] else model["idle_seconds"])))
+        info = model["info"]
+        size = model["memory_bytes"] or 0
+        loaded.append(
+            {**_entry(model), "expires_at": expires, "size": size, "size_vram": 0, "context_length": info.max_model_len or 0}
+        )
+    return JsonResponse({"models": loaded})
 
 
 @api_endpoint("POST", errors=error_response)
 async def show(request):
+    """A model's template, family, context length and capabilities: read from it loaded (a
+    request that names an unloaded model loads it, as any other)."""
     body = parse_json_body(request)
-    served = ready_model()
-    resolve_model(model_name(body.get("model") or body.get("name")), served)  # (`name`: older clients' field)
-    thinking = reasoning_parser_for(served.info.tokenizer) is not None
-    capabilities = (
-        ["completion", "tools"] + (["thinking"] if thinking else []) + (["embedding"] if served.info.hidden_size else [])
-    )
-    template = getattr(served.info.tokenizer, "chat_template", None)
-    family = _details(served)["family"]
+    name_field = "model" if body.get("model") else "name"  # (`name`: older clients' field)
+    async with _served(body, name_field) as served:
+        info = served.info
+    path = _model_file(served.engine_client.config.model)
+    thinking = reasoning_parser_for(info.tokenizer) is not None
+    capabilities = ["completion", "tools"] + (["thinking"] if thinking else []) + (["embedding"] if info.hidden_size else [])
+    template = getattr(info.tokenizer, "chat_template", None)
+    details = _details(path, info)
+    family = details["family"]
+    modified = os.path.getmtime(path) if os.path.isfile(path) else runtime.process_started_at()
     return JsonResponse(
         {
-            "modelfile": f"FROM {_model_file(served) or served.name}\n",
+            "modelfile": f"FROM {path or served.name}\n",
             "parameters": "",
             "template": template if isinstance(template, str) else "",
-            "details": _details(served),
-            "model_info": {"general.architecture": family, f"{family}.context_length": served.info.max_model_len},
+            "details": details,
+            "model_info": {"general.architecture": family, f"{family}.context_length": info.max_model_len},
             "capabilities": capabilities,
-            "modified_at": _entry(served)["modified_at"],
+            "modified_at": _iso(modified),
         }
     )
 
@@ -202,4 +260,6 @@ async def version(request):
 @api_endpoint("GET", "HEAD", "POST", "DELETE", errors=error_response)
 async def unknown(request, rest: str = ""):
     """Ollama's other paths (pull, push, create, copy, delete, blobs): served models come from files."""
-    raise ApiError(404, f"{request.path} is not served here: models are files this server loads (MINIVLLM_MODEL)")
+    raise ApiError(
+        404, f"{request.path} is not served here: models are files this server loads (MINIVLLM_MODEL, MINIVLLM_MODELS_DIR)"
+    )

@@ -21,14 +21,14 @@ from django.http import JsonResponse
 from ...engine.sample.sampling_params import SamplingParams
 from ...serving.generation_input import GenerationInput
 from ..common import key_limits
-from ..common.endpoint import api_endpoint, plan_the_batch, ready_model, resolve_model, start_job
+from ..common.endpoint import api_endpoint, plan_the_batch, served_for, start_job
 from ..common.errors import ApiError, bad_request
 from ..common.extra_fields import drop_ignored
 from ..common.request_body import parse_json_body
-from ..common.sampling_fields import check_unknown_fields, expect, model_name, without_nulls
+from ..common.sampling_fields import check_unknown_fields, expect, without_nulls
 from .stream_format import run_to_end
 
-EMBEDDING_FIELDS = {"input", "model", "encoding_format", "dimensions"}
+EMBEDDING_FIELDS = {"input", "model", "encoding_format", "dimensions", "keep_alive"}
 MAX_INPUTS = 2048  # OpenAI's limit per request
 WINDOW = 32  # inputs in flight at once
 
@@ -103,9 +103,9 @@ async def embeddings(request):
     encoding = expect(body, "encoding_format", str, "a string") or "float"
     if encoding not in ("float", "base64"):
         raise bad_request("encoding_format must be float or base64", param="encoding_format")
-    served = ready_model()
-    model = resolve_model(model_name(body), served)
-    vectors, prompt_tokens, _ = await embed(request, served, inputs, model, _dimensions(body, served.info))
+    async with served_for(body) as served:
+        model = served.name
+        vectors, prompt_tokens, _ = await embed(request, served, inputs, model, _dimensions(body, served.info))
     data = [{"object": "embedding", "index": i, "embedding": _encoded(vector, encoding)} for i, vector in enumerate(vectors)]
     usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}
     return JsonResponse({"object": "list", "data": data, "model": model, "usage": usage})

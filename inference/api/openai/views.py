@@ -10,12 +10,13 @@ from django.http import JsonResponse
 
 from ...serving import runtime
 from ...serving.generation_input import GenerationInput
+from ...serving.models.registry import ModelNotFound
 from ..common.chat_template import render_request
-from ..common.endpoint import Served, api_endpoint, model_not_found, new_id, ready_model, serve
+from ..common.endpoint import Served, api_endpoint, model_not_found, new_id, serve, served_for
+from ..common.errors import ApiError
 from ..common.reasoning_parsers import plan_reasoning
 from ..common.request_body import parse_json_body
 from ..common.tool_calls import active_tools
-from ..common.tool_parsers import served_tool_parser
 from ..llama.fim import fim_ids
 from .request import parse_chat, parse_completion
 from .stream_format import OpenAIResponse
@@ -23,7 +24,8 @@ from .stream_format import OpenAIResponse
 
 @api_endpoint("POST")
 async def completions(request):
-    inp = parse_completion(parse_json_body(request))
+    body = parse_json_body(request)
+    inp = parse_completion(body)
 
     def prompts(info):  # token-id prompts get their text once their ids are checked
         if inp.suffix is not None:  # fill in the middle: each prompt is the code before the gap
@@ -31,20 +33,22 @@ async def completions(request):
             return [(i, info.tokenizer.decode(i)) for i in ids]
         return [(p, p if isinstance(p, str) else "") for p in inp.prompts]
 
-    return await serve(request, inp, new_id("cmpl"), prompts, _openai_reply(inp, "completion"))
+    async with served_for(body) as served:
+        return await serve(request, served, inp, new_id("cmpl"), prompts, _openai_reply(inp, "completion"))
 
 
 @api_endpoint("POST")
 async def chat_completions(request):
-    # tools are read, written and forced in the served model's format (the default before a model is loaded)
-    inp = parse_chat(parse_json_body(request), tool_parser=served_tool_parser())
+    body = parse_json_body(request)
+    async with served_for(body) as served:
+        inp = parse_chat(body, tool_parser=served.tool_parser)
 
-    def prompts(info):
-        text = render_request(info.tokenizer, inp.messages, inp.tools, options=inp.template_options)
-        plan_reasoning(inp, info.tokenizer, text)
-        return [(text, text)]
+        def prompts(info):
+            text = render_request(info.tokenizer, inp.messages, inp.tools, options=inp.template_options)
+            plan_reasoning(inp, info.tokenizer, text)
+            return [(text, text)]
 
-    return await serve(request, inp, new_id("chatcmpl"), prompts, _openai_reply(inp, "chat"))
+        return await serve(request, served, inp, new_id("chatcmpl"), prompts, _openai_reply(inp, "chat"))
 
 
 def _openai_reply(inp: GenerationInput, kind: str):
@@ -70,28 +74,46 @@ def _openai_reply(inp: GenerationInput, kind: str):
     return make
 
 
-def _model_entry(served: Served) -> dict:
-    return {
-        "id": served.name,
+def model_entry(entry: dict) -> dict:
+    """One model of the catalogue (ModelRegistry.describe) as OpenAI lists it, with llama-server
+    router's `status`; what runs (family, attention, formats) once it is loaded."""
+    listed = {
+        "id": entry["id"],
         "object": "model",
         "created": int(runtime.process_started_at()),
         "owned_by": "mini-vllm",
-        "max_model_len": served.info.max_model_len,
-        # what runs (vLLM and llama-server add their own facts here too): family, attention, formats
-        "architecture": served.info.architecture,
-        "weights": served.info.weights,
+        "status": {"value": entry["status"], **({"failed": True, "reason": entry["error"]} if entry.get("error") else {})},
     }
+    info = entry.get("info")
+    if info is not None:
+        listed |= {"max_model_len": info.max_model_len, "architecture": info.architecture, "weights": info.weights}
+    return listed
+
+
+def listed_models() -> list[dict]:
+    models = runtime.get_models()
+    if models is None:
+        raise ApiError(
+            503, "the engine is not ready: the engine has not been started", code="engine_not_ready", headers={"Retry-After": "5"}
+        )
+    return [model_entry(entry) for entry in runtime.models_described()]
 
 
 @api_endpoint("GET", "HEAD")
 async def models(request):
-    return JsonResponse({"object": "list", "data": [_model_entry(ready_model())]})
+    """GET /v1/models (and llama-server router's GET /models): every model, with its status."""
+    return JsonResponse({"object": "list", "data": listed_models()})
 
 
 @api_endpoint("GET", "HEAD")
 async def model(request, model_id: str):
-    """GET /v1/models/{id}: the served model under any of its accepted names, else 404."""
-    served = ready_model()
-    if model_id not in runtime.accepted_model_names(served.info, served.engine_client):
-        raise model_not_found(model_id)
-    return JsonResponse(_model_entry(served))
+    """GET /v1/models/{id}: a model under any of the names it answers to, else 404."""
+    models = runtime.get_models()
+    try:
+        slot = models.find(model_id) if models is not None else None
+    except ModelNotFound:
+        raise model_not_found(model_id) from None
+    for entry in listed_models():
+        if slot is not None and entry["id"] == runtime.api_name(slot):
+            return JsonResponse(entry)
+    raise model_not_found(model_id)

@@ -18,12 +18,11 @@ from django.http import JsonResponse
 from ... import stored_responses
 from ...engine.prompt import prompt_token_ids
 from ..common.chat_template import render_request
-from ..common.endpoint import api_endpoint, ready_model, resolve_model, serve
+from ..common.endpoint import api_endpoint, serve, served_for
 from ..common.errors import ApiError, bad_request
 from ..common.reasoning_parsers import plan_reasoning
 from ..common.request_body import parse_json_body
 from ..common.tool_calls import active_tools
-from ..common.tool_parsers import served_tool_parser
 from .format import ResponsesReply, reply_turn
 from .request import ResponsesPrompt, parse_input_tokens, parse_responses_request
 
@@ -53,13 +52,21 @@ async def _earlier(prompt: ResponsesPrompt, owner: str) -> list[dict]:
 
 @api_endpoint("POST")
 async def create(request):
-    inp, parsed = parse_responses_request(parse_json_body(request), served_tool_parser())
+    body = parse_json_body(request)
+    async with served_for(body) as served:
+        return await _create(request, body, served)
+
+
+async def _create(request, body: dict, served):
+    inp, parsed = parse_responses_request(body, served.tool_parser)
     prompt, owner = parsed.prompt, stored_responses.owner_of(request.api_caller)
     earlier = await _earlier(prompt, owner)
     inp.messages = prompt.conversation(earlier)
 
     def prompts(info):
-        text = render_request(info.tokenizer, inp.messages, prompt.tools, options=prompt.template_options)
+        text = render_request(
+            info.tokenizer, inp.messages, prompt.tools, options=prompt.template_options, token_limit=info.token_limit
+        )
         plan_reasoning(inp, info.tokenizer, text)
         return [(text, text)]
 
@@ -87,7 +94,7 @@ async def create(request):
             reasoning=inp.reasoning,
         )
 
-    return await serve(request, inp, f"resp_{uuid.uuid4().hex}", prompts, reply)
+    return await serve(request, served, inp, f"resp_{uuid.uuid4().hex}", prompts, reply)
 
 
 @api_endpoint("GET", "DELETE")
@@ -145,16 +152,19 @@ async def input_items(request, response_id: str):
 @api_endpoint("POST")
 async def input_tokens(request):
     """The prompt's token count, as /v1/responses would render it (previous_response_id included)."""
-    prompt = parse_input_tokens(parse_json_body(request), served_tool_parser())
-    served = ready_model()
-    resolve_model(prompt.model, served)
-    messages = prompt.conversation(await _earlier(prompt, stored_responses.owner_of(request.api_caller)))
+    body = parse_json_body(request)
+    async with served_for(body) as served:
+        prompt = parse_input_tokens(body, served.tool_parser)
+        messages = prompt.conversation(await _earlier(prompt, stored_responses.owner_of(request.api_caller)))
+        info = served.info
 
-    def count() -> int:  # rendered and tokenized off the event loop, as a response's prompt is
-        text = render_request(served.info.tokenizer, messages, prompt.tools, options=prompt.template_options)
-        return len(prompt_token_ids(served.info.tokenizer, text))
+        def count() -> int:  # rendered and tokenized off the event loop, as a response's prompt is
+            text = render_request(
+                info.tokenizer, messages, prompt.tools, options=prompt.template_options, token_limit=info.token_limit
+            )
+            return len(prompt_token_ids(info.tokenizer, text))
 
-    return JsonResponse({"object": "response.input_tokens", "input_tokens": await asyncio.to_thread(count)})
+        return JsonResponse({"object": "response.input_tokens", "input_tokens": await asyncio.to_thread(count)})
 
 
 @api_endpoint("POST")

@@ -168,6 +168,10 @@ class RemoteEngine:
     def inject_fault(self, kind: str, hook) -> None:
         raise NotImplementedError("fault injection needs the in-process engine (MINIVLLM_ENGINE=local)")
 
+    def num_in_flight(self) -> int:
+        """Requests sent whose streams have not ended, wherever they run."""
+        return len(self._requests)
+
     def num_waiting(self) -> int:
         with self._lock:
             unaccepted = sum(1 for r in self._requests.values() if r.engine_id is None)

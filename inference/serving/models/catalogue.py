@@ -1,0 +1,81 @@
+"""Which models a server can serve, by name: the model it starts with (MINIVLLM_MODEL, the
+embedded SmolLM2 by default) and every model in MINIVLLM_MODELS_DIR.
+
+A folder's models are the GGUF files directly in it (the id is the file name without `.gguf`; the
+parts of a split GGUF, `<name>-00001-of-00003.gguf`, are one model named `<name>`) and the
+transformers folders directly in it (a `config.json` inside; the id is the folder's name). Each
+model runs with the server's engine settings, its own weights."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+
+from ...engine.config import EngineConfig
+from ...engine.loader import ModelLoadError, resolve_source
+
+SPLIT_PART = re.compile(r"^(?P<name>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})\.gguf$")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model the server can load: its id, the engine settings it loads with, and the other
+    names a request may call it by (its path, the name its engine reports)."""
+
+    name: str
+    config: EngineConfig
+    aliases: frozenset[str] = frozenset()
+
+    def answers_to(self, requested: str) -> bool:
+        return requested == self.name or requested in self.aliases
+
+
+def folder_models(folder: str) -> dict[str, str]:
+    """{id: path} of the models directly in `folder`, sorted by id; a split GGUF by its first part.
+    A file or folder that is not a model is passed over."""
+    found: dict[str, str] = {}
+    try:
+        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+    except OSError as exc:
+        raise ModelLoadError(f"MINIVLLM_MODELS_DIR {folder!r} cannot be read: {exc}") from exc
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir():
+            if os.path.isfile(os.path.join(entry.path, "config.json")):
+                found.setdefault(entry.name, entry.path)
+        elif entry.name.endswith(".gguf"):
+            split = SPLIT_PART.match(entry.name)
+            if split is None:
+                found.setdefault(entry.name.removesuffix(".gguf"), entry.path)
+            elif int(split["part"]) == 1:
+                found.setdefault(split["name"], entry.path)
+    return found
+
+
+def start_model_name(config: EngineConfig, served_name: str | None) -> str:
+    """The id of the model the server starts with: MINIVLLM_SERVED_MODEL_NAME, else its file or
+    folder name (what its engine reports once loaded)."""
+    if served_name:
+        return served_name
+    try:
+        return resolve_source(config.model).display_name
+    except ModelLoadError:
+        return config.model or "default"
+
+
+def build_catalogue(config: EngineConfig, *, served_name: str | None, models_dir: str | None) -> list[ModelSpec]:
+    """The start model first, then the folder's, each once: a folder model named like the start
+    model, or pointing at its file, is the start model."""
+    name = start_model_name(config, served_name)
+    aliases = {alias for alias in (config.model, os.path.basename(config.model or "")) if alias} - {name}
+    specs = [ModelSpec(name, config, frozenset(aliases))]
+    if models_dir:
+        start_path = os.path.abspath(os.path.expanduser(config.model)) if config.model else None
+        for model_id, path in folder_models(os.path.expanduser(models_dir)).items():
+            if model_id == name or os.path.abspath(path) == start_path:
+                continue
+            specs.append(ModelSpec(model_id, dataclasses.replace(config, model=path), frozenset({path})))
+    return specs

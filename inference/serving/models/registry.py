@@ -1,0 +1,439 @@
+"""The models a server holds: each one's engine client, loaded when a request names it, unloaded
+when the server holds more than it may or when it has been idle for its keep-alive.
+
+One `ModelSlot` per model in the catalogue. A request takes a lease on its model (`acquire`), which
+loads it if needed and waits until it is ready; the lease ends once the request's prompts are
+submitted, and from then on the engine's own in-flight count keeps the model busy. A busy model is
+never unloaded: not to make room (the least recently used idle one goes, and a load waits while
+every loaded model is busy), not when idle too long, not when asked to (it goes when its last
+request ends). Loads run one at a time, so the memory a model takes is the process's growth over
+its load; an unload drops every reference to the engine and hands the freed pages back to the OS.
+
+A model that fails to load, or whose engine dies, is `failed` with the reason; the others go on
+serving, and the next request that names it loads it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psutil
+
+from ...engine.engine_state import EngineState, ModelInfo
+from ...engine.loader import return_freed_memory
+from ..engine_client import EngineClient
+from .catalogue import ModelSpec
+
+log = logging.getLogger("inference.serving.models")
+
+REAP_INTERVAL_S = 0.25  # how often idle models and dead engines are looked for
+WAIT_POLL_S = 0.05
+ROOM_WAIT_S = 300.0  # how long a load waits for a busy model to become idle before it is refused
+UNLOAD_TIMEOUT_S = 30.0
+
+
+class ModelNotFound(LookupError):
+    """No model in the catalogue answers to the requested name."""
+
+
+class ModelUnavailable(RuntimeError):
+    """The model exists but cannot serve now: its load failed, no room could be made for it, or
+    the server is stopping (`code` says which, for the API's error)."""
+
+    def __init__(self, message: str, code: str = "model_unavailable"):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class ModelSlot:
+    spec: ModelSpec
+    keep_alive: float  # seconds idle before it unloads (FOREVER: never); a request may change it
+    client: EngineClient | None = None
+    error: str | None = None  # why its last load failed or its engine died
+    leases: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    loaded_at: float | None = None  # wall clock
+    load_seconds: float | None = None
+    memory_bytes: int | None = None  # the process's growth over the load
+    unload_when_idle: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def status(self) -> str:
+        """llama-server's router values: unloaded, loading, loaded, failed."""
+        client = self.client
+        if client is None:
+            return "failed" if self.error else "unloaded"
+        if client.state in (EngineState.NEW, EngineState.LOADING):
+            return "loading"
+        if client.state in (EngineState.READY, EngineState.RESTARTING):
+            return "loaded"
+        if client.state == EngineState.DEAD:
+            return "failed"
+        return "unloaded"
+
+    @property
+    def in_flight(self) -> int:
+        client = self.client
+        return self.leases + (client.num_in_flight() if client is not None else 0)
+
+    def answers_to(self, requested: str) -> bool:
+        if self.spec.answers_to(requested):
+            return True
+        info = self.client.model_info if self.client is not None else None
+        return info is not None and requested == info.model_name
+
+
+@dataclass
+class Lease:
+    """A request's hold on a ready model; `release()` once its prompts are submitted (or refused)."""
+
+    slot: ModelSlot
+    client: EngineClient
+    info: ModelInfo
+    registry: ModelRegistry
+    released: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.slot.name
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.registry._release(self.slot)
+
+
+class ModelRegistry:
+    def __init__(
+        self,
+        specs: list[ModelSpec],
+        *,
+        client_factory: Callable[[ModelSpec], EngineClient],
+        max_loaded: int = 4,
+        keep_alive: float = 300.0,
+        default_name: str | None = None,
+        default_keep_alive: float | None = None,
+        autoload: bool = True,
+    ):
+        """`default_name`: the model a request naming none gets (the one the server starts with);
+        it idles for `default_keep_alive` (None: `keep_alive`), the others for `keep_alive`."""
+        self.slots: dict[str, ModelSlot] = {}
+        self.default_name = default_name
+        self.keep_alive = keep_alive
+        self.default_keep_alive = keep_alive if default_keep_alive is None else default_keep_alive
+        self.max_loaded = max(1, max_loaded)
+        self.autoload = autoload
+        self._factory = client_factory
+        self._lock = threading.RLock()
+        self._load_lock = threading.Lock()  # one load at a time: its memory is the process's growth
+        self._stop = threading.Event()
+        self._reaper: threading.Thread | None = None
+        for spec in specs:
+            self.slots[spec.name] = ModelSlot(spec, self._keep_alive_of(spec.name))
+
+    @classmethod
+    def of_client(cls, client: EngineClient, name: str, spec_aliases: frozenset[str] = frozenset()) -> ModelRegistry:
+        """A catalogue of one around an engine client built elsewhere (tests, remote mode): always
+        held, never reloaded by the registry."""
+        spec = ModelSpec(name, client.config, spec_aliases)
+        registry = cls([spec], client_factory=_not_reloadable, keep_alive=-1.0, default_name=name, autoload=False)
+        registry.slots[name].client = client
+        return registry
+
+    def _keep_alive_of(self, name: str) -> float:
+        return self.default_keep_alive if name == self.default_name else self.keep_alive
+
+    # ---- finding a model ----------------------------------------------------------------------
+
+    def find(self, requested: str | None) -> ModelSlot:
+        """The slot a request's `model` names; none named: the default model, else the most
+        recently used loaded one. ModelNotFound otherwise."""
+        with self._lock:
+            if not requested:
+                slot = self.slots.get(self.default_name) if self.default_name else None
+                if slot is None:
+                    loaded = [s for s in self.slots.values() if s.client is not None]
+                    slot = max(loaded, key=lambda s: s.last_used, default=None)
+                if slot is None and len(self.slots) == 1:
+                    slot = next(iter(self.slots.values()))
+                if slot is None:
+                    raise ModelNotFound("model is required: this server serves several models")
+                return slot
+            for slot in self.slots.values():
+                if slot.answers_to(requested):
+                    return slot
+        raise ModelNotFound(requested)
+
+    def default_slot(self) -> ModelSlot | None:
+        try:
+            return self.find(None)
+        except ModelNotFound:
+            return None
+
+    def loaded(self) -> list[ModelSlot]:
+        with self._lock:
+            return [slot for slot in self.slots.values() if slot.client is not None]
+
+    # ---- leases ---------------------------------------------------------------------------------
+
+    async def acquire(self, requested: str | None, *, keep_alive: float | None = None, load: bool | None = None) -> Lease:
+        """A lease on the named model, ready: loaded first if it is not (unless autoload is off and
+        `load` does not ask for it). `keep_alive` (seconds) replaces the model's idle time from
+        this request on (Ollama's rule). ModelNotFound, ModelUnavailable."""
+        slot = self.find(requested)
+        with self._lock:
+            slot.leases += 1
+            slot.last_used = time.monotonic()
+            if keep_alive is not None:
+                slot.keep_alive = keep_alive
+                slot.unload_when_idle = False
+        try:
+            client = await self._ready_client(slot, self.autoload if load is None else load)
+        except BaseException:
+            self._release(slot)
+            raise
+        return Lease(slot, client, client.model_info, self)
+
+    def _release(self, slot: ModelSlot) -> None:
+        with self._lock:
+            slot.leases -= 1
+            slot.last_used = time.monotonic()
+
+    async def _ready_client(self, slot: ModelSlot, load: bool) -> EngineClient:
+        """Waits out a load or a restart where the registry loads on demand; without autoload an
+        engine that is not ready is refused at once with its reason (a server of one model, as
+        before there were many)."""
+        while True:
+            if self._stop.is_set():
+                raise ModelUnavailable("the server is shutting down", code="engine_not_ready")
+            client = slot.client
+            if client is not None and client.ready:
+                return client
+            busy = client is not None and client.state in (EngineState.NEW, EngineState.LOADING, EngineState.RESTARTING)
+            if not load:
+                reason = client.not_ready_reason() if client is not None and not isinstance(client, _Pending) else None
+                raise ModelUnavailable(
+                    reason or f"the model {slot.name} is not loaded ({slot.error or 'autoload is off'})", code="engine_not_ready"
+                )
+            if busy:
+                await asyncio.sleep(WAIT_POLL_S)
+                continue
+            if client is not None and client.state == EngineState.DEAD:
+                self._forget_client(slot, client)
+            await self.load(slot.name)
+            if slot.client is None:  # the load failed: the reason is in slot.error
+                raise ModelUnavailable(f"the model {slot.name} failed to load: {slot.error}")
+            load = False  # one load per request: a second failure is reported, not retried
+
+    # ---- loading and unloading ------------------------------------------------------------------
+
+    async def load(self, requested: str) -> ModelSlot:
+        """Starts loading the model (making room first) and waits until it is ready or failed."""
+        slot = self.find(requested)
+        if slot.client is None:
+            await self._make_room(slot)
+            self.start_loading(slot)
+        while slot.client is not None and slot.client.state in (EngineState.NEW, EngineState.LOADING):
+            await asyncio.sleep(WAIT_POLL_S)
+        return slot
+
+    def start_loading(self, slot: ModelSlot) -> None:
+        """Begins the slot's load in a thread of its own, unless it is loaded or loading already
+        (the caller has made room)."""
+        with self._lock:
+            if slot.client is not None or self._stop.is_set():
+                return
+            slot.error = None
+            slot.keep_alive = self._keep_alive_of(slot.name)
+            slot.unload_when_idle = False
+            slot.client = _Pending()
+        threading.Thread(target=self._load, args=(slot,), name=f"minivllm-load-{slot.name}", daemon=True).start()
+
+    def _load(self, slot: ModelSlot) -> None:
+        with self._load_lock:
+            before, began = _resident_bytes(), time.monotonic()
+            log.info("loading model %s", slot.name)
+            try:
+                client = self._factory(slot.spec)
+                slot.client = client
+                client.start()
+                client.wait_ready()
+            except Exception as exc:  # a factory that raises is a failed load like any other
+                slot.error = f"{type(exc).__name__}: {exc}"
+                slot.client = None
+                log.error("model %s failed to load: %s", slot.name, slot.error)
+                return
+            if self._stop.is_set():  # the server stopped while it loaded
+                client.shutdown(UNLOAD_TIMEOUT_S)
+                return
+            if not client.ready:
+                slot.error = client.error or client.not_ready_reason()
+                log.error("model %s failed to load: %s", slot.name, slot.error)
+                self._forget_client(slot, client)
+                return
+            slot.load_seconds = time.monotonic() - began
+            slot.loaded_at = time.time()
+            slot.memory_bytes = max(0, _resident_bytes() - before)
+            slot.last_used = time.monotonic()
+            log.info("model %s loaded in %.1fs (%.0f MB)", slot.name, slot.load_seconds, slot.memory_bytes / 2**20)
+
+    async def _make_room(self, slot: ModelSlot) -> None:
+        """Unloads the least recently used idle models until one more fits; waits while all are busy."""
+        deadline = time.monotonic() + ROOM_WAIT_S
+        while True:
+            with self._lock:
+                others = [s for s in self.slots.values() if s.client is not None and s is not slot]
+                if len(others) < self.max_loaded:
+                    return
+                idle = [s for s in others if s.in_flight == 0 and s.status in ("loaded", "failed")]
+                victim = min(idle, key=lambda s: s.last_used, default=None)
+            if victim is not None:
+                log.info("unloading model %s (least recently used) to load %s", victim.name, slot.name)
+                await asyncio.to_thread(self.unload_now, victim)
+                continue
+            if time.monotonic() > deadline:
+                raise ModelUnavailable(
+                    f"cannot load {slot.name}: all {self.max_loaded} loaded models are busy (MINIVLLM_MODELS_MAX)"
+                )
+            await asyncio.sleep(WAIT_POLL_S)
+
+    async def unload(self, requested: str) -> bool:
+        """Unloads the model now if it is idle (True), else once its last request ends (False)."""
+        slot = self.find(requested)
+        with self._lock:
+            if slot.client is None:
+                slot.error = None
+                return True
+            if slot.in_flight or slot.status == "loading":
+                slot.unload_when_idle = True
+                return False
+        await asyncio.to_thread(self.unload_now, slot)
+        return True
+
+    def unload_now(self, slot: ModelSlot, *, only_if_idle: bool = True) -> None:
+        """Stops the model's engine and gives its memory back; not while a request holds it
+        (unless `only_if_idle` is off: its requests end with `abort`)."""
+        with self._lock:
+            client = slot.client
+            if client is None or isinstance(client, _Pending) or (only_if_idle and slot.in_flight):
+                return
+            slot.client = None
+            slot.unload_when_idle = False
+        log.info("unloading model %s", slot.name)
+        client.shutdown(UNLOAD_TIMEOUT_S)
+        del client
+        slot.loaded_at = slot.load_seconds = slot.memory_bytes = None
+        gc.collect()
+        return_freed_memory()
+
+    def _forget_client(self, slot: ModelSlot, client: EngineClient) -> None:
+        """A dead engine: its reason kept, its memory let go."""
+        with self._lock:
+            if slot.client is not client:
+                return
+            slot.error = client.error or client.not_ready_reason()
+            slot.client = None
+        client.shutdown(1.0)
+        gc.collect()
+        return_freed_memory()
+
+    # ---- the reaper: idle models and dead engines ---------------------------------------------
+
+    def start(self) -> ModelRegistry:
+        if self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap_forever, name="minivllm-models", daemon=True)
+            self._reaper.start()
+        return self
+
+    def _reap_forever(self) -> None:
+        while not self._stop.wait(REAP_INTERVAL_S):
+            try:
+                self.reap()
+            except Exception:
+                log.exception("the idle-model check failed")
+
+    def reap(self, now: float | None = None) -> None:
+        """Unloads each model idle past its keep-alive (or asked to go once idle); lets go of dead engines."""
+        now = time.monotonic() if now is None else now
+        for slot in list(self.slots.values()):
+            client = slot.client
+            if client is None or isinstance(client, _Pending):
+                continue
+            if client.state == EngineState.DEAD:
+                log.error("model %s: its engine died (%s)", slot.name, client.error)
+                self._forget_client(slot, client)
+                continue
+            if slot.status != "loaded":
+                continue
+            with self._lock:
+                if slot.in_flight:
+                    slot.last_used = now
+                    continue
+                expired = slot.keep_alive >= 0 and now - slot.last_used >= slot.keep_alive
+                if not (expired or slot.unload_when_idle):
+                    continue
+            log.info("model %s idle for %.0fs: unloading", slot.name, now - slot.last_used)
+            self.unload_now(slot)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stops every model's engine (their streams end with `abort`) and the reaper."""
+        self._stop.set()
+        for slot in list(self.slots.values()):
+            client = slot.client
+            if client is not None and not isinstance(client, _Pending):
+                client.shutdown(timeout)
+
+    # ---- what the routes and the dashboard show -----------------------------------------------
+
+    def describe(self) -> list[dict]:
+        with self._lock:
+            return [self._describe(slot) for slot in self.slots.values()]
+
+    def _describe(self, slot: ModelSlot) -> dict:
+        status = slot.status
+        entry = {
+            "id": slot.name,
+            "status": status,
+            "path": slot.spec.config.model,
+            "in_flight": slot.in_flight,
+            "keep_alive": slot.keep_alive,
+            "idle_seconds": max(0.0, time.monotonic() - slot.last_used),
+            "memory_bytes": slot.memory_bytes if status == "loaded" else None,
+            "loaded_at": slot.loaded_at if status == "loaded" else None,
+            "load_seconds": slot.load_seconds if status == "loaded" else None,
+            "default": slot.name == self.default_name,
+        }
+        if status == "failed":
+            entry["error"] = slot.error or (slot.client.error if slot.client is not None else None)
+        return entry
+
+
+class _Pending:
+    """Stands in a slot between the load's start and its engine client's creation."""
+
+    state = EngineState.LOADING
+    ready = False
+    error = None
+    model_info = None
+
+    def num_in_flight(self) -> int:
+        return 0
+
+
+def _not_reloadable(spec: ModelSpec) -> EngineClient:
+    raise RuntimeError(f"the model {spec.name} was given to the server ready-made and cannot be loaded again")
+
+
+def _resident_bytes() -> int:
+    return psutil.Process().memory_info().rss
