@@ -16,10 +16,12 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
-def parse_json_body(request) -> dict:
-    """The body as a JSON object, or 413/415/400 with a message saying what is wrong."""
+def parse_json_body(request, *, any_content_type: bool = False) -> dict:
+    """The body as a JSON object, or 413/415/400 with a message saying what is wrong.
+    `any_content_type`: read as JSON whatever the header says (Ollama's API does: its documented
+    curl calls send form encoding's)."""
     content_type = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
-    if content_type and content_type != "application/json" and not content_type.endswith("+json"):
+    if content_type and not any_content_type and content_type != "application/json" and not content_type.endswith("+json"):
         raise ApiError(
             415,
             f"Content-Type must be application/json, got {content_type!r} (curl: add -H 'Content-Type: application/json')",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
+import re
 import time
 
 from django.http import JsonResponse
@@ -32,6 +33,11 @@ from .format import OllamaReply, created_at, error_response, ndjson_response
 from .request import EMBED_FIELDS, keep_alive_seconds, model_name, parse_chat_request, parse_generate_request
 
 VERSION = "0.12.0"  # the Ollama API version whose shapes these follow (clients gate features on it)
+
+
+def _body(request) -> dict:
+    """The JSON body, whatever its Content-Type says (Ollama's rule)."""
+    return parse_json_body(request, any_content_type=True)
 
 
 def _reply(kind: str, inp: GenerationInput):
@@ -57,7 +63,7 @@ def _served(body: dict, name_field: str = "model"):
 
 @api_endpoint("POST", errors=error_response)
 async def chat(request):
-    body = parse_json_body(request)
+    body = _body(request)
     if body.get("messages") in (None, []):  # Ollama's load (or, with keep_alive 0, unload) call
         return await _load_or_unload(body)
     async with _served(body) as served:
@@ -95,7 +101,7 @@ async def _load_or_unload(body: dict) -> JsonResponse:
 
 @api_endpoint("POST", errors=error_response)
 async def generate(request):
-    body = parse_json_body(request)
+    body = _body(request)
     if body.get("prompt") in (None, "") and body.get("suffix") in (None, ""):
         return await _load_or_unload(body)
     async with _served(body) as served:
@@ -121,7 +127,7 @@ async def _generate(request, body: dict, served: Served):
 
 @api_endpoint("POST", errors=error_response)
 async def embed_view(request):
-    body = parse_json_body(request)
+    body = _body(request)
     check_unknown_fields(body, EMBED_FIELDS)
     if "input" not in body:
         raise bad_request("input is required", param="input")
@@ -146,7 +152,7 @@ async def embed_view(request):
 @api_endpoint("POST", errors=error_response)
 async def embeddings(request):
     """Ollama's older embedding route: {"model", "prompt"} -> {"embedding"} (one vector)."""
-    body = parse_json_body(request)
+    body = _body(request)
     if not isinstance(body.get("prompt"), str) or not body["prompt"]:
         raise bad_request("prompt must be a non-empty string", param="prompt")
     async with _served(body) as served:
@@ -168,7 +174,7 @@ def _model_file(model_path: str | None) -> str:
 
 
 def _details(path: str, info) -> dict:
-    family = ((info.architecture if info else None) or "").split(" ")[0]
+    family = re.match(r"\w*", (info.architecture if info else None) or "")[0]
     return {
         "parent_model": "",
         "format": "gguf" if path.endswith(".gguf") else "safetensors",
@@ -228,7 +234,7 @@ async def ps(request):
 async def show(request):
     """A model's template, family, context length and capabilities: read from it loaded (a
     request that names an unloaded model loads it, as any other)."""
-    body = parse_json_body(request)
+    body = _body(request)
     name_field = "model" if body.get("model") else "name"  # (`name`: older clients' field)
     async with _served(body, name_field) as served:
         info = served.info

@@ -6,8 +6,9 @@ loads it if needed and waits until it is ready; the lease ends once the request'
 submitted, and from then on the engine's own in-flight count keeps the model busy. A busy model is
 never unloaded: not to make room (the least recently used idle one goes, and a load waits while
 every loaded model is busy), not when idle too long, not when asked to (it goes when its last
-request ends). Loads run one at a time, so the memory a model takes is the process's growth over
-its load; an unload drops every reference to the engine and hands the freed pages back to the OS.
+request ends). Loads run one at a time (two would only share the cores). An unload drops every
+reference to the engine and hands the freed pages back to the OS once the last one is gone (a
+request that has just ended may hold its client a moment longer: the reaper looks again).
 
 A model that fails to load, or whose engine dies, is `failed` with the reason; the others go on
 serving, and the next request that names it loads it again.
@@ -20,10 +21,9 @@ import gc
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import psutil
 
 from ...engine.engine_state import EngineState, ModelInfo
 from ...engine.loader import return_freed_memory
@@ -36,6 +36,8 @@ REAP_INTERVAL_S = 0.25  # how often idle models and dead engines are looked for
 WAIT_POLL_S = 0.05
 ROOM_WAIT_S = 300.0  # how long a load waits for a busy model to become idle before it is refused
 UNLOAD_TIMEOUT_S = 30.0
+COLLECT_INTERVAL_S = 1.0  # how often an unloaded engine still referenced is looked for again
+COLLECT_GIVE_UP_S = 120.0
 
 
 class ModelNotFound(LookupError):
@@ -61,8 +63,8 @@ class ModelSlot:
     last_used: float = field(default_factory=time.monotonic)
     loaded_at: float | None = None  # wall clock
     load_seconds: float | None = None
-    memory_bytes: int | None = None  # the process's growth over the load
     unload_when_idle: bool = False
+    loading: bool = False  # a load thread owns the slot until it ends
 
     @property
     def name(self) -> str:
@@ -139,6 +141,8 @@ class ModelRegistry:
         self._load_lock = threading.Lock()  # one load at a time: its memory is the process's growth
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
+        self._departed: list[tuple[weakref.ref, float]] = []  # unloaded engines not yet freed
+        self._last_collect = 0.0
         for spec in specs:
             self.slots[spec.name] = ModelSlot(spec, self._keep_alive_of(spec.name))
 
@@ -195,14 +199,15 @@ class ModelRegistry:
         with self._lock:
             slot.leases += 1
             slot.last_used = time.monotonic()
-            if keep_alive is not None:
-                slot.keep_alive = keep_alive
-                slot.unload_when_idle = False
         try:
             client = await self._ready_client(slot, self.autoload if load is None else load)
         except BaseException:
             self._release(slot)
             raise
+        if keep_alive is not None:  # after the load, which starts from the model's default
+            with self._lock:
+                slot.keep_alive = keep_alive
+                slot.unload_when_idle = False
         return Lease(slot, client, client.model_info, self)
 
     def _release(self, slot: ModelSlot) -> None:
@@ -218,9 +223,11 @@ class ModelRegistry:
             if self._stop.is_set():
                 raise ModelUnavailable("the server is shutting down", code="engine_not_ready")
             client = slot.client
-            if client is not None and client.ready:
+            if client is not None and client.ready and not slot.loading:
                 return client
-            busy = client is not None and client.state in (EngineState.NEW, EngineState.LOADING, EngineState.RESTARTING)
+            busy = slot.loading or (
+                client is not None and client.state in (EngineState.NEW, EngineState.LOADING, EngineState.RESTARTING)
+            )
             if not load:
                 reason = client.not_ready_reason() if client is not None and not isinstance(client, _Pending) else None
                 raise ModelUnavailable(
@@ -244,7 +251,7 @@ class ModelRegistry:
         if slot.client is None:
             await self._make_room(slot)
             self.start_loading(slot)
-        while slot.client is not None and slot.client.state in (EngineState.NEW, EngineState.LOADING):
+        while slot.loading:
             await asyncio.sleep(WAIT_POLL_S)
         return slot
 
@@ -258,11 +265,18 @@ class ModelRegistry:
             slot.keep_alive = self._keep_alive_of(slot.name)
             slot.unload_when_idle = False
             slot.client = _Pending()
+            slot.loading = True
         threading.Thread(target=self._load, args=(slot,), name=f"minivllm-load-{slot.name}", daemon=True).start()
 
     def _load(self, slot: ModelSlot) -> None:
+        try:
+            self._load_locked(slot)
+        finally:
+            slot.loading = False
+
+    def _load_locked(self, slot: ModelSlot) -> None:
         with self._load_lock:
-            before, began = _resident_bytes(), time.monotonic()
+            began = time.monotonic()
             log.info("loading model %s", slot.name)
             try:
                 client = self._factory(slot.spec)
@@ -284,9 +298,8 @@ class ModelRegistry:
                 return
             slot.load_seconds = time.monotonic() - began
             slot.loaded_at = time.time()
-            slot.memory_bytes = max(0, _resident_bytes() - before)
             slot.last_used = time.monotonic()
-            log.info("model %s loaded in %.1fs (%.0f MB)", slot.name, slot.load_seconds, slot.memory_bytes / 2**20)
+            log.info("model %s loaded in %.1fs (%.0f MB)", slot.name, slot.load_seconds, (_memory_bytes(client) or 0) / 2**20)
 
     async def _make_room(self, slot: ModelSlot) -> None:
         """Unloads the least recently used idle models until one more fits; waits while all are busy."""
@@ -332,10 +345,33 @@ class ModelRegistry:
             slot.unload_when_idle = False
         log.info("unloading model %s", slot.name)
         client.shutdown(UNLOAD_TIMEOUT_S)
+        slot.loaded_at = slot.load_seconds = None
+        self._let_go(client)
+
+    def _let_go(self, client: EngineClient) -> None:
+        """The engine's memory goes back to the OS once the last reference to it is gone: a
+        request that has just ended may still hold its client for a moment, so the reaper looks
+        again until it has (`_collect_departed`)."""
+        with self._lock:
+            self._departed.append((weakref.ref(client), time.monotonic()))
         del client
-        slot.loaded_at = slot.load_seconds = slot.memory_bytes = None
+        self._collect_departed(force=True)
+
+    def _collect_departed(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self._departed or (not force and now - self._last_collect < COLLECT_INTERVAL_S):
+            return
+        self._last_collect = now
         gc.collect()
-        return_freed_memory()
+        with self._lock:
+            gone = [ref for ref, _ in self._departed if ref() is None]
+            for ref, since in self._departed:
+                if ref() is not None and now - since > COLLECT_GIVE_UP_S:
+                    log.warning("an unloaded engine is still referenced after %.0fs: its memory stays", now - since)
+                    gone.append(ref)
+            self._departed = [(ref, since) for ref, since in self._departed if ref not in gone]
+        if gone:
+            return_freed_memory()
 
     def _forget_client(self, slot: ModelSlot, client: EngineClient) -> None:
         """A dead engine: its reason kept, its memory let go."""
@@ -345,8 +381,7 @@ class ModelRegistry:
             slot.error = client.error or client.not_ready_reason()
             slot.client = None
         client.shutdown(1.0)
-        gc.collect()
-        return_freed_memory()
+        self._let_go(client)
 
     # ---- the reaper: idle models and dead engines ---------------------------------------------
 
@@ -366,9 +401,10 @@ class ModelRegistry:
     def reap(self, now: float | None = None) -> None:
         """Unloads each model idle past its keep-alive (or asked to go once idle); lets go of dead engines."""
         now = time.monotonic() if now is None else now
+        self._collect_departed()
         for slot in list(self.slots.values()):
             client = slot.client
-            if client is None or isinstance(client, _Pending):
+            if client is None or isinstance(client, _Pending) or slot.loading:
                 continue
             if client.state == EngineState.DEAD:
                 log.error("model %s: its engine died (%s)", slot.name, client.error)
@@ -409,7 +445,7 @@ class ModelRegistry:
             "in_flight": slot.in_flight,
             "keep_alive": slot.keep_alive,
             "idle_seconds": max(0.0, time.monotonic() - slot.last_used),
-            "memory_bytes": slot.memory_bytes if status == "loaded" else None,
+            "memory_bytes": _memory_bytes(slot.client) if status == "loaded" else None,
             "loaded_at": slot.loaded_at if status == "loaded" else None,
             "load_seconds": slot.load_seconds if status == "loaded" else None,
             "default": slot.name == self.default_name,
@@ -435,5 +471,12 @@ def _not_reloadable(spec: ModelSpec) -> EngineClient:
     raise RuntimeError(f"the model {spec.name} was given to the server ready-made and cannot be loaded again")
 
 
-def _resident_bytes() -> int:
-    return psutil.Process().memory_info().rss
+def _memory_bytes(client) -> int | None:
+    """What a loaded model holds: its weights and its KV pool, as its engine counts them."""
+    try:
+        stats = client.stats()
+    except Exception:  # a dying engine: no figure
+        return None
+    if stats.weights_mb is None and stats.kv_pool_mb is None:
+        return None
+    return int(((stats.weights_mb or 0) + (stats.kv_pool_mb or 0)) * 2**20)
