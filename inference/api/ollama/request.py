@@ -202,7 +202,9 @@ def parse_chat_request(body: dict, parser: ToolParser) -> OllamaRequest:
     return OllamaRequest(inp, body["model"], "chat")
 
 
-def parse_generate_request(body: dict, parser: ToolParser) -> OllamaRequest:
+def parse_generate_request(body: dict, parser: ToolParser, *, templated: bool = True) -> OllamaRequest:
+    """`templated`: the model has a chat template; a base model's prompt goes as it is (Ollama's
+    template for a model without one is the prompt alone), after the system text if there is one."""
     _check_fields(body, GENERATE_FIELDS)
     if body.get("images"):
         raise bad_request("images: the served model reads text only", param="images")
@@ -214,7 +216,9 @@ def parse_generate_request(body: dict, parser: ToolParser) -> OllamaRequest:
     common = _common(body)
     if not prompt and not suffix:
         return OllamaRequest(None, body["model"], "generate")  # Ollama's way to load a model
-    if body.get("raw") or suffix is not None:  # the prompt as it is, or the code before a gap to fill
+    if body.get("raw") or suffix is not None or not templated:  # the prompt as it is, or the code before a gap to fill
+        if not templated and not body.get("raw") and system:
+            prompt = f"{system}\n\n{prompt}"
         fields = {**common, "prompt": prompt, **({"suffix": suffix} if suffix is not None else {})}
         return OllamaRequest(parse_completion(fields, default_max_tokens=None), body["model"], "generate")
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]

@@ -109,7 +109,8 @@ async def generate(request):
 
 
 async def _generate(request, body: dict, served: Served):
-    parsed = parse_generate_request(body, served.tool_parser)
+    templated = bool(getattr(served.info.tokenizer, "chat_template", None))
+    parsed = parse_generate_request(body, served.tool_parser, templated=templated)
     inp = parsed.inp
 
     def prompts(info):
