@@ -36,6 +36,8 @@ def page_config() -> dict:
             "requests": reverse("request-list"),
             "chat": reverse("chat-completions"),
             "models": reverse("models"),
+            "load_model": reverse("router-load"),
+            "unload_model": reverse("router-unload"),
             "admin": reverse("admin:index"),
             "admin_requests": reverse("admin:inference_generationrequest_changelist"),
             "admin_request": reverse("admin:inference_generationrequest_change", args=[REQUEST_ID_PLACEHOLDER]),

@@ -47,19 +47,36 @@ class EngineCollector(Collector):
     )
 
     def collect(self):
-        engine_client = runtime.get_engine_client()
-        if engine_client is None or not engine_client.ready:
+        """One sample per loaded model (label model_name), and every model's load status."""
+        models = runtime.get_models()
+        if models is None:
             return
-        stats = engine_client.stats()
-        model = runtime.served_model_name(engine_client.model_info) or ""
+        clients = []
+        for slot in list(models.slots.values()):
+            client = slot.client
+            if client is not None and getattr(client, "ready", False):
+                clients.append((runtime.api_name(slot), client.stats()))
+        families = {}
         for kind, table in ((GaugeMetricFamily, self.GAUGES), (CounterMetricFamily, self.COUNTERS)):
             for name, key, doc in table:
-                value = getattr(stats, key)
-                if value is None:
-                    continue
-                family = kind(PREFIX + name, doc, labels=["model_name"])
-                family.add_metric([model], value)
-                yield family
+                for model, stats in clients:
+                    value = getattr(stats, key)
+                    if value is None:
+                        continue
+                    if name not in families:
+                        families[name] = kind(PREFIX + name, doc, labels=["model_name"])
+                    families[name].add_metric([model], value)
+        yield from families.values()
+        loaded = GaugeMetricFamily(
+            PREFIX + "model_loaded", "1 while the model is loaded (status label: its state).", labels=["model_name", "status"]
+        )
+        memory = GaugeMetricFamily(PREFIX + "model_memory_bytes", "Weights and KV pool of a loaded model.", labels=["model_name"])
+        for entry in runtime.models_described():
+            loaded.add_metric([entry["id"], entry["status"]], 1.0 if entry["status"] == "loaded" else 0.0)
+            if entry["memory_bytes"] is not None:
+                memory.add_metric([entry["id"]], entry["memory_bytes"])
+        yield loaded
+        yield memory
 
 
 REGISTRY.register(EngineCollector())

@@ -23,7 +23,7 @@ log = logging.getLogger("inference.serving.stats")
 MB = 1024 * 1024
 _SNAPSHOT_TTL_S = 0.25  # many WS clients in the same tick share one snapshot
 _cache_lock = threading.Lock()
-_cache: tuple[float, object, dict] | None = None
+_cache: tuple[float, int, dict] | None = None
 _process = psutil.Process()
 
 
@@ -32,11 +32,11 @@ def stats_snapshot(*, fresh: bool = False) -> dict:
     global _cache
     now, engine_client = time.monotonic(), runtime.get_engine_client()
     with _cache_lock:
-        if not fresh and _cache is not None and now - _cache[0] < _SNAPSHOT_TTL_S and _cache[1] is engine_client:
+        if not fresh and _cache is not None and now - _cache[0] < _SNAPSHOT_TTL_S and _cache[1] == id(engine_client):
             return _cache[2]
     snapshot = _build_snapshot(engine_client)
     with _cache_lock:
-        _cache = (now, engine_client, snapshot)
+        _cache = (now, id(engine_client), snapshot)  # the id: an unloaded engine is not kept alive here
     return snapshot
 
 
@@ -86,8 +86,37 @@ def _build_snapshot(engine_client) -> dict:
         "spec_tokens_per_step": _round(_ratio(engine.spec_verified_tokens, engine.spec_verifications), 3),
         **_host_memory(),
         **_engines(engine_client, engine if engine_client is not None and engine_client.ready else None),
+        "models": _models(),
     }
     return snapshot
+
+
+def _models() -> list[dict]:
+    """Every model the server can serve: its status, memory and requests in flight, and, loaded,
+    its own throughput and counts (the dashboard's models panel and chat picker)."""
+    models = runtime.get_models()
+    if models is None:
+        return []
+    listed = []
+    for slot, entry in zip(list(models.slots.values()), runtime.models_described()):
+        stats = _engine_stats(slot.client) if entry["status"] == "loaded" else EngineStats()
+        listed.append(
+            {
+                "id": entry["id"],
+                "status": entry["status"],
+                "default": entry["default"],
+                "error": entry.get("error"),
+                "memory_mb": _round(entry["memory_bytes"] / 2**20, 1) if entry["memory_bytes"] is not None else None,
+                "in_flight": entry["in_flight"],
+                "keep_alive": entry["keep_alive"],
+                "load_seconds": _round(entry["load_seconds"], 2),
+                "tokens_per_second": _round(stats.tokens_per_second, 2),
+                "running": stats.running,
+                "waiting": stats.waiting,
+                "total_tokens_generated": stats.total_tokens_generated,
+            }
+        )
+    return listed
 
 
 def _engine_stats(engine_client) -> EngineStats:
@@ -147,11 +176,14 @@ def _round(value, digits):
 
 def engine_health() -> tuple[bool, dict]:
     """(healthy, body): healthy while the default model is loaded and its loop steps when it has
-    work, or while it is unloaded (idle past its keep-alive, or none: a folder of models) and can
-    be loaded on demand; unhealthy while it loads and once it failed."""
+    work, or while it is unloaded (idle past its keep-alive) and can be loaded on demand; unhealthy
+    while it loads and once it failed. A folder of models with no default: healthy while it serves
+    (each model's state is in /models)."""
     models, engine_client = runtime.get_models(), runtime.get_engine_client()
     if models is None:
         return False, {"status": "unavailable", "state": "not_started", "reason": "the engine has not been started"}
+    if models.default_name is None:  # a folder of models, none the default: serving whatever loads
+        return True, {"status": "ok", "state": "serving", "models": _model_counts(models)}
     if engine_client is None:
         slot = models.default_slot()
         if slot is not None and slot.status == "loading":

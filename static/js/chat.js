@@ -7,8 +7,9 @@ import { sseData } from "./sse.js";
 const byId = (id) => document.getElementById(id);
 
 export class ChatWindow {
-  constructor({ url, onFinished }) {
+  constructor({ url, onFinished, model = () => "" }) {
     this.url = url;
+    this.model = model; // the picker's choice ("" with one model: the server's default)
     this.onFinished = onFinished;
     this.history = []; // the conversation sent with each request
     this.controller = null;
@@ -73,7 +74,13 @@ export class ChatWindow {
       const response = await fetch(this.url, {
         method: "POST",
         headers: this.headers(),
-        body: JSON.stringify({ messages, stream: true, stream_options: { include_usage: true }, ...this.params() }),
+        body: JSON.stringify({
+          ...(this.model() ? { model: this.model() } : {}),
+          messages,
+          stream: true,
+          stream_options: { include_usage: true },
+          ...this.params(),
+        }),
         signal: this.controller.signal,
       });
       if (!response.ok) {

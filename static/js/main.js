@@ -5,6 +5,7 @@ import { watchHealth } from "./health.js";
 import { StatsSocket } from "./stats-socket.js";
 import { renderEngineInfo, renderKvCache, renderSpeculation } from "./widgets/engine-panels.js";
 import { MemoryGauge } from "./widgets/gauge.js";
+import { ModelsPanel } from "./widgets/models-panel.js";
 import { RequestsTable } from "./widgets/requests-table.js";
 import { SlotGrid } from "./widgets/slots.js";
 import { Sparkline } from "./widgets/sparkline.js";
@@ -27,12 +28,20 @@ const requests = new RequestsTable(document.querySelector("#recent-requests tbod
   placeholder: config.request_id_placeholder,
 });
 
+const chat = new ChatWindow({ url: config.urls.chat, onFinished: () => requests.refresh(), model: () => byId("chat-model").value });
+const models = new ModelsPanel(byId("models-table"), byId("chat-model"), {
+  loadUrl: config.urls.load_model,
+  unloadUrl: config.urls.unload_model,
+  headers: () => chat.headers(),
+});
+
 function render(stats, { live = true } = {}) {
   renderEngineInfo(stats);
   renderKvCache(stats);
   renderSpeculation(stats);
   gauge.update(stats);
   slots.update(stats.slots ?? [], stats.num_slots);
+  models.update(stats.models);
   if (live) sparkline.push(stats.tokens_per_second);
 }
 
@@ -58,7 +67,6 @@ watchHealth(config.urls.health, config.health_poll_ms, (healthy, reason) => {
   if (healthy) socket.reconnectNow();
 });
 
-new ChatWindow({ url: config.urls.chat, onFinished: () => requests.refresh() });
 render(readJson("initial-stats"), { live: false });
 socket.connect();
 requests.poll(config.requests_poll_ms);

@@ -259,3 +259,41 @@ def test_memory_gauge_shows_gpu_memory_on_cuda(browser, engineless_server):
         assert page.exceptions == []
     finally:
         page.close()
+
+
+@pytest.fixture(scope="module")
+def folder_server(daphne_server, tmp_path_factory):
+    """A folder of two real models (the embedded SmolLM2, Qwen2.5-Coder-0.5B), one loaded at a time."""
+    from inference.engine.loader import embedded_model_source
+    from tests.support import real_gguf
+
+    folder = tmp_path_factory.mktemp("dashboard-models")
+    embedded = embedded_model_source()
+    os.symlink(os.path.join(embedded.path, embedded.gguf_file), folder / "smollm2.gguf")
+    os.symlink(real_gguf.QWEN25_CODER.file_or_skip(), folder / "qwen-coder.gguf")
+    live = daphne_server.fresh(MINIVLLM_MODELS_DIR=str(folder), MINIVLLM_MODELS_MAX="1", MINIVLLM_KV_CACHE_MB="64")
+    yield live
+    live.stop()
+
+
+def test_the_models_panel_and_the_chat_windows_picker(browser, folder_server):
+    page = open_dashboard(browser, folder_server)
+    try:
+        page.wait_for_selector("#models-table tr[data-model=qwen-coder][data-status=unloaded]")
+        assert page.locator("#models-table tbody tr").count() == 2 and page.is_visible("#chat-model")
+        page.select_option("#chat-model", "qwen-coder")
+        reply = send_chat(page, "Say hello.", max_tokens=6)
+        page.wait_for_selector(".msg.assistant:last-child[data-state=done]")
+        request_id = reply.get_attribute("data-request-id")
+        assert folder_server.row(request_id)["model"] == "qwen-coder"
+        row = "#models-table tr[data-model=qwen-coder]"
+        page.wait_for_selector(f"{row}[data-status=loaded]")
+        page.wait_for_function(f"document.querySelector('{row} td:nth-child(3)').textContent.endsWith('MB')")
+        page.click(f"{row} button[data-action=unload]")
+        page.wait_for_selector(f"{row}[data-status=unloaded]")
+        page.click("#models-table tr[data-model=smollm2] button[data-action=load]")
+        page.wait_for_selector("#models-table tr[data-model=smollm2][data-status=loaded]")
+        assert httpx.get(f"{folder_server.url}/models", timeout=30).json()["data"][1]["status"]["value"] == "loaded"
+        assert page.errors == [] and page.exceptions == []
+    finally:
+        page.close()
