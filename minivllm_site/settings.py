@@ -178,19 +178,18 @@ MINIVLLM_MODELS_MAX = env_int("MINIVLLM_MODELS_MAX", 4)
 MINIVLLM_MODELS_AUTOLOAD = env_bool("MINIVLLM_MODELS_AUTOLOAD", True)
 
 
-def _keep_alive(name: str) -> float | None:
+def _keep_alive(value: str) -> float | None:
     from inference.serving.models.keep_alive import parse_keep_alive
 
-    value = env_str(name)
     try:
         return parse_keep_alive(value) if value else None
     except ValueError as error:
-        raise ValueError(f"{name}: {error}") from None
+        raise ValueError(f"MINIVLLM_KEEP_ALIVE: {error}") from None
 
 
 # How long a model stays loaded once idle (Ollama's keep_alive: 300, 5m, 1h30m; -1 never; 0 at once).
 # Unset, the model the server starts with stays loaded and the others idle for 5 minutes.
-MINIVLLM_KEEP_ALIVE = _keep_alive("MINIVLLM_KEEP_ALIVE")
+MINIVLLM_KEEP_ALIVE = _keep_alive(env_str("MINIVLLM_KEEP_ALIVE"))
 # The tool-call format replies are read in and forced to (api/common/tool_parsers.py): auto = the chat template's.
 TOOL_CALL_PARSERS = ("hermes", "llama3_json", "qwen3_coder", "gemma4")  # api/tool_parsers.PARSERS' names
 MINIVLLM_TOOL_CALL_PARSER = env_choice("MINIVLLM_TOOL_CALL_PARSER", "auto", ("auto", *TOOL_CALL_PARSERS))

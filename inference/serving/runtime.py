@@ -19,7 +19,7 @@ import time
 from django.conf import settings
 
 from .engine_client import EngineClient
-from .models.catalogue import ModelSpec, build_catalogue
+from .models.catalogue import ModelSpec, folder_only, served_specs
 from .models.keep_alive import FOREVER
 from .models.registry import ModelRegistry
 
@@ -56,15 +56,13 @@ def start(config=None, *, max_queue: int | None = None) -> ModelRegistry:
 
         config = config or EngineConfig.from_env()
         max_queue = settings.MINIVLLM_MAX_QUEUE if max_queue is None else max_queue
+        specs = served_specs(config)
+        default_name = None if folder_only() else specs[0].name
         if settings.MINIVLLM_ENGINE == "remote":
-            client = _start_remote(config, max_queue)
-            _models = ModelRegistry.of_client(client, served_model_name(None) or _remote_name(config))
+            _models = ModelRegistry.of_clients(
+                {spec.name: _start_remote(spec, max_queue) for spec in specs}, specs, default_name=default_name
+            )
             return _models
-        specs = build_catalogue(config, served_name=settings.MINIVLLM_SERVED_MODEL_NAME, models_dir=settings.MINIVLLM_MODELS_DIR)
-        folder_only = bool(settings.MINIVLLM_MODELS_DIR) and not os.environ.get("MINIVLLM_MODEL")
-        if folder_only:
-            specs = specs[1:]
-        default_name = None if folder_only else specs[0].name
         _models = ModelRegistry(
             specs,
             client_factory=_engine_thread_factory(max_queue),
@@ -106,17 +104,19 @@ def _remote_name(config) -> str:
     return start_model_name(config, None)
 
 
-def _start_remote(config, max_queue: int):
+def _start_remote(spec: ModelSpec, max_queue: int):
+    """A model's client when `runengine` workers serve it: its tokenizer here, its engines there."""
     from .remote.client import RemoteEngine
 
-    log.info("engine mode remote: requests go to `runengine` workers over the channel layer")
+    log.info("engine mode remote: %s's requests go to `runengine` workers over the channel layer", spec.name)
     if "redis" not in settings.CHANNEL_LAYERS["default"]["BACKEND"].lower():
         log.warning("MINIVLLM_ENGINE=remote without REDIS_URL: no engine worker can reach this process")
     return RemoteEngine(
-        config,
+        spec.config,
         max_queue=max_queue,
         engine_timeout=settings.MINIVLLM_ENGINE_TIMEOUT,
         accept_timeout=settings.MINIVLLM_ENGINE_ACCEPT_TIMEOUT,
+        model_name=spec.name,
     ).start()
 
 

@@ -114,6 +114,7 @@ def _models() -> list[dict]:
                 "running": stats.running,
                 "waiting": stats.waiting,
                 "total_tokens_generated": stats.total_tokens_generated,
+                "slots": stats.slots,
             }
         )
     return listed

@@ -63,6 +63,7 @@ class Cluster:
         }
         self.engines: dict[str, subprocess.Popen] = {}
         self.webs: list[tuple[subprocess.Popen, str]] = []
+        self.own_webs: list[tuple[subprocess.Popen, str]] = []  # started with settings of their own
 
     # ---- set-up and tear-down ---------------------------------------------------------------
 
@@ -78,22 +79,25 @@ class Cluster:
         )
         return self
 
-    def start_engine(self, name: str) -> subprocess.Popen:
+    def start_engine(self, name: str, **env: str) -> subprocess.Popen:
+        """A `runengine` worker; `env` changes its settings (another model, a folder of them)."""
         argv = local_argv(self.services["engine"]["command"])
         with open(self.workdir / f"engine-{name}.log", "wb") as log:
             process = subprocess.Popen(
-                argv, cwd=REPO, env={**self.env, "MINIVLLM_ENGINE_ID": name}, stdout=log, stderr=subprocess.STDOUT
+                argv, cwd=REPO, env={**self.env, "MINIVLLM_ENGINE_ID": name, **env}, stdout=log, stderr=subprocess.STDOUT
             )
         self.engines[name] = process
         return process
 
-    def start_web(self) -> str:
+    def start_web(self, **env: str) -> str:
+        """A web worker; `env` changes its settings. One started with settings of its own is not
+        among `webs` (the shared web workers): its caller stops it (`stop_web`)."""
         port = free_port()
         argv = local_argv(self.services["web"]["command"], port=port)
         with open(self.workdir / f"web-{port}.log", "wb") as log:
-            process = subprocess.Popen(argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(argv, cwd=REPO, env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
-        self.webs.append((process, url))
+        (self.own_webs if env else self.webs).append((process, url))
         return url
 
     def wait_ready(self, engines: int) -> None:
@@ -114,10 +118,11 @@ class Cluster:
     def stop(self) -> None:
         import psycopg
 
-        for process in [p for p, _ in self.webs] + list(self.engines.values()):
+        processes = [p for p, _ in self.webs + self.own_webs] + list(self.engines.values())
+        for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        for process in [p for p, _ in self.webs] + list(self.engines.values()):
+        for process in processes:
             try:
                 process.wait(20)
             except subprocess.TimeoutExpired:
@@ -142,9 +147,10 @@ class Cluster:
         return {e["engine_id"]: e for e in httpx.get(f"{url}/stats", timeout=5).json()["engines"]}
 
     def holder(self, request_id: str, url: str | None = None) -> str | None:
-        """The engine whose batch holds the request."""
+        """The engine whose batch holds the request (the default model's, or any model's)."""
         url = url or self.webs[0][1]
-        for slot in httpx.get(f"{url}/stats", timeout=5).json()["slots"]:
+        stats = httpx.get(f"{url}/stats", timeout=5).json()
+        for slot in stats["slots"] + [slot for model in stats.get("models", []) for slot in model.get("slots") or []]:
             if slot.get("request_id") == request_id:
                 return slot["engine_id"]
         return None

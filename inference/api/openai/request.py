@@ -37,7 +37,12 @@ from ..common.structured_fields import GENERATE_GUIDED_FIELDS, GUIDED_FIELDS, st
 from ..common.tool_calls import tool_trigger, tools_from_body
 from ..common.tool_parsers import HermesToolParser, ToolParser
 
-GENERATE_FIELDS = {"prompt", "max_new_tokens", "max_tokens", "logprobs"} | ENGINE_SAMPLING_FIELDS | set(GENERATE_GUIDED_FIELDS)
+# (`model` and `keep_alive`: which model of several, and how long it stays loaded once idle)
+GENERATE_FIELDS = (
+    {"model", "keep_alive", "prompt", "max_new_tokens", "max_tokens", "logprobs"}
+    | ENGINE_SAMPLING_FIELDS
+    | set(GENERATE_GUIDED_FIELDS)
+)
 # vLLM's and OpenAI's fields that both OpenAI endpoints read
 COMMON_FIELDS = {"structured_outputs", "response_format", "use_beam_search"}
 COMPLETION_FIELDS = (

@@ -1,7 +1,7 @@
 """`manage.py runengine`: the scale-out engine worker (MINIVLLM_ENGINE=remote).
 
-It loads the model, takes requests from the shared channel on the channel layer (Redis) and
-serves every web process until SIGTERM (see inference/serving/remote/worker.py). With --prompt it
+It loads its models (MINIVLLM_MODEL, and each model of MINIVLLM_MODELS_DIR), takes each one's
+requests from that model's channel on the channel layer (Redis) and serves every web process until SIGTERM (see inference/serving/remote/worker.py). With --prompt it
 runs `manage.py generate` instead (one completion and its speed), as the README has long shown.
 """
 
@@ -54,22 +54,36 @@ class Command(GenerateCommand):
         return self.complete_prompt(config, params, opts)
 
     def serve(self, config: EngineConfig) -> None:
-        """The long-running worker: exits 0 after SIGTERM/SIGINT, 1 if the engine died."""
+        """The long-running worker: one engine per model it serves (MINIVLLM_MODEL, and with
+        MINIVLLM_MODELS_DIR each model of the folder, as the web processes' catalogue lists them),
+        each taking its model's requests. Exits 0 after SIGTERM/SIGINT, 1 if an engine died."""
         from channels.layers import InMemoryChannelLayer, get_channel_layer
 
         from inference.engine.engine_thread import EngineThread
+        from inference.serving.models.catalogue import served_specs
         from inference.serving.remote.worker import EngineWorker
 
         layer = get_channel_layer()
         if isinstance(layer, InMemoryChannelLayer):
             self.stderr.write("warning: no REDIS_URL: the in-memory channel layer reaches no web process")
-        engine_thread = EngineThread(config, max_queue=settings.MINIVLLM_MAX_QUEUE).start()
-        worker = EngineWorker(
-            engine_thread,
-            layer=layer,
-            engine_id=settings.MINIVLLM_ENGINE_ID or None,
-            heartbeat_file=settings.MINIVLLM_ENGINE_HEARTBEAT_FILE or None,
-        )
+        specs = served_specs(config)
+        base_id = settings.MINIVLLM_ENGINE_ID or None
+        workers = []
+        for position, spec in enumerate(specs):
+            engine_thread = EngineThread(spec.config, max_queue=settings.MINIVLLM_MAX_QUEUE).start()
+            engine_id = base_id if len(specs) == 1 or base_id is None else f"{base_id}-{spec.name}"
+            worker = EngineWorker(
+                engine_thread,
+                layer=layer,
+                engine_id=engine_id,
+                heartbeat_file=settings.MINIVLLM_ENGINE_HEARTBEAT_FILE or None,
+                model_name=spec.name,
+                purge=position == 0,
+            )
+            workers.append(worker)
+            self.stdout.write(
+                f"engine {worker.engine_id}: loading {spec.name} ({spec.config.model or 'embedded SmolLM2-135M-Instruct'})"
+            )
 
         async def main() -> int:
             stop = asyncio.Event()
@@ -81,9 +95,10 @@ class Command(GenerateCommand):
 
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, on_signal)
-            return await worker.serve(stop)
+            codes = await asyncio.gather(*(worker.serve(stop) for worker in workers))
+            return max(codes, default=0)
 
-        self.stdout.write(f"engine {worker.engine_id}: loading {config.model or 'embedded SmolLM2-135M-Instruct'}")
         code = asyncio.run(main())
         if code:
-            raise CommandError(f"engine {worker.engine_id} stopped: {engine_thread.error}", returncode=code)
+            errors = "; ".join(f"{w.model_name}: {w.engine_thread.error}" for w in workers if w.engine_thread.error)
+            raise CommandError(f"engine {base_id or workers[0].engine_id} stopped: {errors}", returncode=code)

@@ -13,6 +13,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from ...engine.config import EngineConfig
 from ...engine.loader import ModelLoadError, resolve_source
 
@@ -79,3 +81,18 @@ def build_catalogue(config: EngineConfig, *, served_name: str | None, models_dir
                 continue
             specs.append(ModelSpec(model_id, dataclasses.replace(config, model=path), frozenset({path})))
     return specs
+
+
+def served_specs(config: EngineConfig) -> list[ModelSpec]:
+    """The catalogue this process's settings describe: the start model (MINIVLLM_MODEL, the embedded
+    one when unset) and MINIVLLM_MODELS_DIR's models; with only the folder set, the folder's alone.
+    The web processes and the `runengine` workers read the same settings, so they agree on each id."""
+    specs = build_catalogue(config, served_name=settings.MINIVLLM_SERVED_MODEL_NAME, models_dir=settings.MINIVLLM_MODELS_DIR)
+    if folder_only():
+        return specs[1:]
+    return specs
+
+
+def folder_only() -> bool:
+    """Only MINIVLLM_MODELS_DIR is set: no default model."""
+    return bool(settings.MINIVLLM_MODELS_DIR) and not os.environ.get("MINIVLLM_MODEL")

@@ -148,11 +148,18 @@ class ModelRegistry:
 
     @classmethod
     def of_client(cls, client: EngineClient, name: str, spec_aliases: frozenset[str] = frozenset()) -> ModelRegistry:
-        """A catalogue of one around an engine client built elsewhere (tests, remote mode): always
-        held, never reloaded by the registry."""
-        spec = ModelSpec(name, client.config, spec_aliases)
-        registry = cls([spec], client_factory=_not_reloadable, keep_alive=-1.0, default_name=name, autoload=False)
-        registry.slots[name].client = client
+        """A catalogue of one around an engine client built elsewhere (tests)."""
+        return cls.of_clients({name: client}, [ModelSpec(name, client.config, spec_aliases)], default_name=name)
+
+    @classmethod
+    def of_clients(cls, clients: dict[str, EngineClient], specs: list[ModelSpec], *, default_name: str | None) -> ModelRegistry:
+        """Models whose clients are built and started elsewhere (tests; remote mode, where the
+        `runengine` workers hold the weights and each client follows its model's workers): always
+        held, never loaded or unloaded by the registry."""
+        registry = cls(specs, client_factory=_not_reloadable, keep_alive=-1.0, default_name=default_name, autoload=False)
+        registry.max_loaded = max(1, len(specs))
+        for name, client in clients.items():
+            registry.slots[name].client = client
         return registry
 
     def _keep_alive_of(self, name: str) -> float:

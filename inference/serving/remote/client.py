@@ -37,6 +37,7 @@ from .fleet import EngineFleet
 
 log = logging.getLogger("inference.serving.remote")
 
+_TOKENIZER_LOAD = threading.Lock()
 WATCH_INTERVAL_S = 0.25
 REJOIN_INTERVAL_S = 10.0  # group membership expires, and a Redis restart forgets it
 
@@ -64,8 +65,13 @@ class RemoteEngine:
         engine_timeout: float = 5.0,
         accept_timeout: float = 30.0,
         tokenizer=None,
+        model_name: str | None = None,
     ):
+        """`model_name`: the model this client's requests go to (its own request channel; only the
+        heartbeats of engines serving it count)."""
         self.config = config or EngineConfig()
+        self.model_name = model_name
+        self.request_channel = wire.request_channel(model_name)
         self.default_max_queue = max_queue
         self.fleet = EngineFleet(engine_timeout)
         self.accept_timeout = accept_timeout
@@ -190,7 +196,7 @@ class RemoteEngine:
                 raise ValueError(f"request id {request_id!r} is already in use")
             req = _InFlight(stream, time.monotonic(), Progress(token_ids, params, "?", resume), resume=resume)
             self._requests[request_id] = req
-        self._call(self._send, wire.REQUEST_CHANNEL, self._submit_message(request_id, req, resume))
+        self._call(self._send, self.request_channel, self._submit_message(request_id, req, resume))
         return stream
 
     def _submit_message(self, request_id: str, req: _InFlight, resume: list | None = None) -> dict:
@@ -251,7 +257,7 @@ class RemoteEngine:
         self._closing = asyncio.Event()
         self.channel = await self._layer.new_channel()
         self._started.set()
-        log.info("waiting for engine workers on %s (channel %s)", wire.REQUEST_CHANNEL, self.channel)
+        log.info("waiting for engine workers on %s (channel %s)", self.request_channel, self.channel)
         tasks = [asyncio.create_task(self._receive_forever()), asyncio.create_task(self._watch_forever())]
         if self.tokenizer is None:
             tasks.append(asyncio.create_task(self._load_tokenizer()))
@@ -263,13 +269,14 @@ class RemoteEngine:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _load_tokenizer(self) -> None:
-        from transformers import AutoTokenizer
-
         from ...engine.loader import resolve_source
 
         def load():
-            source = resolve_source(self.config.model)
-            return AutoTokenizer.from_pretrained(source.path, **source.hf_kwargs())
+            with _TOKENIZER_LOAD:  # several models' clients start at once: transformers' lazy imports are not thread-safe
+                from transformers import AutoTokenizer
+
+                source = resolve_source(self.config.model)
+                return AutoTokenizer.from_pretrained(source.path, **source.hf_kwargs())
 
         try:
             self.tokenizer = await asyncio.get_running_loop().run_in_executor(None, load)
@@ -310,6 +317,8 @@ class RemoteEngine:
     def _handle(self, message: dict) -> None:
         kind = message.get("type")
         if kind == wire.STATS:
+            if message.get("model_name") != self.model_name:
+                return  # an engine serving another model
             view = self.fleet.update(message)
             if view.state in (EngineState.STOPPED, EngineState.DEAD):
                 self._fail_engine(view.engine_id, f"engine {view.engine_id} shut down before the request finished")
@@ -405,7 +414,7 @@ class RemoteEngine:
         for request_id, req in lost:
             loop.create_task(self._resume(request_id, req, error))
         for request_id, req in unaccepted:
-            loop.create_task(self._send(wire.REQUEST_CHANNEL, self._submit_message(request_id, req, req.resume)))
+            loop.create_task(self._send(self.request_channel, self._submit_message(request_id, req, req.resume)))
 
     async def _resume(self, request_id: str, req: _InFlight, error: str) -> None:
         """Sends the request again with what its client was sent; the next engine to take it carries
@@ -424,7 +433,7 @@ class RemoteEngine:
             "resuming %s (%s): %d token(s) delivered so far", request_id, error, sum(map(len, req.progress.delivered.values()))
         )
         req.resume = req.progress.resume_on("?")
-        await self._send(wire.REQUEST_CHANNEL, self._submit_message(request_id, req, req.resume))
+        await self._send(self.request_channel, self._submit_message(request_id, req, req.resume))
 
     def _fail_all(self, error: str | None, reason: str = "error") -> None:
         with self._lock:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
+import re
 
 from ...engine.outputs import RequestOutput, TokenLogprob
 from ...engine.sample.sampling_params import SamplingParams
 
-# a plain channel: every engine receives from it, each message reaches exactly one engine
+# a plain channel per model: every engine serving that model receives from it, each message
+# reaches exactly one engine (request_channel)
 REQUEST_CHANNEL = "minivllm.engine"
 # every web process joins it; engines publish their stats (the heartbeat) to it every second
 STATS_GROUP = "minivllm.engine-stats"
@@ -31,6 +34,18 @@ OUTPUTS = "engine.outputs"  # engine -> web reply channel: one step's outputs fo
 log = logging.getLogger("inference.serving.remote")
 
 _TIME_FIELDS = ("arrival_time", "scheduled_time", "first_token_time", "finished_time")
+
+
+def request_channel(model: str | None) -> str:
+    """The channel a model's requests go to: REQUEST_CHANNEL and the model's id, in the characters
+    a channel name may hold (another character, or a name too long, gets a short hash so two ids
+    never share one)."""
+    if not model:
+        return REQUEST_CHANNEL
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", model)[:60]
+    if safe != model:
+        safe += "-" + hashlib.sha1(model.encode()).hexdigest()[:8]
+    return f"{REQUEST_CHANNEL}.{safe}"
 
 
 def params_to_wire(params: SamplingParams) -> dict:

@@ -56,8 +56,22 @@ class Outbox:
 
 
 class EngineWorker:
-    def __init__(self, engine_thread: EngineThread, *, layer, engine_id: str | None = None, heartbeat_file: str | None = None):
+    def __init__(
+        self,
+        engine_thread: EngineThread,
+        *,
+        layer,
+        engine_id: str | None = None,
+        heartbeat_file: str | None = None,
+        model_name: str | None = None,
+        purge: bool = True,
+    ):
+        """`model_name`: the model this engine serves, whose request channel it takes from
+        (protocol.request_channel); `purge`: this worker deletes expired stored responses (one per process)."""
         self.engine_thread = engine_thread
+        self.model_name = model_name
+        self.request_channel = wire.request_channel(model_name)
+        self.purge = purge
         self.layer = layer
         self.engine_id = engine_id or f"{socket.gethostname()}-{os.getpid()}"
         self.heartbeat_file = Path(heartbeat_file) if heartbeat_file else None
@@ -83,13 +97,14 @@ class EngineWorker:
             if not self.engine_thread.ready:
                 log.error("engine %s did not start: %s", self.engine_id, self.engine_thread.error)
                 return 0 if stop.is_set() else 1
-            log.info("engine %s ready: taking requests from %s", self.engine_id, wire.REQUEST_CHANNEL)
+            log.info("engine %s ready: taking requests from %s", self.engine_id, self.request_channel)
             tasks = [
                 asyncio.create_task(self._pull_forever()),
                 asyncio.create_task(self._control_forever()),
                 asyncio.create_task(self._flush_forever()),
-                asyncio.create_task(purge_stored_responses_forever()),
             ]
+            if self.purge:
+                tasks.append(asyncio.create_task(purge_stored_responses_forever()))
             waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(self._wait_dead())]
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             tasks[0].cancel()  # take no new requests
@@ -124,7 +139,7 @@ class EngineWorker:
                     await asyncio.wait_for(self._slot_freed.wait(), BUSY_PULL_DELAY_S)
                 except TimeoutError:
                     pass
-            message = await wire.receive(self.layer, wire.REQUEST_CHANNEL)
+            message = await wire.receive(self.layer, self.request_channel)
             if message.get("type") == wire.SUBMIT:
                 await self._accept(message)
 
@@ -249,6 +264,7 @@ class EngineWorker:
             "type": wire.STATS,
             "engine_id": self.engine_id,
             "engine_channel": self.channel,
+            "model_name": self.model_name,
             "state": str(EngineState.LOADING if state == EngineState.NEW else state),  # plain str on the wire
             "now": time.monotonic(),
             "info": {
