@@ -192,12 +192,7 @@ def models_described() -> list[dict]:
     models = _models
     if models is None:
         return []
-    described = []
-    for slot, entry in zip(list(models.slots.values()), models.describe()):
-        client = slot.client
-        info = client.model_info if isinstance(client, EngineClient) and entry["status"] == "loaded" else None
-        described.append({**entry, "id": api_name(slot), "info": info})
-    return described
+    return [{**entry, "id": api_name(slot)} for slot, entry in zip(list(models.slots.values()), models.describe())]
 
 
 def served_model_name(info) -> str | None:

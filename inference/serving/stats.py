@@ -105,6 +105,7 @@ def _models() -> list[dict]:
                 "id": entry["id"],
                 "status": entry["status"],
                 "default": entry["default"],
+                "managed": entry["managed"],
                 "error": entry.get("error"),
                 "memory_mb": _round(entry["memory_bytes"] / 2**20, 1) if entry["memory_bytes"] is not None else None,
                 "in_flight": entry["in_flight"],

@@ -91,7 +91,7 @@ class Cluster:
 
     def start_web(self, **env: str) -> str:
         """A web worker; `env` changes its settings. One started with settings of its own is not
-        among `webs` (the shared web workers): its caller stops it (`stop_web`)."""
+        among `webs` (the shared web workers): it stops with the cluster."""
         port = free_port()
         argv = local_argv(self.services["web"]["command"], port=port)
         with open(self.workdir / f"web-{port}.log", "wb") as log:

@@ -3,7 +3,7 @@
 goes to a worker of its model, `/v1/models` lists both with their status, one model's workers
 going leaves the other serving, and a request whose worker dies carries on on another worker of
 the same model. Runs after test_scaleout.py on the package's cluster (its engines are gone by
-then); this module's engines and web worker stop at its end."""
+then); this module's engines stop at its end, its web worker with the cluster."""
 
 from __future__ import annotations
 

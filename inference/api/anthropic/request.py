@@ -39,7 +39,9 @@ IGNORED_FIELDS = {
 PROMPT_FIELDS = {"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config", "output_format"}
 PROMPT_FIELDS |= IGNORED_FIELDS
 # vLLM's extra sampling fields are taken here too; `stop` is Anthropic's stop_sequences.
-MESSAGES_FIELDS = PROMPT_FIELDS | {"max_tokens", "stream", "stop_sequences", "mcp_servers"} | (ENGINE_SAMPLING_FIELDS - {"stop"})
+MESSAGES_FIELDS = (
+    PROMPT_FIELDS | {"max_tokens", "stream", "stop_sequences", "mcp_servers", "keep_alive"} | (ENGINE_SAMPLING_FIELDS - {"stop"})
+)
 COUNT_TOKENS_FIELDS = PROMPT_FIELDS
 THINKING_TYPES = {"enabled", "disabled", "adaptive", "between_tools"}
 MEDIA_BLOCKS = {"image": "image", "document": "document (PDF or text file)", "search_result": "search result"}

@@ -92,14 +92,16 @@ def requested_keep_alive(body: dict) -> float | None:
 async def served_model(requested: str | None, *, keep_alive: float | None = None):
     """The named model, loaded first if it is not (the request waits), held while the block runs:
     404 for a name no model answers to, 503 where it cannot serve (its load failed, no room, the
-    server stopping). A stream started inside keeps the model busy after the block ends."""
+    server stopping). A stream started inside keeps the model busy after the block ends.
+    `keep_alive` becomes the model's once the block ends without an error (a refused request
+    changes nothing)."""
     models = runtime.get_models()
     if models is None:
         raise ApiError(
             503, "the engine is not ready: the engine has not been started", code="engine_not_ready", headers={"Retry-After": "5"}
         )
     try:
-        lease = await models.acquire(requested, keep_alive=keep_alive)
+        lease = await models.acquire(requested)
     except ModelNotFound:
         if requested:
             raise model_not_found(requested) from None
@@ -109,8 +111,10 @@ async def served_model(requested: str | None, *, keep_alive: float | None = None
         raise ApiError(503, message, code=exc.code, headers={"Retry-After": "5"}) from None
     try:
         yield Served(lease.client, lease.info, runtime.api_name(lease.slot))
-    finally:
-        lease.release()
+    except BaseException:
+        lease.release()  # a refused request leaves the model's keep-alive as it was
+        raise
+    lease.release(keep_alive)
 
 
 def served_for(body: dict):

@@ -1,7 +1,8 @@
 """llama-server's router routes, so launchers written for it work here: GET /models lists every
 model with its status (as GET /v1/models does), POST /models/load and POST /models/unload take
 {"model": id} and answer {"success": true} once the model is loaded, or unloaded (a model with
-requests in flight goes when its last one ends). Behind the API keys when keys are on."""
+requests in flight goes when its last one ends); 409 in remote mode, where the `runengine`
+workers hold the models. Behind the API keys when keys are on."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def _model(request) -> str:
 def _registry():
     models = runtime.get_models()
     if models is None:
-        raise ApiError(503, "the engine is not ready: the engine has not been started", code="engine_not_ready")
+        raise ApiError(
+            503, "the engine is not ready: the engine has not been started", code="engine_not_ready", headers={"Retry-After": "5"}
+        )
     return models
 
 
@@ -43,6 +46,8 @@ async def load(request):
     except ModelNotFound:
         raise model_not_found(name) from None
     except ModelUnavailable as exc:
+        if exc.code == "not_managed":  # remote mode: the runengine workers hold the models
+            raise ApiError(409, str(exc), code=exc.code) from None
         raise ApiError(503, str(exc), code=exc.code, headers={"Retry-After": "5"}) from None
     if slot.status != "loaded":
         raise ApiError(503, f"the model {slot.name} failed to load: {slot.error}", code="model_unavailable")
@@ -56,4 +61,6 @@ async def unload(request):
         await _registry().unload(name)
     except ModelNotFound:
         raise model_not_found(name) from None
+    except ModelUnavailable as exc:  # remote mode: the runengine workers hold the models
+        raise ApiError(409, str(exc), code=exc.code) from None
     return JsonResponse({"success": True})

@@ -19,7 +19,7 @@ from django.http import JsonResponse
 
 from ...serving import runtime
 from ...serving.generation_input import GenerationInput
-from ...serving.models.registry import ModelNotFound
+from ...serving.models.registry import ModelNotFound, ModelUnavailable
 from ..common.chat_template import render_request
 from ..common.endpoint import Served, api_endpoint, model_not_found, new_id, serve, served_model
 from ..common.errors import ApiError, bad_request
@@ -89,6 +89,8 @@ async def _load_or_unload(body: dict) -> JsonResponse:
             await models.unload(model_name(body["model"]))
         except ModelNotFound:
             raise model_not_found(body["model"]) from None
+        except ModelUnavailable as exc:  # remote mode: the workers hold the models
+            raise ApiError(409, str(exc), code=exc.code) from None
         reason = "unload"
     else:
         async with _served(body):
@@ -225,9 +227,8 @@ async def ps(request):
             expires = _iso(time.time() + max(0.0, keep_alive - (0.0 if model["in_flight"] else model["idle_seconds"])))
         info = model["info"]
         size = model["memory_bytes"] or 0
-        loaded.append(
-            {**_entry(model), "expires_at": expires, "size": size, "size_vram": 0, "context_length": info.max_model_len or 0}
-        )
+        context = (info.max_model_len if info is not None else None) or 0
+        loaded.append({**_entry(model), "expires_at": expires, "size": size, "size_vram": 0, "context_length": context})
     return JsonResponse({"models": loaded})
 
 

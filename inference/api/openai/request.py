@@ -44,7 +44,12 @@ GENERATE_FIELDS = (
     | set(GENERATE_GUIDED_FIELDS)
 )
 # vLLM's and OpenAI's fields that both OpenAI endpoints read
-COMMON_FIELDS = {"structured_outputs", "response_format", "use_beam_search"}
+COMMON_FIELDS = {
+    "structured_outputs",
+    "response_format",
+    "use_beam_search",
+    "keep_alive",
+}  # keep_alive: Ollama's, read by the views
 COMPLETION_FIELDS = (
     {
         "model",

@@ -43,7 +43,16 @@ from ..openai.request import REASONING_EFFORTS, thinking_budget
 
 PROMPT_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "previous_response_id"}
 PROMPT_FIELDS |= {"reasoning", "text", "conversation", "prompt", "truncation"}
-RESPONSES_FIELDS = PROMPT_FIELDS | {"max_output_tokens", "stream", "stream_options", "store", "metadata", "user", "background"}
+RESPONSES_FIELDS = PROMPT_FIELDS | {
+    "max_output_tokens",
+    "stream",
+    "stream_options",
+    "store",
+    "metadata",
+    "user",
+    "background",
+    "keep_alive",
+}
 RESPONSES_FIELDS |= {"thinking_token_budget", "include", "top_logprobs", "max_tool_calls"} | ENGINE_SAMPLING_FIELDS
 OUTPUT_LOGPROBS = "message.output_text.logprobs"
 # What `include` may name (OpenAI's list): the output text's logprobs are honoured; the others name

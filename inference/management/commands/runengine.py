@@ -70,8 +70,8 @@ class Command(GenerateCommand):
         base_id = settings.MINIVLLM_ENGINE_ID or None
         workers = []
         for position, spec in enumerate(specs):
-            engine_thread = EngineThread(spec.config, max_queue=settings.MINIVLLM_MAX_QUEUE).start()
-            engine_id = base_id if len(specs) == 1 or base_id is None else f"{base_id}-{spec.name}"
+            engine_thread = EngineThread(spec.config, max_queue=settings.MINIVLLM_MAX_QUEUE)
+            engine_id = base_id if len(specs) == 1 else f"{base_id or EngineWorker.default_id()}-{spec.name}"
             worker = EngineWorker(
                 engine_thread,
                 layer=layer,
@@ -81,9 +81,6 @@ class Command(GenerateCommand):
                 purge=position == 0,
             )
             workers.append(worker)
-            self.stdout.write(
-                f"engine {worker.engine_id}: loading {spec.name} ({spec.config.model or 'embedded SmolLM2-135M-Instruct'})"
-            )
 
         async def main() -> int:
             stop = asyncio.Event()
@@ -95,7 +92,22 @@ class Command(GenerateCommand):
 
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, on_signal)
-            codes = await asyncio.gather(*(worker.serve(stop) for worker in workers))
+            serving = []
+            for worker in workers:  # one load at a time: its imports and its memory peak are not shared
+                self.stdout.write(
+                    f"engine {worker.engine_id}: loading {worker.model_name} ({worker.engine_thread.config.model or 'embedded SmolLM2-135M-Instruct'})"
+                )
+                worker.engine_thread.start()
+                serving.append(asyncio.create_task(worker.serve(stop)))  # its heartbeat says "loading" meanwhile
+                await asyncio.to_thread(worker.engine_thread.wait_ready)
+                if stop.is_set():
+                    break
+            codes = []
+            for finished in asyncio.as_completed(serving):
+                code = await finished
+                codes.append(code)
+                if code:  # an engine died: the process goes, so its supervisor starts it again
+                    stop.set()
             return max(codes, default=0)
 
         code = asyncio.run(main())

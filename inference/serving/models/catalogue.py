@@ -87,10 +87,12 @@ def served_specs(config: EngineConfig) -> list[ModelSpec]:
     """The catalogue this process's settings describe: the start model (MINIVLLM_MODEL, the embedded
     one when unset) and MINIVLLM_MODELS_DIR's models; with only the folder set, the folder's alone.
     The web processes and the `runengine` workers read the same settings, so they agree on each id."""
-    specs = build_catalogue(config, served_name=settings.MINIVLLM_SERVED_MODEL_NAME, models_dir=settings.MINIVLLM_MODELS_DIR)
-    if folder_only():
-        return specs[1:]
-    return specs
+    if folder_only():  # the folder's models alone, every one of them (none is skipped as the start model)
+        return [
+            ModelSpec(name, dataclasses.replace(config, model=path), frozenset({path}))
+            for name, path in folder_models(os.path.expanduser(settings.MINIVLLM_MODELS_DIR)).items()
+        ]
+    return build_catalogue(config, served_name=settings.MINIVLLM_SERVED_MODEL_NAME, models_dir=settings.MINIVLLM_MODELS_DIR)
 
 
 def folder_only() -> bool:

@@ -34,7 +34,8 @@ log = logging.getLogger("inference.serving.models")
 
 REAP_INTERVAL_S = 0.25  # how often idle models and dead engines are looked for
 WAIT_POLL_S = 0.05
-ROOM_WAIT_S = 300.0  # how long a load waits for a busy model to become idle before it is refused
+ROOM_WAIT_S = 300.0
+LOAD_WAIT_S = 600.0  # how long a request waits for its model's load (or restart) before a 503  # how long a load waits for a busy model to become idle before it is refused
 UNLOAD_TIMEOUT_S = 30.0
 COLLECT_INTERVAL_S = 1.0  # how often an unloaded engine still referenced is looked for again
 COLLECT_GIVE_UP_S = 120.0
@@ -110,10 +111,12 @@ class Lease:
     def name(self) -> str:
         return self.slot.name
 
-    def release(self) -> None:
+    def release(self, keep_alive: float | None = None) -> None:
+        """`keep_alive` (seconds; a request's, once it was accepted): the model's idle time from
+        now on (Ollama's rule), in place of its default."""
         if not self.released:
             self.released = True
-            self.registry._release(self.slot)
+            self.registry._release(self.slot, keep_alive)
 
 
 class ModelRegistry:
@@ -136,12 +139,14 @@ class ModelRegistry:
         self.default_keep_alive = keep_alive if default_keep_alive is None else default_keep_alive
         self.max_loaded = max(1, max_loaded)
         self.autoload = autoload
+        self.managed = True  # False: the clients come from elsewhere (remote mode, tests); nothing loads or unloads here
         self._factory = client_factory
         self._lock = threading.RLock()
         self._load_lock = threading.Lock()  # one load at a time: its memory is the process's growth
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
         self._departed: list[tuple[weakref.ref, float]] = []  # unloaded engines not yet freed
+        self.waiting_for_room: set[str] = set()  # models whose load waits for a busy one to go idle
         self._last_collect = 0.0
         for spec in specs:
             self.slots[spec.name] = ModelSlot(spec, self._keep_alive_of(spec.name))
@@ -158,6 +163,7 @@ class ModelRegistry:
         held, never loaded or unloaded by the registry."""
         registry = cls(specs, client_factory=_not_reloadable, keep_alive=-1.0, default_name=default_name, autoload=False)
         registry.max_loaded = max(1, len(specs))
+        registry.managed = False
         for name, client in clients.items():
             registry.slots[name].client = client
         return registry
@@ -181,6 +187,9 @@ class ModelRegistry:
                 if slot is None:
                     raise ModelNotFound("model is required: this server serves several models")
                 return slot
+            for slot in self.slots.values():  # the catalogue's names first, then the names engines report
+                if slot.spec.answers_to(requested):
+                    return slot
             for slot in self.slots.values():
                 if slot.answers_to(requested):
                     return slot
@@ -198,10 +207,9 @@ class ModelRegistry:
 
     # ---- leases ---------------------------------------------------------------------------------
 
-    async def acquire(self, requested: str | None, *, keep_alive: float | None = None, load: bool | None = None) -> Lease:
+    async def acquire(self, requested: str | None, *, load: bool | None = None) -> Lease:
         """A lease on the named model, ready: loaded first if it is not (unless autoload is off and
-        `load` does not ask for it). `keep_alive` (seconds) replaces the model's idle time from
-        this request on (Ollama's rule). ModelNotFound, ModelUnavailable."""
+        `load` does not ask for it). ModelNotFound, ModelUnavailable."""
         slot = self.find(requested)
         with self._lock:
             slot.leases += 1
@@ -211,21 +219,21 @@ class ModelRegistry:
         except BaseException:
             self._release(slot)
             raise
-        if keep_alive is not None:  # after the load, which starts from the model's default
-            with self._lock:
-                slot.keep_alive = keep_alive
-                slot.unload_when_idle = False
         return Lease(slot, client, client.model_info, self)
 
-    def _release(self, slot: ModelSlot) -> None:
+    def _release(self, slot: ModelSlot, keep_alive: float | None = None) -> None:
         with self._lock:
             slot.leases -= 1
             slot.last_used = time.monotonic()
+            if keep_alive is not None and self.managed:
+                slot.keep_alive = keep_alive
+                slot.unload_when_idle = False
 
     async def _ready_client(self, slot: ModelSlot, load: bool) -> EngineClient:
         """Waits out a load or a restart where the registry loads on demand; without autoload an
         engine that is not ready is refused at once with its reason (a server of one model, as
         before there were many)."""
+        deadline = time.monotonic() + LOAD_WAIT_S
         while True:
             if self._stop.is_set():
                 raise ModelUnavailable("the server is shutting down", code="engine_not_ready")
@@ -241,10 +249,12 @@ class ModelRegistry:
                     reason or f"the model {slot.name} is not loaded ({slot.error or 'autoload is off'})", code="engine_not_ready"
                 )
             if busy:
+                if time.monotonic() > deadline:
+                    raise ModelUnavailable(
+                        f"the model {slot.name} is still loading after {LOAD_WAIT_S:.0f}s", code="engine_not_ready"
+                    )
                 await asyncio.sleep(WAIT_POLL_S)
                 continue
-            if client is not None and client.state == EngineState.DEAD:
-                self._forget_client(slot, client)
             await self.load(slot.name)
             if slot.client is None:  # the load failed: the reason is in slot.error
                 raise ModelUnavailable(f"the model {slot.name} failed to load: {slot.error}")
@@ -255,6 +265,12 @@ class ModelRegistry:
     async def load(self, requested: str) -> ModelSlot:
         """Starts loading the model (making room first) and waits until it is ready or failed."""
         slot = self.find(requested)
+        if not self.managed:
+            raise ModelUnavailable(f"the model {slot.name} is served by engines this process does not load", code="not_managed")
+        client = slot.client
+        if client is not None and not slot.loading and client.state == EngineState.DEAD:
+            await asyncio.to_thread(self._forget_client, slot, client)
+        del client
         if slot.client is None:
             await self._make_room(slot)
             self.start_loading(slot)
@@ -285,6 +301,7 @@ class ModelRegistry:
         with self._load_lock:
             began = time.monotonic()
             log.info("loading model %s", slot.name)
+            client = None
             try:
                 client = self._factory(slot.spec)
                 slot.client = client
@@ -294,6 +311,8 @@ class ModelRegistry:
                 slot.error = f"{type(exc).__name__}: {exc}"
                 slot.client = None
                 log.error("model %s failed to load: %s", slot.name, slot.error)
+                if client is not None:
+                    client.shutdown(1.0)
                 return
             if self._stop.is_set():  # the server stopped while it loaded
                 client.shutdown(UNLOAD_TIMEOUT_S)
@@ -311,6 +330,12 @@ class ModelRegistry:
     async def _make_room(self, slot: ModelSlot) -> None:
         """Unloads the least recently used idle models until one more fits; waits while all are busy."""
         deadline = time.monotonic() + ROOM_WAIT_S
+        try:
+            await self._wait_for_room(slot, deadline)
+        finally:
+            self.waiting_for_room.discard(slot.name)
+
+    async def _wait_for_room(self, slot: ModelSlot, deadline: float) -> None:
         while True:
             with self._lock:
                 others = [s for s in self.slots.values() if s.client is not None and s is not slot]
@@ -322,6 +347,7 @@ class ModelRegistry:
                 log.info("unloading model %s (least recently used) to load %s", victim.name, slot.name)
                 await asyncio.to_thread(self.unload_now, victim)
                 continue
+            self.waiting_for_room.add(slot.name)
             if time.monotonic() > deadline:
                 raise ModelUnavailable(
                     f"cannot load {slot.name}: all {self.max_loaded} loaded models are busy (MINIVLLM_MODELS_MAX)"
@@ -331,6 +357,8 @@ class ModelRegistry:
     async def unload(self, requested: str) -> bool:
         """Unloads the model now if it is idle (True), else once its last request ends (False)."""
         slot = self.find(requested)
+        if not self.managed:
+            raise ModelUnavailable(f"the model {slot.name} is served by engines this process does not unload", code="not_managed")
         with self._lock:
             if slot.client is None:
                 slot.error = None
@@ -338,30 +366,33 @@ class ModelRegistry:
             if slot.in_flight or slot.status == "loading":
                 slot.unload_when_idle = True
                 return False
-        await asyncio.to_thread(self.unload_now, slot)
-        return True
+        if await asyncio.to_thread(self.unload_now, slot):
+            return True
+        with self._lock:  # a request took it in the meantime: it goes once idle
+            slot.unload_when_idle = True
+        return False
 
-    def unload_now(self, slot: ModelSlot, *, only_if_idle: bool = True) -> None:
+    def unload_now(self, slot: ModelSlot, *, only_if_idle: bool = True) -> bool:
         """Stops the model's engine and gives its memory back; not while a request holds it
-        (unless `only_if_idle` is off: its requests end with `abort`)."""
+        (unless `only_if_idle` is off: its requests end with `abort`). False where it did not."""
         with self._lock:
             client = slot.client
-            if client is None or isinstance(client, _Pending) or (only_if_idle and slot.in_flight):
-                return
+            if client is None or isinstance(client, _Pending) or slot.loading or (only_if_idle and slot.in_flight):
+                return False
             slot.client = None
             slot.unload_when_idle = False
+            slot.loaded_at = slot.load_seconds = None
         log.info("unloading model %s", slot.name)
         client.shutdown(UNLOAD_TIMEOUT_S)
-        slot.loaded_at = slot.load_seconds = None
-        self._let_go(client)
+        self._let_go(weakref.ref(client))
+        return True
 
-    def _let_go(self, client: EngineClient) -> None:
+    def _let_go(self, departed: weakref.ref) -> None:
         """The engine's memory goes back to the OS once the last reference to it is gone: a
         request that has just ended may still hold its client for a moment, so the reaper looks
-        again until it has (`_collect_departed`)."""
+        again until it has (`_collect_departed`). The callers hold only this weak reference."""
         with self._lock:
-            self._departed.append((weakref.ref(client), time.monotonic()))
-        del client
+            self._departed.append((departed, time.monotonic()))
         self._collect_departed(force=True)
 
     def _collect_departed(self, force: bool = False) -> None:
@@ -388,7 +419,7 @@ class ModelRegistry:
             slot.error = client.error or client.not_ready_reason()
             slot.client = None
         client.shutdown(1.0)
-        self._let_go(client)
+        self._let_go(weakref.ref(client))
 
     # ---- the reaper: idle models and dead engines ---------------------------------------------
 
@@ -427,6 +458,7 @@ class ModelRegistry:
                 if not (expired or slot.unload_when_idle):
                     continue
             log.info("model %s idle for %.0fs: unloading", slot.name, now - slot.last_used)
+            client = None  # this frame must not keep the engine alive past its unload
             self.unload_now(slot)
 
     def shutdown(self, timeout: float = 10.0) -> None:
@@ -456,6 +488,8 @@ class ModelRegistry:
             "loaded_at": slot.loaded_at if status == "loaded" else None,
             "load_seconds": slot.load_seconds if status == "loaded" else None,
             "default": slot.name == self.default_name,
+            "managed": self.managed,
+            "info": slot.client.model_info if status == "loaded" else None,
         }
         if status == "failed":
             entry["error"] = slot.error or (slot.client.error if slot.client is not None else None)

@@ -73,7 +73,7 @@ class EngineWorker:
         self.request_channel = wire.request_channel(model_name)
         self.purge = purge
         self.layer = layer
-        self.engine_id = engine_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.engine_id = engine_id or self.default_id()
         self.heartbeat_file = Path(heartbeat_file) if heartbeat_file else None
         self.channel: str | None = None
         self.accepted = 0
@@ -84,6 +84,11 @@ class EngineWorker:
         self._forwarders: set[asyncio.Task] = set()
         self._slot_freed = asyncio.Event()
         self._outbox = Outbox()
+
+    @staticmethod
+    def default_id() -> str:
+        """An engine's id where MINIVLLM_ENGINE_ID sets none: its host and process."""
+        return f"{socket.gethostname()}-{os.getpid()}"
 
     # ---- the whole life of the worker -----------------------------------------------------------
 

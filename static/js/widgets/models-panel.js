@@ -43,6 +43,8 @@ export class ModelsPanel {
       row.append(cell);
     });
     const actions = document.createElement("td");
+    row.append(actions);
+    if (model.managed === false) return row; // remote mode: the runengine workers hold the models
     const loaded = model.status === "loaded" || model.status === "loading";
     const button = document.createElement("button");
     button.type = "button";
@@ -52,7 +54,6 @@ export class ModelsPanel {
     button.textContent = this.pending.has(model.id) ? "…" : button.dataset.action;
     button.disabled = this.pending.has(model.id) || model.status === "loading";
     actions.append(button);
-    row.append(actions);
     return row;
   }
 

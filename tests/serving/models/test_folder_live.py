@@ -114,6 +114,19 @@ def test_keep_alive_zero_unloads_after_the_reply_and_the_memory_comes_back(serve
     assert wait_until(lambda: server.rss_bytes() <= limit, timeout=30), (server.rss_bytes() - before) / 2**20
 
 
+def test_keep_alive_on_the_openai_api(server):
+    complete(server, "gemma3")
+    bad = httpx.post(
+        f"{server.url}/v1/completions", json={"model": "gemma3", "prompt": "x", "keep_alive": 0, "n": "two"}, timeout=60
+    )
+    assert bad.status_code == 400 and statuses(server)["gemma3"] == "loaded"  # refused: its keep-alive is as it was
+    resp = httpx.post(
+        f"{server.url}/v1/completions", json={"model": "gemma3", "prompt": "x", "keep_alive": "0s", **GREEDY}, timeout=60
+    )
+    assert resp.status_code == 200
+    assert wait_until(lambda: statuses(server)["gemma3"] == "unloaded", timeout=30)
+
+
 def settled_rss(server) -> int:
     """The server's resident size once it stops moving (a KV pool's pages are backed in the background)."""
     readings = [server.rss_bytes()]

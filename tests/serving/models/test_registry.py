@@ -11,6 +11,8 @@ import pytest
 
 from inference.engine.engine import LLMEngine
 from inference.engine.engine_thread import EngineThread
+from inference.engine.errors import QueueFullError
+from inference.engine.sample.sampling_params import SamplingParams
 from inference.serving.models.catalogue import ModelSpec
 from inference.serving.models.registry import ModelNotFound, ModelRegistry, ModelUnavailable
 from tests.support.engine_fixtures import async_wait_until, tiny_engine_config
@@ -19,23 +21,28 @@ from tests.support.engine_fixtures import async_wait_until, tiny_engine_config
 class Factory:
     """Builds each model's engine over the session's tiny weights; `broken` names fail to load."""
 
-    def __init__(self, bundle, broken=()):
-        self.bundle, self.broken, self.built = bundle, set(broken), []
+    def __init__(self, bundle, broken=(), queues=None):
+        self.bundle, self.broken, self.built, self.queues = bundle, set(broken), [], queues or {}
 
     def __call__(self, spec: ModelSpec) -> EngineThread:
         self.built.append(spec.name)
         if spec.name in self.broken:
             raise OSError(f"{spec.name}.gguf ends inside its header")
-        return EngineThread(spec.config, engine_factory=lambda: LLMEngine(spec.config, bundle=self.bundle), max_restarts=0)
+        return EngineThread(
+            spec.config,
+            engine_factory=lambda: LLMEngine(spec.config, bundle=self.bundle),
+            max_restarts=0,
+            max_queue=self.queues.get(spec.name, 16),
+        )
 
 
 @pytest.fixture
 def make_registry(tiny_llama_dir, session_engine_client):
     made = []
 
-    def make(names=("a", "b", "c"), *, broken=(), **options) -> ModelRegistry:
+    def make(names=("a", "b", "c"), *, broken=(), queues=None, **options) -> ModelRegistry:
         config = tiny_engine_config(tiny_llama_dir)
-        factory = Factory(session_engine_client.engine.bundle, broken)
+        factory = Factory(session_engine_client.engine.bundle, broken, queues)
         registry = ModelRegistry([ModelSpec(name, config) for name in names], client_factory=factory, **options)
         registry.factory = factory
         made.append(registry)
@@ -50,9 +57,10 @@ def loaded(registry) -> list[str]:
     return sorted(slot.name for slot in registry.loaded())
 
 
-async def use(registry, name, **options):
-    lease = await registry.acquire(name, **options)
-    lease.release()
+async def use(registry, name, keep_alive=None):
+    """One accepted request on `name` (its keep_alive, as a request's, applied when it is done)."""
+    lease = await registry.acquire(name)
+    lease.release(keep_alive)
     return lease
 
 
@@ -83,7 +91,7 @@ async def test_a_busy_model_is_never_unloaded_to_make_room(make_registry):
     registry = make_registry(max_loaded=1)
     held = await registry.acquire("a")
     waiting = asyncio.ensure_future(registry.acquire("b"))
-    await asyncio.sleep(0.3)
+    assert await async_wait_until(lambda: "b" in registry.waiting_for_room)
     assert not waiting.done() and loaded(registry) == ["a"] and held.client.ready
     held.release()
     lease = await asyncio.wait_for(waiting, 60)
@@ -102,7 +110,8 @@ async def test_idle_models_unload_after_their_keep_alive(make_registry):
     assert loaded(registry) == ["a", "b"]
     registry.reap(now=time.monotonic() + 61)
     assert loaded(registry) == ["a"]  # the default model's keep-alive is forever
-    held = await registry.acquire("b", keep_alive=0.0)
+    held = await registry.acquire("b")
+    registry.slots["b"].keep_alive = 0.0
     registry.reap(now=time.monotonic() + 1000)
     assert loaded(registry) == ["a", "b"]  # in use: kept, whatever its keep-alive
     held.release()
@@ -171,3 +180,36 @@ async def test_a_request_naming_no_model_gets_the_default(make_registry):
         await several.acquire(None)
     await use(several, "b")
     assert (await use(several, None)).name == "b"  # none is the default: the most recently used loaded one
+
+
+async def test_each_model_has_its_own_queue_bound(make_registry):
+    registry = make_registry(queues={"a": 0})  # a takes no request at all; b its usual 16
+    full = await registry.acquire("a")
+    with pytest.raises(QueueFullError):
+        full.client.submit("full-1", [1, 2, 3], SamplingParams(max_tokens=2))
+    full.release()
+    lease = await registry.acquire("b")
+    stream = lease.client.submit("open-1", [1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True))
+    lease.release()
+    outputs = [out async for out in stream]
+    assert outputs[-1].finished and outputs[-1].finish_reason == "length"
+
+
+async def test_a_stream_outliving_its_lease_keeps_the_model_loaded(make_registry):
+    registry = make_registry()
+    lease = await registry.acquire("a")
+    stream = lease.client.submit("long-1", [1, 2, 3], SamplingParams(max_tokens=60, ignore_eos=True))
+    lease.release(keep_alive=0.0)  # the request was accepted: the model goes once it is idle
+    registry.reap()
+    assert loaded(registry) == ["a"] and registry.slots["a"].in_flight == 1
+    outputs = [out async for out in stream]
+    assert outputs[-1].finish_reason == "length" and not outputs[-1].error
+    assert await async_wait_until(lambda: (registry.reap(), loaded(registry) == [])[1])
+
+
+async def test_a_refused_request_leaves_the_keep_alive_as_it_was(make_registry):
+    registry = make_registry(keep_alive=60.0)
+    lease = await registry.acquire("a")
+    lease.release()  # no keep_alive: a refused request's is not applied (endpoint.served_model)
+    registry.reap()
+    assert loaded(registry) == ["a"] and registry.slots["a"].keep_alive == 60.0
