@@ -40,7 +40,7 @@ def web(cluster, folders):
         cluster.start_engine(name, MINIVLLM_MODEL="", MINIVLLM_MODELS_DIR=folders[name.split("-")[0]])
     url = cluster.start_web(MINIVLLM_MODEL="", MINIVLLM_MODELS_DIR=folders["both"])
     yield url
-    for name in ("first-1", "second-1", "second-2"):
+    for name in [name for name in list(cluster.engines) if name.startswith(("first-", "second-", "pair"))]:
         process = cluster.engines.pop(name)
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -101,3 +101,19 @@ def test_one_models_workers_gone_the_other_still_serves(cluster, web):
     refused = generate(web, "second")
     assert refused.status_code == 503 and "runengine" in refused.json()["error"]["message"]
     assert generate(web, "first").status_code == 200 and statuses(web)["first"] == "loaded"
+
+
+def test_one_worker_serving_both_models(cluster, web, folders):
+    """A worker started with the folder: one engine per model, loaded one after the other, each
+    with an id of its own, each taking its own model's requests."""
+    cluster.start_engine("pair", MINIVLLM_MODEL="", MINIVLLM_MODELS_DIR=folders["both"])
+    assert wait_until(lambda: statuses(web).get("second") == "loaded", timeout=180), cluster.logs()
+    cluster.engines["first-1"].send_signal(signal.SIGTERM)
+    cluster.engines["first-1"].wait(60)
+    for model in ("first", "second"):  # both now served by the pair alone
+        reply = generate(web, model)
+        assert reply.status_code == 200, reply.text
+        assert events_of(reply.iter_lines())[-1]["type"] == "done"
+    assert statuses(web) == {"first": "loaded", "second": "loaded"}
+    log = (cluster.workdir / "engine-pair.log").read_text()
+    assert "engine pair-first: loading first" in log and "engine pair-second: loading second" in log
