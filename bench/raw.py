@@ -1,6 +1,6 @@
 """The raw results beside the generated page: docs/bench/report.json (the sweep) and
 docs/bench/raw/<name>.json (Gemma 3 and the MoE against llama-server, speculative decoding, structured
-outputs, JSON endings), each written by
+outputs, JSON endings, switching between models), each written by
 the bench that measured it, in the same run as the tables made from it (bench/report.py renders
 the page from these files only). Each raw result carries its own machine block (date, CPU, flags,
 commit) and command, which its section on the page states.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-RAW_SECTIONS = ("gemma3", "moe", "speculative", "structured", "json_endings")  # in the page's order
+RAW_SECTIONS = ("gemma3", "moe", "speculative", "structured", "json_endings", "models")  # in the page's order
 
 
 def raw_path(docs_dir: str, name: str) -> str:

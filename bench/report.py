@@ -74,6 +74,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="do not measure speculative decoding against speculation off and llama-server's n-gram modes (bench/speculative.py)",
     )
     p.add_argument(
+        "--skip-models",
+        action="store_true",
+        help="do not measure switching between a folder's models against llama-server's router (bench/models_switch.py)",
+    )
+    p.add_argument(
         "--skip-structured",
         action="store_true",
         help="do not measure a JSON schema's cost and JSON endings (bench/structured.py, bench/json_endings.py)",
@@ -225,6 +230,10 @@ def main(argv=None) -> dict:
 
         models = ["embedded", "qwen"] if args.quick or args.skip_large else ["embedded", "qwen", "large"]
         raw["speculative"] = spec_bench.run(tokenizer, models=models, rounds=1, results_dir=args.results_dir)
+    if not args.skip_peer and not args.skip_models and not args.base_url:
+        from . import models_switch
+
+        raw["models"] = models_switch.run(rounds=1, results_dir=args.results_dir)
     if not args.skip_structured and not args.base_url:
         from . import json_endings, structured
 

@@ -215,7 +215,17 @@ def busy_warning(machine: dict) -> list[str]:
     return [note, ""]
 
 
-RAW_RENDERERS = {"structured": structured_section, "json_endings": json_endings_section}  # after the sweep's sections
+def models_section(result: dict) -> list[str]:
+    from .models_switch import render
+
+    return render(result)
+
+
+RAW_RENDERERS = {  # after the sweep's sections
+    "structured": structured_section,
+    "json_endings": json_endings_section,
+    "models": models_section,
+}
 
 
 def render(report: dict, raw: dict[str, dict] | None = None) -> str:

@@ -2,8 +2,10 @@
 embedded SmolLM2 by default) and every model in MINIVLLM_MODELS_DIR.
 
 A folder's models are the GGUF files directly in it (the id is the file name without `.gguf`; the
-parts of a split GGUF, `<name>-00001-of-00003.gguf`, are one model named `<name>`) and the
-transformers folders directly in it (a `config.json` inside; the id is the folder's name). Each
+parts of a split GGUF, `<name>-00001-of-00003.gguf`, are one model named `<name>`), the
+transformers folders directly in it (a `config.json` inside; the id is the folder's name), and, as
+llama-server's router lays them out, folders holding one model's GGUF (a split one's parts, or the
+model beside its `mmproj` projector; the id is the folder's name). Each
 model runs with the server's engine settings, its own weights."""
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def folder_models(folder: str) -> dict[str, str]:
         if entry.is_dir():
             if os.path.isfile(os.path.join(entry.path, "config.json")):
                 found.setdefault(entry.name, entry.path)
+            elif (inside := _gguf_in_folder(entry.path)) is not None:
+                found.setdefault(entry.name, inside)
         elif entry.name.endswith(".gguf"):
             split = SPLIT_PART.match(entry.name)
             if split is None:
@@ -55,6 +59,17 @@ def folder_models(folder: str) -> dict[str, str]:
             elif int(split["part"]) == 1:
                 found.setdefault(split["name"], entry.path)
     return found
+
+
+def _gguf_in_folder(folder: str) -> str | None:
+    """llama-server's layout for a model of several files: a folder holding its GGUF (a split one's
+    first part; a vision projector, `mmproj*`, beside it is not the model). None: no single model."""
+    try:
+        names = sorted(name for name in os.listdir(folder) if name.endswith(".gguf") and not name.startswith(("mmproj", ".")))
+    except OSError:
+        return None
+    firsts = [name for name in names if (split := SPLIT_PART.match(name)) is None or int(split["part"]) == 1]
+    return os.path.join(folder, firsts[0]) if len(firsts) == 1 else None
 
 
 def start_model_name(config: EngineConfig, served_name: str | None) -> str:

@@ -16,12 +16,20 @@ def test_gguf_files_folders_and_split_parts(tmp_path):
         (tmp_path / f"big-model-0000{part}-of-00003.gguf").write_bytes(b"x")
     (tmp_path / "llama-hf").mkdir()
     (tmp_path / "llama-hf" / "config.json").write_text("{}")
-    (tmp_path / "notes").mkdir()  # no config.json: not a model
+    (tmp_path / "notes").mkdir()  # no config.json, no GGUF: not a model
+    (tmp_path / "kimi").mkdir()  # llama-server's layout: a split model's parts in a folder of its own
+    for part in (2, 1):
+        (tmp_path / "kimi" / f"kimi-IQ1_S-0000{part}-of-00002.gguf").write_bytes(b"x")
+    (tmp_path / "gemma-vision").mkdir()  # a model beside its vision projector
+    (tmp_path / "gemma-vision" / "gemma-3-4b-it-Q8_0.gguf").write_bytes(b"x")
+    (tmp_path / "gemma-vision" / "mmproj-F16.gguf").write_bytes(b"x")
     (tmp_path / "README.md").write_text("not a model")
     (tmp_path / ".hidden.gguf").write_bytes(b"x")
     found = folder_models(str(tmp_path))
-    assert list(found) == ["big-model", "llama-hf", "qwen-coder"]
+    assert list(found) == ["big-model", "gemma-vision", "kimi", "llama-hf", "qwen-coder"]
     assert found["big-model"].endswith("big-model-00001-of-00003.gguf")
+    assert found["kimi"].endswith("kimi/kimi-IQ1_S-00001-of-00002.gguf")
+    assert found["gemma-vision"].endswith("gemma-vision/gemma-3-4b-it-Q8_0.gguf")
 
 
 def test_an_unreadable_folder_says_so(tmp_path):
