@@ -19,7 +19,7 @@ import time
 from django.conf import settings
 
 from .engine_client import EngineClient
-from .models.catalogue import ModelSpec, folder_only, served_specs
+from .models.catalogue import ModelSpec, folder_only, served_specs, start_model_name
 from .models.keep_alive import FOREVER
 from .models.registry import ModelRegistry
 
@@ -98,12 +98,6 @@ def _engine_thread_factory(max_queue: int):
     return build
 
 
-def _remote_name(config) -> str:
-    from .models.catalogue import start_model_name
-
-    return start_model_name(config, None)
-
-
 def _start_remote(spec: ModelSpec, max_queue: int):
     """A model's client when `runengine` workers serve it: its tokenizer here, its engines there."""
     from .remote.client import RemoteEngine
@@ -126,7 +120,7 @@ def install(models: ModelRegistry | EngineClient | None) -> ModelRegistry | None
     global _models
     if models is not None and not isinstance(models, ModelRegistry):
         info = models.model_info
-        name = served_model_name(info) or (info.model_name if info else None) or _remote_name(models.config)
+        name = served_model_name(info) or (info.model_name if info else None) or start_model_name(models.config, None)
         models = ModelRegistry.of_client(models, name, frozenset({models.config.model} - {None}))
     with _lock:
         previous, _models = _models, models

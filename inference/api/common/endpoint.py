@@ -95,13 +95,8 @@ async def served_model(requested: str | None, *, keep_alive: float | None = None
     server stopping). A stream started inside keeps the model busy after the block ends.
     `keep_alive` becomes the model's once the block ends without an error (a refused request
     changes nothing)."""
-    models = runtime.get_models()
-    if models is None:
-        raise ApiError(
-            503, "the engine is not ready: the engine has not been started", code="engine_not_ready", headers={"Retry-After": "5"}
-        )
     try:
-        lease = await models.acquire(requested)
+        lease = await model_registry().acquire(requested)
     except ModelNotFound:
         if requested:
             raise model_not_found(requested) from None
@@ -115,6 +110,16 @@ async def served_model(requested: str | None, *, keep_alive: float | None = None
         lease.release()  # a refused request leaves the model's keep-alive as it was
         raise
     lease.release(keep_alive)
+
+
+def model_registry():
+    """The process's model registry; 503 before the engine has been started."""
+    models = runtime.get_models()
+    if models is None:
+        raise ApiError(
+            503, "the engine is not ready: the engine has not been started", code="engine_not_ready", headers={"Retry-After": "5"}
+        )
+    return models
 
 
 def served_for(body: dict):

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from django.http import JsonResponse
 
-from ...serving import runtime
 from ...serving.models.registry import ModelNotFound, ModelUnavailable
-from ..common.endpoint import api_endpoint, model_not_found
+from ..common.endpoint import api_endpoint, model_not_found, model_registry
 from ..common.errors import ApiError, bad_request
 from ..common.request_body import parse_json_body
 from ..openai.views import listed_models
@@ -29,20 +28,11 @@ def _model(request) -> str:
     return name
 
 
-def _registry():
-    models = runtime.get_models()
-    if models is None:
-        raise ApiError(
-            503, "the engine is not ready: the engine has not been started", code="engine_not_ready", headers={"Retry-After": "5"}
-        )
-    return models
-
-
 @api_endpoint("POST")
 async def load(request):
     name = _model(request)
     try:
-        slot = await _registry().load(name)
+        slot = await model_registry().load(name)
     except ModelNotFound:
         raise model_not_found(name) from None
     except ModelUnavailable as exc:
@@ -58,7 +48,7 @@ async def load(request):
 async def unload(request):
     name = _model(request)
     try:
-        await _registry().unload(name)
+        await model_registry().unload(name)
     except ModelNotFound:
         raise model_not_found(name) from None
     except ModelUnavailable as exc:  # remote mode: the runengine workers hold the models

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...serving.generation_input import GenerationInput
-from ...serving.models.keep_alive import parse_keep_alive
 from ..common.errors import bad_request
 from ..common.sampling_fields import check_unknown_fields
 from ..common.tool_parsers import ToolParser
@@ -103,14 +102,6 @@ def model_name(value):
     return value.removesuffix(":latest") if isinstance(value, str) else value
 
 
-def keep_alive_seconds(value: Any) -> float | None:
-    """Ollama's keep_alive in seconds (serving/models/keep_alive.py); a 400 naming the field."""
-    try:
-        return parse_keep_alive(value)
-    except ValueError as exc:
-        raise bad_request(str(exc), param="keep_alive") from None
-
-
 def _options(body: dict) -> dict:
     """The request's `options` as OpenAI body fields."""
     options = body.get("options")
@@ -155,7 +146,6 @@ def _think(body: dict) -> dict:
 
 
 def _common(body: dict) -> dict:
-    keep_alive_seconds(body.get("keep_alive"))
     stream = body.get("stream", True)
     if not isinstance(stream, bool):
         raise bad_request("stream must be a boolean", param="stream")

@@ -21,7 +21,7 @@ from ...serving import runtime
 from ...serving.generation_input import GenerationInput
 from ...serving.models.registry import ModelNotFound, ModelUnavailable
 from ..common.chat_template import render_request
-from ..common.endpoint import Served, api_endpoint, model_not_found, new_id, serve, served_model
+from ..common.endpoint import Served, api_endpoint, model_not_found, new_id, requested_keep_alive, serve, served_model
 from ..common.errors import ApiError, bad_request
 from ..common.reasoning_parsers import plan_reasoning, reasoning_parser_for
 from ..common.request_body import parse_json_body
@@ -30,7 +30,7 @@ from ..common.tool_calls import active_tools
 from ..llama.fim import fim_ids
 from ..openai.embeddings import embed, embedding_inputs
 from .format import OllamaReply, created_at, error_response, ndjson_response
-from .request import EMBED_FIELDS, keep_alive_seconds, model_name, parse_chat_request, parse_generate_request
+from .request import EMBED_FIELDS, model_name, parse_chat_request, parse_generate_request
 
 VERSION = "0.12.0"  # the Ollama API version whose shapes these follow (clients gate features on it)
 
@@ -58,7 +58,7 @@ def _served(body: dict, name_field: str = "model"):
     requested = model_name(body.get(name_field))
     if requested is not None and not isinstance(requested, str):
         raise bad_request(f"{name_field} must be a string", param=name_field)
-    return served_model(requested or None, keep_alive=keep_alive_seconds(body.get("keep_alive")))
+    return served_model(requested or None, keep_alive=requested_keep_alive(body))
 
 
 @api_endpoint("POST", errors=error_response)
@@ -82,7 +82,7 @@ async def _load_or_unload(body: dict) -> JsonResponse:
     """A chat or generate with nothing to answer: loads the model, or unloads it where keep_alive is 0."""
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise bad_request("model is required", param="model")
-    keep_alive = keep_alive_seconds(body.get("keep_alive"))
+    keep_alive = requested_keep_alive(body)
     models = runtime.get_models()
     if keep_alive == 0 and models is not None:
         try:

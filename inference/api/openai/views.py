@@ -12,8 +12,7 @@ from ...serving import runtime
 from ...serving.generation_input import GenerationInput
 from ...serving.models.registry import ModelNotFound
 from ..common.chat_template import render_request
-from ..common.endpoint import Served, api_endpoint, model_not_found, new_id, serve, served_for
-from ..common.errors import ApiError
+from ..common.endpoint import Served, api_endpoint, model_not_found, model_registry, new_id, serve, served_for
 from ..common.reasoning_parsers import plan_reasoning
 from ..common.request_body import parse_json_body
 from ..common.tool_calls import active_tools
@@ -91,11 +90,7 @@ def model_entry(entry: dict) -> dict:
 
 
 def listed_models() -> list[dict]:
-    models = runtime.get_models()
-    if models is None:
-        raise ApiError(
-            503, "the engine is not ready: the engine has not been started", code="engine_not_ready", headers={"Retry-After": "5"}
-        )
+    model_registry()  # 503 before the engine has been started
     return [model_entry(entry) for entry in runtime.models_described()]
 
 

@@ -207,15 +207,15 @@ class ModelRegistry:
 
     # ---- leases ---------------------------------------------------------------------------------
 
-    async def acquire(self, requested: str | None, *, load: bool | None = None) -> Lease:
-        """A lease on the named model, ready: loaded first if it is not (unless autoload is off and
-        `load` does not ask for it). ModelNotFound, ModelUnavailable."""
+    async def acquire(self, requested: str | None) -> Lease:
+        """A lease on the named model, ready: loaded first if it is not (unless autoload is off).
+        ModelNotFound, ModelUnavailable."""
         slot = self.find(requested)
         with self._lock:
             slot.leases += 1
             slot.last_used = time.monotonic()
         try:
-            client = await self._ready_client(slot, self.autoload if load is None else load)
+            client = await self._ready_client(slot, self.autoload)
         except BaseException:
             self._release(slot)
             raise
@@ -377,7 +377,7 @@ class ModelRegistry:
         (unless `only_if_idle` is off: its requests end with `abort`). False where it did not."""
         with self._lock:
             client = slot.client
-            if client is None or isinstance(client, _Pending) or slot.loading or (only_if_idle and slot.in_flight):
+            if client is None or slot.loading or (only_if_idle and slot.in_flight):
                 return False
             slot.client = None
             slot.unload_when_idle = False
@@ -442,7 +442,7 @@ class ModelRegistry:
         self._collect_departed()
         for slot in list(self.slots.values()):
             client = slot.client
-            if client is None or isinstance(client, _Pending) or slot.loading:
+            if client is None or slot.loading:
                 continue
             if client.state == EngineState.DEAD:
                 log.error("model %s: its engine died (%s)", slot.name, client.error)
