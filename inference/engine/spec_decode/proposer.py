@@ -23,6 +23,7 @@ constants tuned on one machine:
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from .ngram_index import NgramIndex
@@ -33,6 +34,7 @@ PRIOR_ACCEPTANCE = 0.5  # a new sequence's estimate before its first verificatio
 ACCEPTANCE_RATE = 0.15  # weight of each verified position in the running estimate
 COST_RATE = 0.2  # weight of each step's time in the per-bucket averages
 SAMPLES_BEFORE_TRUSTED = 4  # steps each arm of a bucket needs before its cost is used
+OUTLIER_FACTOR = 2.0  # a step counts for at most this many times its arm's average
 REFRESH_EVERY = 256  # a bucket's steps between re-measurements of the arm it does not use
 PREDICTION_SLACK = 256  # prediction tokens kept beyond twice max_tokens
 BACKOFF_MIN, BACKOFF_MAX = 8, 256  # tokens a sequence writes before a probing guess, doubling
@@ -58,17 +60,28 @@ class SequenceSpeculation:
 
 @dataclass
 class _Arm:
-    """Running averages of one kind of decode-only step in one bucket."""
+    """Running averages of one kind of decode-only step in one bucket, robust to a stalled step
+    (a cold shape's first run, a page fault, another process taking the core): the first
+    SAMPLES_BEFORE_TRUSTED steps give their median, and afterwards a step counts for at most
+    OUTLIER_FACTOR times the average. A plain mean let one 200 ms step among 10 ms ones price
+    a draft row above every sequence's hit rate, switching speculation off until the next
+    refresh, hundreds of steps later."""
 
     seconds: float = 0.0
     draft_rows: float = 0.0
     samples: int = 0
+    first: list = field(default_factory=list)  # (seconds, draft rows) of the first steps
 
     def add(self, seconds: float, draft_rows: int) -> None:
-        rate = 1.0 if self.samples == 0 else COST_RATE
-        self.seconds += rate * (seconds - self.seconds)
-        self.draft_rows += rate * (draft_rows - self.draft_rows)
         self.samples += 1
+        if self.samples <= SAMPLES_BEFORE_TRUSTED:
+            self.first.append((seconds, draft_rows))
+            self.seconds = statistics.median(s for s, _ in self.first)
+            self.draft_rows = statistics.median(r for _, r in self.first)
+            return
+        seconds = min(seconds, OUTLIER_FACTOR * self.seconds)
+        self.seconds += COST_RATE * (seconds - self.seconds)
+        self.draft_rows += COST_RATE * (draft_rows - self.draft_rows)
 
 
 @dataclass
@@ -89,12 +102,13 @@ class _Bucket:
     def probe(self) -> str | None:
         """Which arm this step must measure: each until it has its samples (a bounded number of
         tries: steps that also prefill do not count, and a busy server may have few others), then
-        each now and then."""
+        each now and then. A drafted probe is tried (`tried`) only where some sequence had a
+        guess: replies with nothing to look up must not use the tries up, or the bucket would
+        never price a draft row and never guess again, a prediction included."""
         self.steps += 1
         for name, arm in (("plain", self.plain), ("drafted", self.drafted)):
             first = arm.samples < SAMPLES_BEFORE_TRUSTED and self.probes[name] < 4 * SAMPLES_BEFORE_TRUSTED
             if first and self.steps % 2 == (name == "plain"):
-                self.probes[name] += 1
                 return name
         if self.steps % REFRESH_EVERY == 0:
             return "plain"
@@ -150,6 +164,8 @@ class Speculator:
         if probe != "plain" and threshold < 1.0:
             for seq in decoding:
                 drafted |= self._propose_one(seq, threshold, max_model_len)
+        if probe == "plain" or (probe == "drafted" and drafted):
+            bucket.probes[probe] += 1
         self._step_kind = (bucket_id, drafted)
 
     def _propose_one(self, seq, threshold: float, max_model_len: int) -> bool:

@@ -65,6 +65,42 @@ def test_at_one_stream_a_cheap_row_keeps_guessing():
     assert len(seq.draft) == 7  # 0.5^7 > 0.005 > 0.5^8
 
 
+def test_one_stalled_step_does_not_switch_guessing_off():
+    """A cold shape's first run (or a page fault, another process on the core) can take twenty
+    steps' time once: the cost estimate must not price a draft row off for hundreds of steps."""
+    speculator = Speculator("auto", max_tokens=8)
+    seq = decoding(REPEATING)
+    speculator.attach(seq, None)
+    stalls = iter([False, True] + [False] * 4 * SAMPLES_BEFORE_TRUSTED)  # the first drafted step stalls
+
+    def step_time(rows):
+        return (0.200 if next(stalls) else 0.010) + 0.0005 * rows
+
+    measured(speculator, [seq], step_time)
+    bucket = speculator.buckets[1]
+    assert bucket.drafted.seconds < 0.020 and bucket.threshold(1) < 0.2
+    speculator.propose([seq], max_model_len=4096)
+    assert seq.draft  # still guessing
+    bucket.drafted.add(1.0, 8)  # a later stall moves the estimate by at most OUTLIER_FACTOR's share
+    assert bucket.drafted.seconds < 0.015
+
+
+def test_replies_with_nothing_to_guess_leave_the_drafted_probe_open():
+    """Steps where no sequence has a guess measure nothing about a draft row: after many of them
+    a sequence that can guess (here from its prediction) still gets to, and the row is priced."""
+    speculator = Speculator("auto", max_tokens=8)
+    plain = decoding(list(range(100, 140)))  # nothing repeats: no n-gram to look up
+    speculator.attach(plain, None)
+    measured(speculator, [plain], lambda rows: 0.010 + 0.0005 * rows)
+    measured(speculator, [plain], lambda rows: 0.010 + 0.0005 * rows)
+    assert speculator.buckets[1].drafted.samples == 0
+    predicted = decoding([1, 2, 3])
+    speculator.attach(predicted, [1, 4, 5, 6, 7, 8, 9, 10])  # the reply so far ([1]) follows it
+    measured(speculator, [predicted], lambda rows: 0.010 + 0.0005 * rows)
+    assert speculator.buckets[1].drafted.samples >= SAMPLES_BEFORE_TRUSTED
+    assert predicted.spec.draft_from_prediction and predicted.spec.draft[:2] == [4, 5]  # and it guesses on
+
+
 def test_a_compute_bound_batch_stops_guessing():
     speculator = Speculator("auto", max_tokens=8)
     seqs = [decoding(REPEATING) for _ in range(32)]
