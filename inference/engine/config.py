@@ -38,6 +38,9 @@ class EngineConfig:
     block_size: int = _knob(16, "MINIVLLM_BLOCK_SIZE", env_int)
     # KV pool size on CPU; None: planned from available memory (kv_cache/memory_plan.py)
     kv_cache_mb: int | None = _knob(None, "MINIVLLM_KV_CACHE_MB", env_int)
+    # CPU: this engine's share of the planned KV budget where several models share the process
+    # (serving/models/memory_budget.py sets it; 1.0 alone); one full context is kept regardless
+    kv_share: float = 1.0
     # CUDA: this engine's share of the GPU's total memory, weights and KV pool together (kv_cache/memory_plan.py)
     gpu_memory_utilization: float = _knob(0.9, "MINIVLLM_GPU_MEMORY_UTILIZATION", env_float)
     # batch slots; None: DEFAULT_SLOTS_CPU on CPU, DEFAULT_SLOTS_CUDA on CUDA (slots_for)
@@ -88,6 +91,8 @@ class EngineConfig:
         for name in ("block_size", "kv_cache_mb", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if not 0.0 < self.kv_share <= 1.0:
+            raise ValueError("kv_share must be in (0, 1]")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError("gpu_memory_utilization must be in (0, 1]")
 
@@ -118,4 +123,4 @@ class EngineConfig:
     def from_env(cls, environ: dict | None = None) -> EngineConfig:
         """Every MINIVLLM_* engine knob, read by the site's one parser (env.py); unset or empty: the default."""
         env = os.environ if environ is None else environ
-        return cls(**{f.name: f.metadata["read"](f.metadata["env"], f.default, env) for f in fields(cls)})
+        return cls(**{f.name: f.metadata["read"](f.metadata["env"], f.default, env) for f in fields(cls) if "env" in f.metadata})

@@ -60,12 +60,15 @@ def plan_num_blocks(
     max_num_seqs: int = 0,
     engine_bytes: int = 0,
     reserved_bytes: int = 0,
+    share: float = 1.0,
 ) -> int:
     """How many blocks fit: MINIVLLM_KV_CACHE_MB on CPU, else planned from available memory (see
     above, never fewer than one `max_model_len` request where memory allows); on CUDA, what is left
     of the engine's share of the GPU (`gpu_budget`); never more than `max_num_seqs` full contexts
     use, nor more than exists. The engine lowers max_model_len to what the pool holds.
-    `reserved_bytes`: what is sized apart (the sliding-window layers' pool, a hybrid's state slots), taken first."""
+    `reserved_bytes`: what is sized apart (the sliding-window layers' pool, a hybrid's state slots), taken first.
+    `share`: this engine's part of the planned budget where several models share the process (the
+    full-context floor stays whole)."""
     per_block = bytes_per_block(kv_shape, block_size, dtype)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
@@ -75,7 +78,8 @@ def plan_num_blocks(
         if kv_cache_mb is None:
             full_context = -(-max_model_len // block_size) * per_block
             cap = min(KV_CAP_MB * MB, KV_CAP_TOKENS // block_size * per_block + reserved_bytes)
-            kv_cache_mb = max(min(int(available * KV_MEMORY_FRACTION), cap), full_context + reserved_bytes) // MB + 1
+            planned = int(min(int(available * KV_MEMORY_FRACTION), cap) * share)
+            kv_cache_mb = max(planned, full_context + reserved_bytes) // MB + 1
         budget = min(kv_cache_mb * MB, int(available * KV_CEILING_FRACTION))
     num_blocks = (budget - reserved_bytes) // per_block
     if num_blocks < 1:
@@ -146,4 +150,5 @@ def plan_kv_blocks(config, bundle, kv_dtype, num_slots: int, engine_bytes: int =
         num_slots,
         engine_bytes,
         reserved_bytes=reserved,
+        share=config.kv_share,
     )

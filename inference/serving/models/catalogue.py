@@ -19,6 +19,7 @@ from django.conf import settings
 
 from ...engine.config import EngineConfig
 from ...engine.loader import ModelLoadError, resolve_source
+from . import memory_budget
 
 SPLIT_PART = re.compile(r"^(?P<name>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})\.gguf$")
 
@@ -100,14 +101,17 @@ def build_catalogue(config: EngineConfig, *, served_name: str | None, models_dir
 
 def served_specs(config: EngineConfig) -> list[ModelSpec]:
     """The catalogue this process's settings describe: the start model (MINIVLLM_MODEL, the embedded
-    one when unset) and MINIVLLM_MODELS_DIR's models; with only the folder set, the folder's alone.
+    one when unset) and MINIVLLM_MODELS_DIR's models; with only the folder set, the folder's alone;
+    each with its share of the KV budget (memory_budget.shared).
     The web processes and the `runengine` workers read the same settings, so they agree on each id."""
     if folder_only():  # the folder's models alone, every one of them (none is skipped as the start model)
-        return [
+        specs = [
             ModelSpec(name, dataclasses.replace(config, model=path), frozenset({path}))
             for name, path in folder_models(os.path.expanduser(settings.MINIVLLM_MODELS_DIR)).items()
         ]
-    return build_catalogue(config, served_name=settings.MINIVLLM_SERVED_MODEL_NAME, models_dir=settings.MINIVLLM_MODELS_DIR)
+    else:
+        specs = build_catalogue(config, served_name=settings.MINIVLLM_SERVED_MODEL_NAME, models_dir=settings.MINIVLLM_MODELS_DIR)
+    return memory_budget.shared(specs, settings.MINIVLLM_MODELS_MAX)
 
 
 def folder_only() -> bool:

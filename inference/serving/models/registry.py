@@ -6,7 +6,8 @@ loads it if needed and waits until it is ready; the lease ends once the request'
 submitted, and from then on the engine's own in-flight count keeps the model busy. A busy model is
 never unloaded: not to make room (the least recently used idle one goes, and a load waits while
 every loaded model is busy), not when idle too long, not when asked to (it goes when its last
-request ends). Loads run one at a time (two would only share the cores). An unload drops every
+request ends). A model that would not fit in the memory available has idle ones unloaded first
+(memory_budget.py, which also splits the KV budget among the models). Loads run one at a time (two would only share the cores). An unload drops every
 reference to the engine and hands the freed pages back to the OS once the last one is gone (a
 request that has just ended may hold its client a moment longer: the reaper looks again).
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from ...engine.engine_state import EngineState, ModelInfo
 from ...engine.loader import return_freed_memory
 from ..engine_client import EngineClient
+from . import memory_budget
 from .catalogue import ModelSpec
 
 log = logging.getLogger("inference.serving.models")
@@ -130,6 +132,7 @@ class ModelRegistry:
         default_name: str | None = None,
         default_keep_alive: float | None = None,
         autoload: bool = True,
+        fits: Callable[[ModelSpec], bool] = memory_budget.fits,
     ):
         """`default_name`: the model a request naming none gets (the one the server starts with);
         it idles for `default_keep_alive` (None: `keep_alive`), the others for `keep_alive`."""
@@ -141,6 +144,7 @@ class ModelRegistry:
         self.autoload = autoload
         self.managed = True  # False: the clients come from elsewhere (remote mode, tests); nothing loads or unloads here
         self._factory = client_factory
+        self._fits = fits  # whether a model fits in the memory available now (memory_budget.fits)
         self._lock = threading.RLock()
         self._load_lock = threading.Lock()  # one load at a time: its memory is the process's growth
         self._stop = threading.Event()
@@ -339,12 +343,16 @@ class ModelRegistry:
         while True:
             with self._lock:
                 others = [s for s in self.slots.values() if s.client is not None and s is not slot]
-                if len(others) < self.max_loaded:
-                    return
                 idle = [s for s in others if s.in_flight == 0 and s.status in ("loaded", "failed")]
                 victim = min(idle, key=lambda s: s.last_used, default=None)
+                if len(others) < self.max_loaded:
+                    if victim is None or self._fits(slot.spec):
+                        return  # (a model that does not fit with only busy ones loaded loads anyway: none can go)
+                    why = "memory"
+                else:
+                    why = "MINIVLLM_MODELS_MAX"
             if victim is not None:
-                log.info("unloading model %s (least recently used) to load %s", victim.name, slot.name)
+                log.info("unloading model %s (least recently used; %s) to load %s", victim.name, why, slot.name)
                 await asyncio.to_thread(self.unload_now, victim)
                 continue
             self.waiting_for_room.add(slot.name)

@@ -213,3 +213,23 @@ async def test_a_refused_request_leaves_the_keep_alive_as_it_was(make_registry):
     lease.release()  # no keep_alive: a refused request's is not applied (endpoint.served_model)
     registry.reap()
     assert loaded(registry) == ["a"] and registry.slots["a"].keep_alive == 60.0
+
+
+async def test_a_model_that_does_not_fit_in_memory_unloads_idle_ones_first(make_registry):
+    """memory_budget.fits says whether a model fits in the memory available now; here a machine
+    where "c" fits only alone (filling the real machine's memory is not a test one can run)."""
+    registry = make_registry(max_loaded=3, fits=lambda spec: spec.name != "c" or not registry.loaded())
+    await use(registry, "a")
+    await use(registry, "b")
+    assert loaded(registry) == ["a", "b"]  # under MODELS_MAX and fitting: both stay
+    await use(registry, "c")
+    assert loaded(registry) == ["c"]  # both idle ones went for it
+    held = await registry.acquire("a")
+    await use(registry, "c")  # loaded already: nothing to make room for
+    held.release()
+    await registry.unload("c")
+    held = await registry.acquire("a")
+    lease = await asyncio.wait_for(registry.acquire("c"), 60)  # a busy model never goes: c loads beside it
+    lease.release()
+    held.release()
+    assert loaded(registry) == ["a", "c"]
