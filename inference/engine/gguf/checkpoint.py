@@ -36,7 +36,7 @@ from .config import fast_gguf_config
 log = logging.getLogger("minivllm.engine")
 
 CACHE_ROOT = cache_home() / "gguf"
-INDEX_VERSION = 2  # 2: config.json holds every field, defaults included (SavedConfig)
+INDEX_VERSION = 3  # 2: config.json holds every field, defaults included (SavedConfig); 3: and gguf_pooling_type
 MADV_POPULATE_READ = 22  # linux/mman.h; Python's mmap module does not name it
 GROUPED_TYPES = ("q4_0", "q4_1", "q8_0")  # blocks of 32 weights our grouped kernel takes as they are
 
@@ -76,10 +76,12 @@ class GGUFCheckpoint:
                 log.warning("GGUF cache %s unreadable (%s): reading the file again", cache, error)
         from transformers import AutoConfig
 
-        tensors, architecture = _parse_index(path)  # first: a truncated file fails here, in a fraction of a second
+        pooling = []
+        tensors, architecture = _parse_index(path, pooling)  # first: a truncated file fails here, in a fraction of a second
         folder, name = os.path.split(os.path.abspath(path))
         with fast_gguf_config(architecture):  # not gguf-py's ~10 s parse of the whole file
             parsed = AutoConfig.from_pretrained(folder, gguf_file=name)
+        parsed.gguf_pooling_type = pooling[0] if pooling else None  # cached with the config: layers/pooling.py reads it
         hf_config = SavedConfig(**json.loads(parsed.to_json_string(use_diff=False)))  # what later starts read back
         tokenizer = _BACKGROUND.submit(_parse_tokenizer, path, cache, architecture, parsed, tensors)  # beside the packing
         return cls(path, hf_config, tokenizer, tensors, cache)
@@ -163,10 +165,11 @@ def cache_dir(path: str) -> Path:
     return CACHE_ROOT / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
-def _parse_index(path: str) -> tuple[dict[str, TensorEntry], str | None]:
+def _parse_index(path: str, pooling: list | None = None) -> tuple[dict[str, TensorEntry], str | None]:
     """Every tensor's type, shape, offset and size, and the file's architecture, read from the file's header alone: gguf's
     GGUFReader builds a numpy view per metadata item, ~8 s for a 151,936-token vocabulary; this
-    skips the metadata values it does not need (well under a second)."""
+    skips the metadata values it does not need (well under a second). `pooling`: given a list, the
+    `<arch>.pooling_type` value is appended to it where the file has one (an embedding model's)."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     with open(path, "rb") as file:
@@ -185,6 +188,8 @@ def _parse_index(path: str) -> tuple[dict[str, TensorEntry], str | None]:
                 (alignment,) = struct.unpack_from("<I", blob, pos + 4)
             elif key == "general.architecture" and kind == 8:
                 architecture = _string(blob, pos + 4)[0]
+            elif pooling is not None and key.endswith(".pooling_type") and kind in (4, 5):
+                pooling.append(struct.unpack_from("<I" if kind == 4 else "<i", blob, pos + 4)[0])
             pos = _skip_value(blob, pos + 4, kind)
         raw_entries = []
         for _ in range(tensor_count):

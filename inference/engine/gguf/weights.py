@@ -58,14 +58,6 @@ def build(
     with WithoutWeightInit():  # allocated, never written: untouched pages cost no memory, and each is replaced below
         model = model_class(hf_config, max_positions=max_model_len)
     linears, floats = model.gguf_layout()
-    grouped = any(
-        checkpoint.tensors[name].type in GROUPED_TYPES
-        for path, parts in linears.items()
-        if path.endswith(".weight")
-        for name, _ in parts
-    )
-    if grouped:  # read whole below, as GroupLinears
-        checkpoint.populate()
     kernels_used: Counter = Counter()
     specs: list = []  # the block and float weights, packed together below
     plans = {}
@@ -76,7 +68,7 @@ def build(
             plans[path.removesuffix(".weight")] = (_plan(checkpoint, parts, kernels_used, specs), bias)
     expert_layout = model.gguf_expert_layout() if hasattr(model, "gguf_expert_layout") else {}
     expert_plans = {path: _expert_plan(checkpoint, names, kernels_used, specs) for path, names in expert_layout.items()}
-    packed = _packed(checkpoint, specs, populated=grouped, keep=keep_packed)
+    packed = _packed(checkpoint, specs, keep=keep_packed)
     for path, (runs, bias) in plans.items():
         _set(model, path, _linear(runs, packed, bias))
     for path, plan in expert_plans.items():
@@ -104,14 +96,14 @@ def file_embeddings(model) -> dict[str, str]:
 
 
 def _plan(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], kernels_used: Counter, specs: list) -> list:
-    """A linear's runs of neighbouring tensors of one type (each packed as one weight): a GroupLinear
-    built now (Q4_0 / Q4_1 / Q8_0; all of them one GroupLinear), or where its packed weight will be in
-    `specs` (appended here) with the linear's class and shape."""
+    """A linear's runs of neighbouring tensors of one type (each packed as one weight; Q4_0 / Q4_1 /
+    Q8_0 parts all one GroupLinear): where its packed weight will be in `specs` (appended here),
+    with the linear's class and shape."""
     types = [checkpoint.tensors[name].type for name, _ in parts]
     for kind in types:
         kernels_used[f"{kind} {KERNELS[kind]}"] += 1
     if all(kind in GROUPED_TYPES for kind in types):
-        return [_group_linear(checkpoint, parts, None)]
+        return [_group_plan(checkpoint, parts, specs)]
     runs: list[list[tuple[str, int | None]]] = []
     for part, kind in zip(parts, types):
         if runs and checkpoint.tensors[runs[-1][0][0]].type == kind:
@@ -124,7 +116,7 @@ def _plan(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], kerne
 def _run_plan(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]], specs: list):
     kind = checkpoint.tensors[run[0][0]].type
     if kind in GROUPED_TYPES:
-        return _group_linear(checkpoint, run, None)
+        return _group_plan(checkpoint, run, specs)
     orders, first = [], 0  # each part's rows in our order, as indices into the run's rows
     for name, heads in run:
         rows = checkpoint.tensors[name].shape[0]
@@ -136,9 +128,9 @@ def _run_plan(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]], spe
     return (FloatLinear if kind in FLOAT_TYPES else BlockLinear, len(specs) - 1, first, columns, kind)
 
 
-def _packed(checkpoint: GGUFCheckpoint, specs: list, populated: bool, keep: bool) -> list[torch.Tensor]:
-    """The block and float weights: mapped from the packed cache of an earlier start, else packed
-    from the file (and cached for the next start)."""
+def _packed(checkpoint: GGUFCheckpoint, specs: list, keep: bool) -> list[torch.Tensor]:
+    """The block, float and group weights: mapped from the packed cache of an earlier start, else
+    packed from the file (and cached for the next start)."""
     cache = None
     if specs and keep:
         keys = [packed_cache.spec_key(spec[4], *spec[1:4]) for spec in specs]
@@ -147,9 +139,9 @@ def _packed(checkpoint: GGUFCheckpoint, specs: list, populated: bool, keep: bool
         if mapped is not None:
             log.info("packed weights read from %s", cache.folder / cache.file_name)
             return mapped
-    if not populated:
-        checkpoint.populate()
-    packed = pack_file_weights([spec[:4] for spec in specs])
+    checkpoint.populate()
+    blocks = iter(pack_file_weights([spec[:4] for spec in specs if spec[2] != GROUP_KIND]))
+    packed = [_pack_groups(checkpoint, spec[0]) if spec[2] == GROUP_KIND else next(blocks) for spec in specs]
     if cache is not None:
         cache.save_later(packed)
     return packed
@@ -224,7 +216,23 @@ def _linear(runs: list, packed: list[torch.Tensor], bias) -> RowKernelLinear:
     return PartsLinear(linears, bias)
 
 
-def _group_linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], bias) -> GroupLinear:
+GROUP_KIND = "groups"  # a spec of Q4_0 / Q4_1 / Q8_0 parts, packed by _pack_groups (not pack_file_weights)
+
+
+def _group_plan(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]], specs: list):
+    """A GroupLinear's plan: its parts as one spec, packed (or mapped from the packed cache) with
+    the rest. A fused Q/K/V of 4- and 8-bit tensors goes 8-bit: a 4-bit level is an 8-bit level of
+    the same value."""
+    entries = [checkpoint.tensors[name] for name, _ in parts]
+    bits = 8 if any(entry.type == "q8_0" for entry in entries) else 4
+    rows, columns = sum(entry.shape[0] for entry in entries), entries[0].shape[1]
+    order = torch.tensor([heads or 0 for _, heads in parts])  # the key tells head layouts apart
+    specs.append((list(parts), columns, GROUP_KIND, order, [f"{name}:{bits}" for name, _ in parts]))
+    return (GroupLinear.of_packed, len(specs) - 1, rows, columns, bits)
+
+
+def _pack_groups(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]]) -> torch.Tensor:
+    """The parts' levels, scales and minimums in our row order, packed for the group kernel."""
     pieces, bits = [], set()
     for name, heads in parts:
         levels, scales, minimums, piece_bits = checkpoint.groups(name)
@@ -235,8 +243,7 @@ def _group_linear(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]
         bits.add(piece_bits)
     # one tensor (a tied output, a Q8_0 embedding) is taken as it comes: a copy of 262k rows costs seconds
     levels, scales, minimums = pieces[0] if len(pieces) == 1 else (torch.cat(column) for column in zip(*pieces))
-    # a fused Q/K/V of 4- and 8-bit tensors goes 8-bit: a 4-bit level is an 8-bit level of the same value
-    return GroupLinear(levels, scales, minimums, max(bits), bias)
+    return GroupLinear.pack(levels, scales, minimums, max(bits))
 
 
 def _float_rows(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]]) -> torch.Tensor:

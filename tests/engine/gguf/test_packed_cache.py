@@ -14,11 +14,14 @@ from inference.engine.engine import LLMEngine
 from inference.engine.gguf import checkpoint as gguf_checkpoint
 from inference.engine.gguf import packed_cache
 from inference.engine.layers.linear.blocks import BlockLinear
+from inference.engine.layers.linear.groups import GroupLinear
 from tests.support.engine_helpers import prefill_logits
-from tests.support.gguf_files import write_block_gguf
+from tests.support.gguf_files import write_block_gguf, write_tiny_gguf
 
 pytestmark = pytest.mark.real_model  # the embedded GGUF's tokenizer, in the files written here
-TYPES = {"attn_q": "f16", "ffn_up": "q5_k"}  # block and float weights, a fused Q/K/V of mixed types
+# block, float and group weights; a fused Q/K/V of mixed types, a fused gate/up of 4- and 8-bit groups
+TYPES = {"attn_q": "f16", "ffn_up": "q5_k", "attn_output": "q4_0", "ffn_gate": "q8_0"}
+GROUPS = {"attn_output": "q4_1", "ffn_gate": "q8_0", "ffn_up": "q4_0", "ffn_down": "q8_0"}
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +32,7 @@ def own_cache(tmp_path, monkeypatch):
 def started(path: str, **options) -> tuple[list[torch.Tensor], torch.Tensor]:
     """(every packed weight, the logits of one prefill) of an engine started on the file; its cache written."""
     engine = LLMEngine(EngineConfig(model=path, device="cpu", **options))
-    packed = [m.packed.clone() for m in engine.bundle.model.modules() if isinstance(m, BlockLinear)]
+    packed = [m.packed.clone() for m in engine.bundle.model.modules() if isinstance(m, (BlockLinear, GroupLinear))]
     logits = prefill_logits(engine, [1, 17, 300, 4000, 9, 12])
     packed_cache.wait_for_writes()
     return packed, logits
@@ -49,11 +52,26 @@ def data_file(tmp_path):
     return path
 
 
-def test_the_next_start_maps_the_same_bytes_and_computes_the_same_logits(tmp_path, caplog):
-    path = write_block_gguf(tmp_path / "m.gguf", types=TYPES)
+@pytest.mark.parametrize("types", [TYPES, GROUPS], ids=["mixed", "groups"])
+def test_the_next_start_maps_the_same_bytes_and_computes_the_same_logits(tmp_path, caplog, types):
+    """Group weights (Q4_0 / Q4_1 / Q8_0) too: packing them took ~1 s of each load of a Q8_0 0.5B."""
+    path = write_block_gguf(tmp_path / "m.gguf", types=types)
     with caplog.at_level(logging.INFO, logger="minivllm.engine"):
         first, first_logits = started(path)
         assert not mapped(caplog)
+        assert data_file(tmp_path).is_file()
+        caplog.clear()
+        second, second_logits = started(path)
+        assert mapped(caplog)
+    assert len(first) == len(second) > 0 and all(torch.equal(a, b) for a, b in zip(first, second))
+    assert torch.equal(first_logits, second_logits)
+
+
+def test_a_file_of_group_weights_alone_is_cached_too(tmp_path, caplog):
+    """Q4_1 matrices, a tied Q8_0 embedding: every weight a GroupLinear, packed once, then mapped."""
+    path = write_tiny_gguf(tmp_path / "groups.gguf", "q4_1")
+    with caplog.at_level(logging.INFO, logger="minivllm.engine"):
+        first, first_logits = started(path)
         assert data_file(tmp_path).is_file()
         caplog.clear()
         second, second_logits = started(path)

@@ -73,9 +73,25 @@ class GroupLinear(RowKernelLinear):
     ):
         super().__init__()
         self.bits = bits
-        self.register_buffer("packed", kernels().group_pack_weight(levels, scales, minimums, bits))
+        self.register_buffer("packed", self.pack(levels, scales, minimums, bits))
         self.bias = bias
         self.out_features, self.in_features = levels.shape
+
+    @staticmethod
+    def pack(levels: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, bits: int) -> torch.Tensor:
+        """The kernel's layout of the groups (uint8 [channel blocks, bytes]): what the packed cache keeps."""
+        return kernels().group_pack_weight(levels, scales, minimums, bits)
+
+    @classmethod
+    def of_packed(cls, packed: torch.Tensor, out_features: int, in_features: int, bits: int) -> GroupLinear:
+        """Over weights packed already (`pack`; gguf/weights.py, from the packed cache of an earlier start)."""
+        linear = cls.__new__(cls)
+        RowKernelLinear.__init__(linear)
+        linear.bits = bits
+        linear.register_buffer("packed", packed)
+        linear.bias = None
+        linear.out_features, linear.in_features = out_features, in_features
+        return linear
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, bits: int) -> GroupLinear:
