@@ -122,8 +122,8 @@ def test_sigterm_on_the_last_engine_ends_in_flight_streams_once_none_takes_them_
     finally:
         ctx.__exit__(None, None, None)
     assert rest[-1]["type"] == "error" and "shut down" in rest[-1]["message"], rest[-1]
-    # its shutdown may wait 10 s for the engine thread and 10 s more for forwarders (worker.py),
-    # and exits at 40 s whatever is stuck (runengine.py's watchdog, which then prints the stacks)
+    # its shutdown may wait 10 s for the engine thread and 10 s more for forwarders (worker.py);
+    # at 40 s runengine.py's watchdog prints the stacks and exits 70: a stuck stop fails here
     try:
         assert process.wait(60) == 0, cluster.logs()
     except subprocess.TimeoutExpired:

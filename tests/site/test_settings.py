@@ -94,6 +94,26 @@ def test_removed_variables_change_nothing():
     assert removed["channel_layer"] == "channels.layers.InMemoryChannelLayer"
 
 
+def test_a_removed_setting_still_set_gets_one_warning_at_start_naming_its_replacement():
+    """`manage.py check` starts the apps as every process does: one warning line lists each removed
+    variable an old .env still sets and what replaced it; none when none is set."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("MINIVLLM_", "DJANGO_SECRET")) and k != "REDIS_URL"}
+
+    def check(**env: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "check"], cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    warned = [
+        line for line in check(DJANGO_SECRET_KEY="old", MINIVLLM_REDIS_URL="redis://x").splitlines() if "no longer read" in line
+    ]
+    assert len(warned) == 1
+    assert "DJANGO_SECRET_KEY (now MINIVLLM_SECRET_KEY" in warned[0] and "MINIVLLM_REDIS_URL (now REDIS_URL)" in warned[0]
+    assert "no longer read" not in check()
+
+
 def test_the_chat_template_setting_is_a_template_or_a_file_and_must_parse(tmp_path):
     """Inline templates longer than a file name may be are taken as they are (a path check of one
     raised ENAMETOOLONG); a file is read; a missing file or a broken template stops the start."""

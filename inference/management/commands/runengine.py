@@ -24,18 +24,23 @@ from .generate import Command as GenerateCommand
 # A graceful stop waits up to 10 s for the engine thread and 10 s for the forwarders (worker.py);
 # past this, something is stuck (a Redis call, an executor job): say where, and exit anyway.
 SHUTDOWN_GRACE_S = 40.0
+STUCK_EXIT_CODE = 70  # EX_SOFTWARE: the stop was asked for, but did not finish by itself
 
 
 def _exit_if_stuck(grace_s: float) -> None:
     """A daemon timer: if the process is still here `grace_s` after the stop signal, every
-    thread's stack goes to stderr and the process exits 0 (the stop itself was asked for), so an
-    orchestrator's stop never hangs on a stuck shutdown."""
+    thread's stack goes to stderr and the process exits STUCK_EXIT_CODE, so an orchestrator's stop
+    never hangs on a stuck shutdown, and the stall is not mistaken for a clean stop (exit 0) by
+    a supervisor or a test."""
 
     def expire() -> None:
-        sys.stderr.write(f"runengine: shutdown still running after {grace_s:.0f} s; thread stacks follow, then exit\n")
+        sys.stderr.write(
+            f"runengine: shutdown still running after {grace_s:.0f} s; thread stacks follow, "
+            f"then exit {STUCK_EXIT_CODE} (a stuck shutdown, not a clean one)\n"
+        )
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(STUCK_EXIT_CODE)
 
     if not any(t.name == "runengine-shutdown-watchdog" for t in threading.enumerate()):
         timer = threading.Timer(grace_s, expire)
