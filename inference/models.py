@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils import timezone
 
 
 class GenerationRequest(models.Model):
@@ -104,6 +105,11 @@ class StoredResponse(models.Model):
 
     id = models.CharField(primary_key=True, max_length=64)  # "resp_…", the request's id in the history
     created = models.DateTimeField(auto_now_add=True, db_index=True)
+    last_turn = models.DateTimeField(
+        default=timezone.now,
+        db_index=True,
+        help_text="When its conversation last grew (a later turn continued it): retention counts from here.",
+    )
     model = models.CharField(max_length=255, blank=True)
     owner = models.CharField(max_length=64, blank=True, help_text="The key that made it (blank: a server without keys).")
     response = models.JSONField(help_text="The response object, as returned.")

@@ -2,9 +2,10 @@
 visible to the API key that made it only (`owner`); another key's reads are "not found".
 
 A conversation is stored once: a response keeps its own turn and a link to the one it continued,
-and `conversation` rebuilds the whole chain with one recursive query. A response older than
-MINIVLLM_RESPONSES_RETENTION_DAYS reads as missing, and `purge` deletes it (manage.py
-purge_responses; the server runs it hourly). Deleting or purging a turn breaks the chains after it:
+and `conversation` rebuilds the whole chain with one recursive query. A response whose
+conversation last grew more than MINIVLLM_RESPONSES_RETENTION_DAYS ago (`last_turn`: saving a turn
+renews every turn before it, so a conversation continued within the period keeps its chain) reads
+as missing, and `purge` deletes it (manage.py purge_responses; the server runs it hourly). Deleting or purging a turn breaks the chains after it:
 continuing one names the missing response (`BrokenChain`)."""
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def owner_of(caller) -> str:
 
 
 def expired_before() -> datetime.datetime | None:
-    """Responses created before this have expired (None: MINIVLLM_RESPONSES_RETENTION_DAYS=0, kept forever)."""
+    """Responses whose last turn came before this have expired (None: MINIVLLM_RESPONSES_RETENTION_DAYS=0, kept forever)."""
     days = settings.MINIVLLM_RESPONSES_RETENTION_DAYS
     return timezone.now() - datetime.timedelta(days=days) if days and days > 0 else None
 
@@ -50,17 +51,33 @@ def _live(owner: str):
     """This owner's responses that have not expired: what every read sees."""
     rows = StoredResponse.objects.filter(owner=owner)
     cutoff = expired_before()
-    return rows.filter(created__gte=cutoff) if cutoff is not None else rows
+    return rows.filter(last_turn__gte=cutoff) if cutoff is not None else rows
 
 
 async def save(*, response: dict, model: str, owner: str, input_items: list, messages: list, previous: str | None) -> None:
-    """Keeps a response with its own turn (`messages`) and the id of the response it continued."""
+    """Keeps a response with its own turn (`messages`) and the id of the response it continued,
+    whose turns' retention starts again now (`renew`)."""
+    now = timezone.now()
     await StoredResponse.objects.aupdate_or_create(
         id=response["id"],
         defaults=dict(
-            model=model[:255], owner=owner, response=response, input_items=input_items, messages=messages, previous_id=previous
+            model=model[:255],
+            owner=owner,
+            response=response,
+            input_items=input_items,
+            messages=messages,
+            previous_id=previous,
+            last_turn=now,
         ),
     )
+    if previous is not None:
+        await sync_to_async(renew, thread_sensitive=True)(previous, now)
+
+
+def renew(response_id: str, when: datetime.datetime) -> int:
+    """Every turn of the chain ending at `response_id` last grew `when`: how many were renewed."""
+    ids = [row.id for row in StoredResponse.objects.raw(_chain_sql(), [response_id, MAX_CHAIN])]
+    return StoredResponse.objects.filter(id__in=ids).update(last_turn=when)
 
 
 async def find(response_id: str, owner: str) -> StoredResponse | None:
@@ -81,7 +98,7 @@ def _chain_sql() -> str:
             SELECT r.id, r.previous_id, chain.depth + 1 FROM {table} r JOIN chain ON r.id = chain.previous_id
             WHERE chain.depth < %s
         )
-        SELECT r.id, r.previous_id, r.owner, r.created, r.messages FROM chain JOIN {table} r ON r.id = chain.id
+        SELECT r.id, r.previous_id, r.owner, r.last_turn, r.messages FROM chain JOIN {table} r ON r.id = chain.id
     """
 
 
@@ -91,7 +108,7 @@ def _conversation(response_id: str, owner: str) -> list[dict]:
     turns, wanted = [], response_id
     while wanted is not None:
         row = rows.get(wanted)
-        if row is None or row.owner != owner or (cutoff is not None and row.created < cutoff):
+        if row is None or row.owner != owner or (cutoff is not None and row.last_turn < cutoff):
             raise BrokenChain(wanted)
         turns.append(row.messages)
         wanted = row.previous_id
@@ -110,7 +127,7 @@ def purge() -> int:
     cutoff = expired_before()
     if cutoff is None:
         return 0
-    deleted, _ = StoredResponse.objects.filter(created__lt=cutoff).delete()
+    deleted, _ = StoredResponse.objects.filter(last_turn__lt=cutoff).delete()
     return deleted
 
 

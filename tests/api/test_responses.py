@@ -183,7 +183,8 @@ async def test_a_continuation_stores_its_own_turn_once_and_a_broken_chain_names_
 async def test_an_expired_response_answers_as_a_missing_one(async_client, engine_client, settings):
     settings.MINIVLLM_RESPONSES_RETENTION_DAYS = 30
     old = await create(async_client)
-    await StoredResponse.objects.filter(id=old["id"]).aupdate(created=timezone.now() - datetime.timedelta(days=31))
+    long_ago = timezone.now() - datetime.timedelta(days=31)
+    await StoredResponse.objects.filter(id=old["id"]).aupdate(created=long_ago, last_turn=long_ago)  # untouched since
     assert (await async_client.get(f"/v1/responses/{old['id']}")).status_code == 404
     assert (await async_client.get(f"/v1/responses/{old['id']}/input_items")).status_code == 404
     assert (await async_client.delete(f"/v1/responses/{old['id']}")).status_code == 404

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import logging
 import threading
 from io import StringIO
 
@@ -50,8 +51,13 @@ def store_chain(turns: int, owner: str = "") -> list[str]:
     return ids
 
 
-def age(response_id: str, days: float) -> None:
-    StoredResponse.objects.filter(id=response_id).update(created=timezone.now() - datetime.timedelta(days=days))
+def age(response_id: str, days: float, last_turn_days: float | None = None) -> None:
+    """The response made `days` ago, its conversation last grown `last_turn_days` ago (then too by default)."""
+    now = timezone.now()
+    StoredResponse.objects.filter(id=response_id).update(
+        created=now - datetime.timedelta(days=days),
+        last_turn=now - datetime.timedelta(days=days if last_turn_days is None else last_turn_days),
+    )
 
 
 def test_a_50_turn_chain_grows_linearly_and_is_rebuilt_in_one_query():
@@ -143,3 +149,46 @@ async def test_the_workers_purge_runs_off_the_loop_and_survives_database_errors(
         await task
     assert alive and len(calls) >= 3, task
     assert threading.main_thread() not in calls
+
+
+def test_a_conversation_continued_within_the_retention_keeps_its_chain(settings):
+    """Retention counts from the last turn: a first turn made 45 days ago whose conversation grew
+    25 days ago is still there; continuing it today renews every turn, and nothing is purged."""
+    settings.MINIVLLM_RESPONSES_RETENTION_DAYS = 30
+    ids = store_chain(2)
+    age(ids[0], 45, last_turn_days=25)
+    age(ids[1], 25)
+    assert len(stored_responses._conversation(ids[1], "")) == 4
+    asyncio.run(
+        stored_responses.save(
+            response={"id": "resp_today"}, model="m", owner="", input_items=[], messages=turn(2), previous=ids[1]
+        )
+    )
+    assert all(row.last_turn > timezone.now() - datetime.timedelta(minutes=5) for row in StoredResponse.objects.all())
+    assert stored_responses.purge() == 0
+    assert len(stored_responses._conversation("resp_today", "")) == 6
+    age(ids[0], 80, last_turn_days=31)  # a conversation left alone past the period still goes
+    assert stored_responses.purge() == 1
+
+
+def test_rows_kept_before_the_last_turn_existed_are_not_purged_at_the_upgrade(settings, caplog):
+    """Migrating from 0008 (retention counted from creation) keeps every row for a full period
+    from the upgrade and says how many the old rule would have purged."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    settings.MINIVLLM_RESPONSES_RETENTION_DAYS = 30
+    executor = MigrationExecutor(connection)
+    executor.migrate([("inference", "0008_ollama_endpoints")])
+    try:
+        old = executor.loader.project_state([("inference", "0008_ollama_endpoints")]).apps.get_model(
+            "inference", "StoredResponse"
+        )
+        old.objects.create(id="resp_old", response={}, messages=turn(0))
+        old.objects.filter(id="resp_old").update(created=timezone.now() - datetime.timedelta(days=400))
+        executor = MigrationExecutor(connection)
+        with caplog.at_level(logging.WARNING, logger="minivllm.site"):
+            executor.migrate(executor.loader.graph.leaf_nodes())
+    finally:
+        MigrationExecutor(connection).migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    assert "1 stored response(s) are older than MINIVLLM_RESPONSES_RETENTION_DAYS" in caplog.text
+    assert stored_responses.purge() == 0 and asyncio.run(stored_responses.find("resp_old", "")) is not None

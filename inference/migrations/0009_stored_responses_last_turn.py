@@ -1,0 +1,48 @@
+"""Retention counts from a conversation's last turn (StoredResponse.last_turn). Rows kept before
+this start their retention at the upgrade, not at their creation, so an upgrade never purges a
+stored conversation by surprise; a warning says how many the creation-time rule would have taken."""
+
+import datetime
+import logging
+
+import django.utils.timezone
+from django.conf import settings
+from django.db import migrations, models
+
+log = logging.getLogger("minivllm.site")
+
+
+def start_retention_at_the_upgrade(apps, schema_editor):
+    StoredResponse = apps.get_model("inference", "StoredResponse")
+    now = django.utils.timezone.now()
+    StoredResponse.objects.update(last_turn=now)
+    days = settings.MINIVLLM_RESPONSES_RETENTION_DAYS
+    if days and days > 0:
+        older = StoredResponse.objects.filter(created__lt=now - datetime.timedelta(days=days)).count()
+        if older:
+            log.warning(
+                "%d stored response(s) are older than MINIVLLM_RESPONSES_RETENTION_DAYS (%d): kept, their retention "
+                "counts from this upgrade (they go in %d days unless their conversation continues; 0 keeps them forever)",
+                older,
+                days,
+                days,
+            )
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("inference", "0008_ollama_endpoints"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="storedresponse",
+            name="last_turn",
+            field=models.DateTimeField(
+                db_index=True,
+                default=django.utils.timezone.now,
+                help_text="When its conversation last grew (a later turn continued it): retention counts from here.",
+            ),
+        ),
+        migrations.RunPython(start_retention_at_the_upgrade, migrations.RunPython.noop),
+    ]
