@@ -6,7 +6,7 @@ HOST ?= 0.0.0.0
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install test real-gguf lint format run migrate clean-venv chromium bench bench-quick
+.PHONY: install test real-gguf llama-cpp lint format run migrate clean-venv chromium bench bench-quick
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -53,6 +53,14 @@ chromium: $(CHROMIUM)
 # A file that does not verify fails here. Under `make test` a missing file fails those tests.
 real-gguf: $(STAMP)
 	$(PY) -m tests.support.real_gguf
+
+# llama.cpp's llama-server and llama-quantize, built natively into ~/.cache/minivllm/llama.cpp (once,
+# ~10 min on 2 cores; later runs only check them; on an AMX Xeon whose native build dies, a build
+# without AMX too): the peer of `make bench` and of the tests that hold our GGUF paths to llama.cpp's
+# (tests/engine/gguf/test_real_weights.py, the Gemma 3, Gemma 4 and Qwen3.5 agreement tests). CI
+# runs it before `make test`; without it those tests skip, saying so.
+llama-cpp: install
+	$(PY) -m bench.llama_server
 
 test: install $(CHROMIUM) real-gguf
 	MINIVLLM_REAL_GGUF_REQUIRED=1 $(PY) -m pytest $(PYTEST_ARGS)

@@ -27,7 +27,7 @@ import time
 import httpx
 import psutil
 
-from .llama_server import LlamaServer
+from .llama_server import LlamaServer, build_that_runs
 from .machine import machine_info
 from .raw import measured_line, save_raw
 from .server import EngineServer
@@ -64,6 +64,16 @@ class LlamaRouter(LlamaServer):
         at = argv.index("-m")
         del argv[at : at + 2]
         return [*argv, "--models-dir", self.folder, "--models-max", "1"]
+
+    def __enter__(self):
+        """The router's children run its own binary, and a child that crashes only fails its load: a
+        plain server on one of the folder's files first finds the build that runs here (the native
+        one, or the build without AMX where the native one dies: bench/llama_server.py)."""
+        first = sorted(os.path.join(self.folder, name) for name in os.listdir(self.folder) if name.endswith(".gguf"))[0]
+        with LlamaServer(first, slots=1, context=512):
+            pass
+        self.build = build_that_runs()
+        return super().__enter__()
 
 
 def tree_resident_mb(pid: int) -> float:

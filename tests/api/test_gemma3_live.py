@@ -85,7 +85,7 @@ def next_tokens(base_url: str, texts: list[list[int]]) -> list[tuple[str, float]
 
 def test_greedy_choices_agree_with_llama_servers_on_the_same_file(server):
     if not binary_path("native").is_file():
-        pytest.skip("llama.cpp's llama-server is not built here (make bench builds it)")
+        pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
     try:
         peer = LlamaServer(str(real_gguf.path()), slots=1, context=2048).__enter__()
     except RuntimeError as error:

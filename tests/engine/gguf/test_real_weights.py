@@ -38,7 +38,7 @@ def quantizer():
     """llama.cpp's llama-quantize, checked before anything else runs: without it every test here skips at once."""
     binary = binary_path("native").parent / "llama-quantize"
     if not binary.is_file():
-        pytest.skip("llama.cpp's llama-quantize is not built here (make bench builds it; real blocks: test_real_blocks.py)")
+        pytest.skip("llama.cpp's llama-quantize is not built here (`make llama-cpp` builds it; real blocks: test_real_blocks.py)")
     return binary
 
 
@@ -157,7 +157,7 @@ def llama_server_choices(path: str, texts) -> list[list[int]]:
 @pytest.mark.parametrize("mix", MIXES)
 def test_greedy_tokens_agree_with_llama_server_on_the_same_file(requantized, texts, mix):
     if not binary_path("native").is_file():
-        pytest.skip("llama.cpp's llama-server is not built here (make bench builds it)")
+        pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
     path = requantized(mix)
     share = agreement(ours(path, texts), llama_server_choices(path, texts))
     assert share >= 0.90, f"{mix}: {share:.1%} of positions agree with llama-server"

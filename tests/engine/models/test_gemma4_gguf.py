@@ -82,11 +82,11 @@ def test_greedy_tokens_are_transformers_and_llama_servers(converted):
     assert generated_ids(run_to_completion(from_folder)["hf"]) == ours
     theirs = llama_server_greedy(path, ids, 16)
     if theirs is None:
-        pytest.skip("llama.cpp's llama-server is not built here (make bench builds it)")
+        pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
     assert ours == theirs
 
 
-@pytest.mark.skipif(quantizer_path() is None, reason="llama.cpp's llama-quantize is not built here (make bench builds it)")
+@pytest.mark.skipif(quantizer_path() is None, reason="llama.cpp's llama-quantize is not built here (`make llama-cpp` builds it)")
 def test_a_k_quant_file_is_read_in_place_and_agrees_with_llama_server(converted, tmp_path):
     """Q4_K_M by llama-quantize: our block kernels run its k-quant matrices in place. This random
     model amplifies the rounding of the activations both block paths quantize, so llama-server's
@@ -102,7 +102,7 @@ def test_a_k_quant_file_is_read_in_place_and_agrees_with_llama_server(converted,
     ids = torch.tensor(blocks.tokenize(PROMPT))
     logprobs = torch.log_softmax(prefill_logits(blocks, ids)[-1].float(), -1)
     if not binary_path().is_file():
-        pytest.skip("llama.cpp's llama-server is not built here (make bench builds it)")
+        pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
     with LlamaServer(str(path), slots=1, context=1024) as server:
         body = {"prompt": ids.tolist(), "n_predict": 1, "temperature": 0, "n_probs": 20, "cache_prompt": False}
         top = httpx.post(f"{server.base_url}/completion", json=body, timeout=120).json()["completion_probabilities"][0]

@@ -62,7 +62,7 @@ def test_the_folder_itself_loads_to_the_same_tokens(converted):
     assert generated_ids(run_to_completion(engine)["c"]) == hf_greedy(hf, ids, 12)
 
 
-@pytest.mark.skipif(quantizer_path() is None, reason="llama.cpp's llama-quantize is not built here (make bench builds it)")
+@pytest.mark.skipif(quantizer_path() is None, reason="llama.cpp's llama-quantize is not built here (`make llama-cpp` builds it)")
 def test_a_k_quant_file_runs_the_block_kernels_and_agrees_with_llama_server(tmp_path):
     """A model wide enough for k-quant blocks (256 columns), Q4_K_M by llama-quantize: its matrices
     run through our block kernels, and our greedy tokens are llama-server's on the same file."""
@@ -80,5 +80,5 @@ def test_a_k_quant_file_runs_the_block_kernels_and_agrees_with_llama_server(tmp_
     ours = generated_ids(run_to_completion(engine)["c"])
     theirs = llama_server_greedy(path, ids, 16)
     if theirs is None:
-        pytest.skip("llama.cpp's llama-server is not built here (make bench builds it)")
+        pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
     assert ours == theirs

@@ -64,7 +64,7 @@ def test_a_converted_gguf_reads_its_experts_in_place_to_transformers_tokens(tmp_
     from tests.support.llama_convert import convert_to_gguf, llama_server_greedy, quantize, quantizer_path
 
     if quantizer_path() is None:
-        pytest.skip("llama.cpp's llama-quantize is not built here (make bench builds it)")
+        pytest.skip("llama.cpp's llama-quantize is not built here (`make llama-cpp` builds it)")
     torch.manual_seed(0)
     wide = dict(SHAPE, hidden_size=256, head_dim=64, linear_key_head_dim=64, linear_value_head_dim=64)
     experts = dict(EXPERTS, moe_intermediate_size=256, shared_expert_intermediate_size=256)
@@ -87,7 +87,7 @@ def test_a_converted_gguf_reads_its_experts_in_place_to_transformers_tokens(tmp_
     ours = generated_ids(run_to_completion(engine)["c"])
     theirs = llama_server_greedy(path, ids, 12)
     if theirs is None:
-        pytest.skip("llama.cpp's llama-server is not built here (make bench builds it)")
+        pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
     # both servers quantize the activations their own way before the k-quant blocks: a random model's
     # near-ties can part late, a wrong layout parts at once
     agreed = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))
