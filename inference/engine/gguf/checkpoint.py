@@ -161,8 +161,10 @@ def populate(mapped: mmap.mmap, huge: bool = False) -> None:
 
 
 def cache_dir(path: str) -> Path:
+    """The file's cache folder, keyed by its real path (a folder of links to one file, as a models
+    folder often is, shares the file's cache), size and time."""
     stat = os.stat(path)
-    key = f"{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}|{INDEX_VERSION}"
+    key = f"{os.path.realpath(path)}|{stat.st_size}|{stat.st_mtime_ns}|{INDEX_VERSION}"
     return CACHE_ROOT / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 

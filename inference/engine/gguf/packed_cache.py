@@ -55,7 +55,7 @@ class PackedCache:
 
     def __init__(self, config_cache: Path, source: str, keys: list[list]):
         """`config_cache`: the file's cache folder as its open found it (gguf_checkpoint.cache_dir)."""
-        self.source = os.path.abspath(source)
+        self.source = os.path.realpath(source)  # as cache_dir keys it: links to one file share its cache
         self.folder = config_cache.with_name(config_cache.name + "-packed")
         self.key = hashlib.sha256(json.dumps([source_hash(), keys]).encode()).hexdigest()
         self.file_name = f"packed-{self.key[:16]}.bin"

@@ -117,6 +117,20 @@ def test_a_changed_files_old_cache_is_removed_and_another_files_kept(tmp_path):
     assert len(old) == len(new) == 1 and new != old and kept.is_dir()
 
 
+def test_a_link_to_a_file_shares_its_caches(tmp_path, caplog):
+    """A models folder of links (to a download cache, say) maps the file's packed weights instead
+    of parsing and packing each link again."""
+    path = write_block_gguf(tmp_path / "m.gguf", types=GROUPS)
+    started(path)
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "linked.gguf").symlink_to(path)
+    with caplog.at_level(logging.INFO, logger="minivllm.engine"):
+        started(str(folder / "linked.gguf"))
+    assert mapped(caplog)
+    assert len(list((tmp_path / "cache").glob("*-packed"))) == 1
+
+
 @pytest.mark.parametrize("in_huge_pages, lockable", [(True, True), (False, True), (True, False)])
 def test_weights_in_4kb_pages_or_unlockable_are_copied_else_mapped(tmp_path, monkeypatch, caplog, in_huge_pages, lockable):
     """Where the page cache holds the file in 4 KB pages (a file system without large folios), a

@@ -3,7 +3,7 @@ people download (Q4_K_M, Q5_K_M, Q6_K, Q8_0): teacher-forced greedy tokens agree
 float32 model of the same de-quantized weights on >= 95% of positions, and with llama.cpp's
 llama-server on the same file on >= 90%.
 
-llama-quantize and llama-server are built by `make bench` (bench/llama_server.py, ~6 min, once, in
+llama-quantize and llama-server are built by `make llama-cpp` (CI runs it; bench/llama_server.py, ~10 min, once, in
 ~/.cache/minivllm/llama.cpp); where they have not been built these tests say so and skip. Real
 k-quant blocks reach every kernel without llama.cpp too: tests/engine/kernels/test_real_blocks.py
 checks them on a Q4_K_M file llama.cpp wrote (Gemma 3 270M), which `make test` fetches.
