@@ -87,14 +87,18 @@ def tree_resident_mb(pid: int) -> float:
     return total / 2**20
 
 
-def settled_tree_mb(pid: int, timeout: float = 15.0) -> float:
-    deadline, last = time.monotonic() + timeout, tree_resident_mb(pid)
+def settled_tree_mb(pid: int, timeout: float = 15.0, steady_s: float = 2.0) -> float:
+    """The tree's resident memory once it has held within 1 MB for `steady_s`: an unloaded model's
+    memory goes back when its last reference does (ours: within about a second of the switch), so
+    a shorter wait would count the model before it beside the one after."""
+    deadline, last, since = time.monotonic() + timeout, tree_resident_mb(pid), time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.25)
         now = tree_resident_mb(pid)
-        if abs(now - last) < 1.0:
+        if abs(now - last) >= 1.0:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= steady_s:
             return now
-        last = now
     return last
 
 
