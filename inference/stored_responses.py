@@ -74,10 +74,28 @@ async def save(*, response: dict, model: str, owner: str, input_items: list, mes
         await sync_to_async(renew, thread_sensitive=True)(previous, now)
 
 
+RENEW_AFTER = datetime.timedelta(days=1)  # a turn renewed more recently than this is not renewed again
+
+
 def renew(response_id: str, when: datetime.datetime) -> int:
-    """Every turn of the chain ending at `response_id` last grew `when`: how many were renewed."""
-    ids = [row.id for row in StoredResponse.objects.raw(_chain_sql(), [response_id, MAX_CHAIN])]
-    return StoredResponse.objects.filter(id__in=ids).update(last_turn=when)
+    """Every turn of the chain ending at `response_id` last grew `when`, in one statement: how many
+    were renewed. A renewal renews the whole chain at once, so the walk stops at the first turn
+    renewed within RENEW_AFTER (every turn before it was too): a busy conversation's turns write
+    nothing more, and retention, counted in days, loses at most a day."""
+    table = connection.ops.quote_name(StoredResponse._meta.db_table)
+    stale = when - RENEW_AFTER
+    sql = f"""
+        WITH RECURSIVE chain(id, previous_id, depth) AS (
+            SELECT id, previous_id, 0 FROM {table} WHERE id = %s AND last_turn < %s
+            UNION ALL
+            SELECT r.id, r.previous_id, chain.depth + 1 FROM {table} r JOIN chain ON r.id = chain.previous_id
+            WHERE chain.depth < %s AND r.last_turn < %s
+        )
+        UPDATE {table} SET last_turn = %s WHERE id IN (SELECT id FROM chain)
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [response_id, stale, MAX_CHAIN, stale, when])
+        return cursor.rowcount
 
 
 async def find(response_id: str, owner: str) -> StoredResponse | None:

@@ -28,6 +28,7 @@ def removed_settings_in(environ=None) -> dict[str, str]:
 
 
 def warn_removed_settings(environ=None) -> None:
+    """One warning line for all of them (the apps' ready(): every process, once, after logging is set up)."""
     found = removed_settings_in(environ)
     if found:
         log.warning(

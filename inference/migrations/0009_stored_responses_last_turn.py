@@ -12,10 +12,10 @@ from django.db import migrations, models
 log = logging.getLogger("minivllm.site")
 
 
-def start_retention_at_the_upgrade(apps, schema_editor):
+def warn_of_old_rows(apps, schema_editor):
+    """(AddField's default already gave every existing row this migration's time as its last turn.)"""
     StoredResponse = apps.get_model("inference", "StoredResponse")
     now = django.utils.timezone.now()
-    StoredResponse.objects.update(last_turn=now)
     days = settings.MINIVLLM_RESPONSES_RETENTION_DAYS
     if days and days > 0:
         older = StoredResponse.objects.filter(created__lt=now - datetime.timedelta(days=days)).count()
@@ -44,5 +44,5 @@ class Migration(migrations.Migration):
                 help_text="When its conversation last grew (a later turn continued it): retention counts from here.",
             ),
         ),
-        migrations.RunPython(start_retention_at_the_upgrade, migrations.RunPython.noop),
+        migrations.RunPython(warn_of_old_rows, migrations.RunPython.noop),
     ]

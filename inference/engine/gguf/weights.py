@@ -226,7 +226,12 @@ def _group_plan(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]],
     entries = [checkpoint.tensors[name] for name, _ in parts]
     bits = 8 if any(entry.type == "q8_0" for entry in entries) else 4
     rows, columns = sum(entry.shape[0] for entry in entries), entries[0].shape[1]
-    order = torch.tensor([heads or 0 for _, heads in parts])  # the key tells head layouts apart
+    order = torch.cat(  # our row order (_pack_groups'), which the packed cache's key records
+        [
+            _uninterleave_rows(e.shape[0], heads) if heads is not None else torch.arange(e.shape[0])
+            for e, (_, heads) in zip(entries, parts)
+        ]
+    )
     specs.append((list(parts), columns, GROUP_KIND, order, [f"{name}:{bits}" for name, _ in parts]))
     return (GroupLinear.of_packed, len(specs) - 1, rows, columns, bits)
 

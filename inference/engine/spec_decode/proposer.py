@@ -102,8 +102,8 @@ class _Bucket:
     def probe(self) -> str | None:
         """Which arm this step must measure: each until it has its samples (a bounded number of
         tries: steps that also prefill do not count, and a busy server may have few others), then
-        each now and then. A drafted probe is tried (`tried`) only where some sequence had a
-        guess: replies with nothing to look up must not use the tries up, or the bucket would
+        each now and then. A drafted probe counts as tried (`probes`) only where some sequence had
+        a guess: replies with nothing to look up must not use the tries up, or the bucket would
         never price a draft row and never guess again, a prediction included."""
         self.steps += 1
         for name, arm in (("plain", self.plain), ("drafted", self.drafted)):

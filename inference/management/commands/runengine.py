@@ -71,7 +71,7 @@ class Command(GenerateCommand):
         layer = get_channel_layer()
         if isinstance(layer, InMemoryChannelLayer):
             self.stderr.write("warning: no REDIS_URL: the in-memory channel layer reaches no web process")
-        specs = served_specs(config)
+        specs = served_specs(config, all_loaded=True)  # a worker holds every model it serves
         base_id = settings.MINIVLLM_ENGINE_ID or None
         workers = []
         for position, spec in enumerate(specs):

@@ -99,10 +99,11 @@ def build_catalogue(config: EngineConfig, *, served_name: str | None, models_dir
     return specs
 
 
-def served_specs(config: EngineConfig) -> list[ModelSpec]:
+def served_specs(config: EngineConfig, *, all_loaded: bool = False) -> list[ModelSpec]:
     """The catalogue this process's settings describe: the start model (MINIVLLM_MODEL, the embedded
     one when unset) and MINIVLLM_MODELS_DIR's models; with only the folder set, the folder's alone;
-    each with its share of the KV budget (memory_budget.shared).
+    each with its share of the KV budget (memory_budget.shared; `all_loaded`: every model is loaded
+    at once, as a `runengine` worker loads them).
     The web processes and the `runengine` workers read the same settings, so they agree on each id."""
     if folder_only():  # the folder's models alone, every one of them (none is skipped as the start model)
         specs = [
@@ -111,7 +112,7 @@ def served_specs(config: EngineConfig) -> list[ModelSpec]:
         ]
     else:
         specs = build_catalogue(config, served_name=settings.MINIVLLM_SERVED_MODEL_NAME, models_dir=settings.MINIVLLM_MODELS_DIR)
-    return memory_budget.shared(specs, settings.MINIVLLM_MODELS_MAX)
+    return memory_budget.shared(specs, len(specs) if all_loaded else settings.MINIVLLM_MODELS_MAX)
 
 
 def folder_only() -> bool:

@@ -23,43 +23,50 @@ from ...engine.kv_cache.memory_plan import KV_CAP_MB, KV_MEMORY_FRACTION, MB
 if TYPE_CHECKING:
     from .catalogue import ModelSpec
 
-WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".bin")
+WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".bin")  # in order of preference
 HEADROOM_BYTES = 256 * MB  # the runtime's own growth while a model loads (buffers, a step's activations)
 
 
-def shared(specs: list[ModelSpec], max_loaded: int) -> list[ModelSpec]:
-    """The specs with each model's part of the KV budget: the whole plan for a catalogue of one,
-    else 1 / (how many can be loaded at once). A CUDA engine's share of the GPU is split alike."""
-    together = min(len(specs), max(1, max_loaded))
+def shared(specs: list[ModelSpec], together: int) -> list[ModelSpec]:
+    """The specs with each model's part of the CPU KV budget: the whole plan for a catalogue of one,
+    else 1 / (how many are loaded at once: MINIVLLM_MODELS_MAX in a web process, every one in a
+    `runengine` worker). An explicit MINIVLLM_KV_CACHE_MB is each model's own, not shared. A CUDA
+    engine keeps its MINIVLLM_GPU_MEMORY_UTILIZATION whole: its weights and peak step must fit in
+    it, so splitting it would refuse a model that fits alone (several models on one GPU: set it)."""
+    together = min(len(specs), max(1, together))
     if together <= 1:
         return specs
     share = 1.0 / together
     return [
-        dataclasses.replace(
-            spec,
-            config=dataclasses.replace(
-                spec.config,
-                kv_share=spec.config.kv_share * share,
-                gpu_memory_utilization=spec.config.gpu_memory_utilization * share,
-            ),
-        )
+        dataclasses.replace(spec, config=dataclasses.replace(spec.config, kv_share=spec.config.kv_share * share))
         for spec in specs
     ]
 
 
 def weight_bytes(path: str | None) -> int:
     """The model's weights as its files on disk measure them (a GGUF, its split parts, a folder's
-    safetensors); 0 for the embedded model or what cannot be read."""
+    safetensors, else its .bin files); 0 for the embedded model or what cannot be read."""
+    from .catalogue import SPLIT_PART
+
     if not path:
         return 0
     path = os.path.expanduser(path)
     try:
         if os.path.isdir(path):
-            return sum(entry.stat().st_size for entry in os.scandir(path) if entry.name.endswith(WEIGHT_SUFFIXES))
+            names = {entry.name: entry.stat().st_size for entry in os.scandir(path)}
+            for suffix in WEIGHT_SUFFIXES:  # one format: a folder may hold safetensors and .bin copies
+                sizes = [size for name, size in names.items() if name.endswith(suffix) and name != "training_args.bin"]
+                if sizes:
+                    return sum(sizes)
+            return 0
         folder, name = os.path.split(path)
-        stem = name.split("-00001-of-")[0] if "-00001-of-" in name else None
-        if stem is not None:  # a split GGUF: every part
-            return sum(entry.stat().st_size for entry in os.scandir(folder or ".") if entry.name.startswith(stem + "-0"))
+        split = SPLIT_PART.match(name)
+        if split is not None:  # a split GGUF: every part of it
+            return sum(
+                entry.stat().st_size
+                for entry in os.scandir(folder or ".")
+                if (part := SPLIT_PART.match(entry.name)) is not None and part["name"] == split["name"]
+            )
         return os.path.getsize(path)
     except OSError:
         return 0
@@ -76,6 +83,7 @@ def needed_bytes(spec: ModelSpec) -> int:
     return weight_bytes(config.model) + kv + HEADROOM_BYTES
 
 
-def fits(spec: ModelSpec) -> bool:
-    """Whether the model fits in the memory available now."""
-    return needed_bytes(spec) <= psutil.virtual_memory().available
+def fits(spec: ModelSpec, spare_bytes: int = 0) -> bool:
+    """Whether the model fits in the memory available now and `spare_bytes` more (what models just
+    unloaded give back within a second or so, less what loads under way will take)."""
+    return needed_bytes(spec) <= psutil.virtual_memory().available + spare_bytes

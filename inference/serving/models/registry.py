@@ -132,7 +132,7 @@ class ModelRegistry:
         default_name: str | None = None,
         default_keep_alive: float | None = None,
         autoload: bool = True,
-        fits: Callable[[ModelSpec], bool] = memory_budget.fits,
+        fits: Callable[[ModelSpec, int], bool] = memory_budget.fits,
     ):
         """`default_name`: the model a request naming none gets (the one the server starts with);
         it idles for `default_keep_alive` (None: `keep_alive`), the others for `keep_alive`."""
@@ -144,7 +144,7 @@ class ModelRegistry:
         self.autoload = autoload
         self.managed = True  # False: the clients come from elsewhere (remote mode, tests); nothing loads or unloads here
         self._factory = client_factory
-        self._fits = fits  # whether a model fits in the memory available now (memory_budget.fits)
+        self._fits = fits  # whether a model fits in the memory available now and so many bytes more (memory_budget.fits)
         self._lock = threading.RLock()
         self._load_lock = threading.Lock()  # one load at a time: its memory is the process's growth
         self._stop = threading.Event()
@@ -340,20 +340,24 @@ class ModelRegistry:
             self.waiting_for_room.discard(slot.name)
 
     async def _wait_for_room(self, slot: ModelSlot, deadline: float) -> None:
+        freed = 0  # what the models unloaded here give back (the OS sees it a second or so later)
         while True:
             with self._lock:
                 others = [s for s in self.slots.values() if s.client is not None and s is not slot]
                 idle = [s for s in others if s.in_flight == 0 and s.status in ("loaded", "failed")]
                 victim = min(idle, key=lambda s: s.last_used, default=None)
                 if len(others) < self.max_loaded:
-                    if victim is None or self._fits(slot.spec):
+                    loading = sum(memory_budget.needed_bytes(s.spec) for s in others if s.loading)  # not taken yet
+                    if victim is None or self._fits(slot.spec, freed - loading):
                         return  # (a model that does not fit with only busy ones loaded loads anyway: none can go)
                     why = "memory"
                 else:
                     why = "MINIVLLM_MODELS_MAX"
             if victim is not None:
                 log.info("unloading model %s (least recently used; %s) to load %s", victim.name, why, slot.name)
-                await asyncio.to_thread(self.unload_now, victim)
+                held = _memory_bytes(victim.client) if victim.status == "loaded" else 0
+                if await asyncio.to_thread(self.unload_now, victim):
+                    freed += held or 0
                 continue
             self.waiting_for_room.add(slot.name)
             if time.monotonic() > deadline:

@@ -19,11 +19,12 @@ def specs(count: int) -> list[ModelSpec]:
 
 
 def test_models_split_the_kv_budget_by_how_many_can_be_loaded_together():
-    assert memory_budget.shared(specs(1), max_loaded=4) == specs(1)  # alone: the whole plan
-    three = memory_budget.shared(specs(3), max_loaded=4)
+    assert memory_budget.shared(specs(1), together=4) == specs(1)  # alone: the whole plan
+    three = memory_budget.shared(specs(3), together=4)
     assert [spec.config.kv_share for spec in three] == [1 / 3] * 3
-    assert three[0].config.gpu_memory_utilization == EngineConfig().gpu_memory_utilization / 3
-    six = memory_budget.shared(specs(6), max_loaded=2)
+    # a GPU's share stays whole: the weights must fit in it, so splitting would refuse a model that fits alone
+    assert three[0].config.gpu_memory_utilization == EngineConfig().gpu_memory_utilization
+    six = memory_budget.shared(specs(6), together=2)
     assert {spec.config.kv_share for spec in six} == {0.5}
     assert [spec.name for spec in six] == [spec.name for spec in specs(6)]
 
@@ -46,9 +47,11 @@ def test_a_load_needs_its_files_and_its_share(tmp_path, monkeypatch):
     single.write_bytes(b"x" * 3000)
     for part in (1, 2):
         (tmp_path / f"big-0000{part}-of-00002.gguf").write_bytes(b"x" * 1000)
+    (tmp_path / "big-other-00001-of-00002.gguf").write_bytes(b"x" * 7)  # another split model beside it
     folder = tmp_path / "hf"
     folder.mkdir()
     (folder / "model.safetensors").write_bytes(b"x" * 500)
+    (folder / "pytorch_model.bin").write_bytes(b"x" * 900)  # the same weights again: not counted twice
     (folder / "config.json").write_text("{}")
     assert memory_budget.weight_bytes(str(single)) == 3000
     assert memory_budget.weight_bytes(str(tmp_path / "big-00001-of-00002.gguf")) == 2000
@@ -59,3 +62,4 @@ def test_a_load_needs_its_files_and_its_share(tmp_path, monkeypatch):
     assert memory_budget.fits(spec)
     monkeypatch.setattr(memory_budget.psutil, "virtual_memory", lambda: SimpleNamespace(available=200 * MB))
     assert not memory_budget.fits(spec)  # 25 MB of KV and 256 MB of headroom: more than 200 MB
+    assert memory_budget.fits(spec, spare_bytes=100 * MB)  # ... unless a model just unloaded gives 100 MB back

@@ -43,6 +43,7 @@ def make_registry(tiny_llama_dir, session_engine_client):
     def make(names=("a", "b", "c"), *, broken=(), queues=None, **options) -> ModelRegistry:
         config = tiny_engine_config(tiny_llama_dir)
         factory = Factory(session_engine_client.engine.bundle, broken, queues)
+        options.setdefault("fits", lambda spec, spare: True)  # every model fits (the memory check has its own tests)
         registry = ModelRegistry([ModelSpec(name, config) for name in names], client_factory=factory, **options)
         registry.factory = factory
         made.append(registry)
@@ -216,20 +217,21 @@ async def test_a_refused_request_leaves_the_keep_alive_as_it_was(make_registry):
 
 
 async def test_a_model_that_does_not_fit_in_memory_unloads_idle_ones_first(make_registry):
-    """memory_budget.fits says whether a model fits in the memory available now; here a machine
-    where "c" fits only alone (filling the real machine's memory is not a test one can run)."""
-    registry = make_registry(max_loaded=3, fits=lambda spec: spec.name != "c" or not registry.loaded())
+    """memory_budget.fits says whether a model fits in the memory available now plus what the
+    models just unloaded give back (the OS sees it a second or so later: here, never, so only the
+    registry's own count of it can say it fits); filling the real machine's memory is not a test
+    one can run. "c" fits once one model's memory is freed, or alone."""
+    registry = make_registry(max_loaded=3, fits=lambda spec, spare: spec.name != "c" or spare > 0 or not registry.loaded())
     await use(registry, "a")
     await use(registry, "b")
     assert loaded(registry) == ["a", "b"]  # under MODELS_MAX and fitting: both stay
     await use(registry, "c")
-    assert loaded(registry) == ["c"]  # both idle ones went for it
-    held = await registry.acquire("a")
+    assert loaded(registry) == ["b", "c"]  # the least recently used went, and one was enough
     await use(registry, "c")  # loaded already: nothing to make room for
-    held.release()
+    assert loaded(registry) == ["b", "c"]
     await registry.unload("c")
-    held = await registry.acquire("a")
+    held = await registry.acquire("b")
     lease = await asyncio.wait_for(registry.acquire("c"), 60)  # a busy model never goes: c loads beside it
     lease.release()
     held.release()
-    assert loaded(registry) == ["a", "c"]
+    assert loaded(registry) == ["b", "c"]
