@@ -117,15 +117,21 @@ def _run_plan(checkpoint: GGUFCheckpoint, run: list[tuple[str, int | None]], spe
     kind = checkpoint.tensors[run[0][0]].type
     if kind in GROUPED_TYPES:
         return _group_plan(checkpoint, run, specs)
-    orders, first = [], 0  # each part's rows in our order, as indices into the run's rows
-    for name, heads in run:
+    order, rows = _row_order(checkpoint, run)
+    columns = checkpoint.tensors[run[0][0]].shape[1]
+    specs.append(([checkpoint.raw_tensor(name) for name, _ in run], columns, kind, order, [name for name, _ in run]))
+    return (FloatLinear if kind in FLOAT_TYPES else BlockLinear, len(specs) - 1, rows, columns, kind)
+
+
+def _row_order(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]]) -> tuple[torch.Tensor | None, int]:
+    """Our order of the parts' rows, as indices into their rows one after another (None: theirs,
+    no part a Q or K whose heads' halves llama.cpp interleaved), and how many rows there are."""
+    orders, first = [], 0
+    for name, heads in parts:
         rows = checkpoint.tensors[name].shape[0]
         orders.append(first + (_uninterleave_rows(rows, heads) if heads is not None else torch.arange(rows)))
         first += rows
-    order = torch.cat(orders) if any(heads is not None for _, heads in run) else None
-    columns = checkpoint.tensors[run[0][0]].shape[1]
-    specs.append(([checkpoint.raw_tensor(name) for name, _ in run], columns, kind, order, [name for name, _ in run]))
-    return (FloatLinear if kind in FLOAT_TYPES else BlockLinear, len(specs) - 1, first, columns, kind)
+    return (torch.cat(orders) if any(heads is not None for _, heads in parts) else None), first
 
 
 def _packed(checkpoint: GGUFCheckpoint, specs: list, keep: bool) -> list[torch.Tensor]:
@@ -141,7 +147,7 @@ def _packed(checkpoint: GGUFCheckpoint, specs: list, keep: bool) -> list[torch.T
             return mapped
     checkpoint.populate()
     blocks = iter(pack_file_weights([spec[:4] for spec in specs if spec[2] != GROUP_KIND]))
-    packed = [_pack_groups(checkpoint, spec[0]) if spec[2] == GROUP_KIND else next(blocks) for spec in specs]
+    packed = [_pack_groups(checkpoint, spec) if spec[2] == GROUP_KIND else next(blocks) for spec in specs]
     if cache is not None:
         cache.save_later(packed)
     return packed
@@ -223,32 +229,23 @@ def _group_plan(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]],
     """A GroupLinear's plan: its parts as one spec, packed (or mapped from the packed cache) with
     the rest. A fused Q/K/V of 4- and 8-bit tensors goes 8-bit: a 4-bit level is an 8-bit level of
     the same value."""
-    entries = [checkpoint.tensors[name] for name, _ in parts]
-    bits = 8 if any(entry.type == "q8_0" for entry in entries) else 4
-    rows, columns = sum(entry.shape[0] for entry in entries), entries[0].shape[1]
-    order = torch.cat(  # our row order (_pack_groups'), which the packed cache's key records
-        [
-            _uninterleave_rows(e.shape[0], heads) if heads is not None else torch.arange(e.shape[0])
-            for e, (_, heads) in zip(entries, parts)
-        ]
-    )
+    bits = 8 if any(checkpoint.tensors[name].type == "q8_0" for name, _ in parts) else 4
+    order, rows = _row_order(checkpoint, parts)
+    columns = checkpoint.tensors[parts[0][0]].shape[1]
     specs.append((list(parts), columns, GROUP_KIND, order, [f"{name}:{bits}" for name, _ in parts]))
-    return (GroupLinear.of_packed, len(specs) - 1, rows, columns, bits)
+    return (GroupLinear, len(specs) - 1, rows, columns, bits)
 
 
-def _pack_groups(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]]) -> torch.Tensor:
-    """The parts' levels, scales and minimums in our row order, packed for the group kernel."""
-    pieces, bits = [], set()
-    for name, heads in parts:
-        levels, scales, minimums, piece_bits = checkpoint.groups(name)
-        if heads is not None:
-            order = _uninterleave_rows(levels.shape[0], heads)
-            levels, scales, minimums = levels[order], scales[order], minimums[order]
-        pieces.append((levels, scales, minimums))
-        bits.add(piece_bits)
+def _pack_groups(checkpoint: GGUFCheckpoint, spec) -> torch.Tensor:
+    """A group spec's levels, scales and minimums in our row order (the spec's), packed for the group kernel."""
+    parts, _, _, order, _ = spec
+    pieces = [checkpoint.groups(name) for name, _ in parts]  # (levels, scales, minimums, bits) each
+    tensors = [piece[:3] for piece in pieces]
     # one tensor (a tied output, a Q8_0 embedding) is taken as it comes: a copy of 262k rows costs seconds
-    levels, scales, minimums = pieces[0] if len(pieces) == 1 else (torch.cat(column) for column in zip(*pieces))
-    return GroupLinear.pack(levels, scales, minimums, max(bits))
+    levels, scales, minimums = tensors[0] if len(tensors) == 1 else (torch.cat(column) for column in zip(*tensors))
+    if order is not None:
+        levels, scales, minimums = levels[order], scales[order], minimums[order]
+    return GroupLinear.pack(levels, scales, minimums, max(piece[3] for piece in pieces))
 
 
 def _float_rows(checkpoint: GGUFCheckpoint, parts: list[tuple[str, int | None]]) -> torch.Tensor:

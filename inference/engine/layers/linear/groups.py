@@ -68,14 +68,14 @@ def _check_finite(*tensors: torch.Tensor) -> None:
 class GroupLinear(RowKernelLinear):
     """A linear whose weight is 4- or 8-bit groups, packed once for the kernel."""
 
-    def __init__(
-        self, levels: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, bits: int, bias: torch.Tensor | None = None
-    ):
+    def __init__(self, packed: torch.Tensor, out_features: int, in_features: int, bits: int, bias: torch.Tensor | None = None):
+        """Over groups packed for the kernel (`pack`): by `from_linear`, or by gguf/weights.py from a
+        GGUF's own groups or from the packed cache of an earlier start."""
         super().__init__()
         self.bits = bits
-        self.register_buffer("packed", self.pack(levels, scales, minimums, bits))
+        self.register_buffer("packed", packed)
         self.bias = bias
-        self.out_features, self.in_features = levels.shape
+        self.out_features, self.in_features = out_features, in_features
 
     @staticmethod
     def pack(levels: torch.Tensor, scales: torch.Tensor, minimums: torch.Tensor, bits: int) -> torch.Tensor:
@@ -83,20 +83,10 @@ class GroupLinear(RowKernelLinear):
         return kernels().group_pack_weight(levels, scales, minimums, bits)
 
     @classmethod
-    def of_packed(cls, packed: torch.Tensor, out_features: int, in_features: int, bits: int) -> GroupLinear:
-        """Over weights packed already (`pack`; gguf/weights.py, from the packed cache of an earlier start)."""
-        linear = cls.__new__(cls)
-        RowKernelLinear.__init__(linear)
-        linear.bits = bits
-        linear.register_buffer("packed", packed)
-        linear.bias = None
-        linear.out_features, linear.in_features = out_features, in_features
-        return linear
-
-    @classmethod
     def from_linear(cls, linear: nn.Linear, bits: int) -> GroupLinear:
         quantize = quantize_groups if bits == 4 else quantize_groups_8bit
-        return cls(*quantize(linear.weight), bits=bits, bias=linear.bias)
+        levels, scales, minimums = quantize(linear.weight)
+        return cls(cls.pack(levels, scales, minimums, bits), *levels.shape, bits=bits, bias=linear.bias)
 
     def matmul(self, rows: torch.Tensor) -> torch.Tensor:
         """rows (contiguous float32 [M, K]) @ W.T, no bias."""
