@@ -39,7 +39,12 @@ def verify_contexts(seq: Sequence, masks: dict, grammars: Grammars | None, conte
 
 def guess_masks(seq: Sequence, masks: dict, grammars: Grammars) -> list:
     """A constrained sequence's mask for each verification row: the grammar after each guess
-    (proposed only where the grammar accepts it), walked forward and back."""
+    (proposed only where the grammar accepts it), walked forward and back.
+
+    The walk ends at a guess that completes the grammar: the sequence finishes on that token, so
+    no later row is used, and llguidance takes tokens past its stop without recording them (a
+    rollback counting them would also undo guesses' predecessors: the end of a forced tool call
+    followed by a guessed end of turn lost its last real token)."""
     matcher, draft = seq.matcher, seq.draft
     rows = [masks.get(id(seq))]
     consumed = 0
@@ -47,6 +52,8 @@ def guess_masks(seq: Sequence, masks: dict, grammars: Grammars) -> list:
         if not matcher.consume_token(token_id):
             break  # (proposed guesses were validated: not reached) its row cannot accept it anyway
         consumed += 1
+        if matcher.is_stopped():
+            break
         rows.append(grammars.allowed([matcher])[0])
     if consumed and not matcher.rollback(consumed):
         raise RuntimeError("the grammar matcher could not go back over the guesses")
