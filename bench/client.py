@@ -26,7 +26,9 @@ def completion_payload(request: BenchRequest, *, model: str | None, temperature:
         "max_tokens": request.output_len,
         "temperature": temperature,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        # the server's token counts on every chunk: ours' and vLLM's usage, llama-server's timings
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "timings_per_token": True,
     }
     if model:
         payload["model"] = model
@@ -35,7 +37,7 @@ def completion_payload(request: BenchRequest, *, model: str | None, temperature:
     return payload
 
 
-def _read_event(record: RequestRecord, data: str, now: float) -> bool:
+def read_event(record: RequestRecord, data: str, now: float) -> bool:
     """Updates `record` from one `data:` payload; True at the end of the stream."""
     if data == "[DONE]":
         return True
@@ -44,19 +46,37 @@ def _read_event(record: RequestRecord, data: str, now: float) -> bool:
         error = event["error"]
         record.error = error.get("message", str(error)) if isinstance(error, dict) else str(error)
         return True
-    for choice in event.get("choices") or ():
-        delta = choice.get("delta") or {}
-        if choice.get("text") or delta.get("content") or delta.get("tool_calls"):
-            record.chunk_times.append(now)
-        elif choice.get("finish_reason") and not record.chunk_times:
-            # A reply whose tokens carried no text (one token that is part of a UTF-8 character, say):
-            # it ended now. Without this, a 1-token prefill probe that drew such a token was a failure.
-            record.chunk_times.append(now)
+    choices = event.get("choices") or ()
     usage = event.get("usage")
+    count = _tokens_so_far(event) if choices else None
+    if count is not None:  # the server counts its tokens: time each when its chunk came
+        if count > record.counted:
+            record.chunk_times.append(now)
+            record.chunk_tokens.append(count - record.counted)
+            record.counted = count
+    else:
+        for choice in choices:
+            delta = choice.get("delta") or {}
+            text = choice.get("text") or delta.get("content") or delta.get("tool_calls")
+            # (a reply whose tokens carried no text, one token that is half a UTF-8 character, say,
+            # ended at its finish: without this a 1-token prefill probe that drew one was a failure)
+            if text or (choice.get("finish_reason") and not record.chunk_times):
+                record.chunk_times.append(now)
+                record.chunk_tokens.append(1)
     if usage:
         record.output_tokens = usage.get("completion_tokens", record.output_tokens)
         record.prompt_tokens = usage.get("prompt_tokens", record.prompt_tokens)
     return False
+
+
+def _tokens_so_far(event: dict) -> int | None:
+    """The tokens the server says it has sent, counted on this chunk, or None where it does not say."""
+    usage, timings = event.get("usage"), event.get("timings")
+    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        return usage["completion_tokens"]
+    if isinstance(timings, dict) and isinstance(timings.get("predicted_n"), int):
+        return timings["predicted_n"]
+    return None
 
 
 async def stream_completion(client: httpx.AsyncClient, url: str, payload: dict) -> RequestRecord:
@@ -69,7 +89,7 @@ async def stream_completion(client: httpx.AsyncClient, url: str, payload: dict) 
                 record.error = f"HTTP {response.status_code}: {body[:200]}"
                 return record
             async for line in response.aiter_lines():
-                if line.startswith("data:") and _read_event(record, line[5:].strip(), time.perf_counter()):
+                if line.startswith("data:") and read_event(record, line[5:].strip(), time.perf_counter()):
                     break
         record.end = time.perf_counter()
     except (httpx.HTTPError, ValueError) as exc:

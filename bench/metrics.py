@@ -1,8 +1,13 @@
 """Per-request timings and their summary: TTFT, TPOT, ITL, end-to-end latency, throughput.
 
 Definitions (all from client-side timestamps, in seconds):
-- TTFT: request sent -> first chunk carrying non-empty text.
-- ITL: the gaps between consecutive text chunks.
+- TTFT: request sent -> the first chunk that brought a token.
+- ITL: the gaps between tokens: a chunk that brought k tokens a gap g after the previous one
+  counts k gaps of g / k. Tokens are counted per chunk from the server's own counts where it
+  sends them (`usage` on every chunk under stream_options.continuous_usage_stats, as ours and
+  vLLM do; llama-server's `timings.predicted_n` under timings_per_token), so a token that prints
+  as nothing (a padding token of the random-weight models, half a UTF-8 character) is timed
+  when it came, not with the next visible text; a server with neither counts its text chunks.
 - TPOT: (e2e - TTFT) / (output_tokens - 1): the mean decode time per token after the first.
 - e2e: request sent -> end of the stream.
 Summaries report milliseconds, mean / p50 / p99 (linear-interpolated percentiles); None where
@@ -20,7 +25,9 @@ class RequestRecord:
     """What one request did, as the client saw it."""
 
     start: float
-    chunk_times: list[float] = field(default_factory=list)  # arrival of each non-empty text chunk
+    chunk_times: list[float] = field(default_factory=list)  # arrival of each chunk that brought tokens
+    chunk_tokens: list[int] = field(default_factory=list)  # how many each brought (empty: one each, uncounted)
+    counted: int = 0  # tokens the server's counts said had come so far
     end: float | None = None
     output_tokens: int | None = None  # from the usage chunk; None: count chunks
     prompt_tokens: int | None = None
@@ -45,7 +52,8 @@ class RequestRecord:
 
     @property
     def itls(self) -> list[float]:
-        return [b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])]
+        tokens = self.chunk_tokens or [1] * len(self.chunk_times)
+        return [(b - a) / k for a, b, k in zip(self.chunk_times, self.chunk_times[1:], tokens[1:]) for _ in range(k)]
 
     @property
     def tpot(self) -> float | None:

@@ -39,6 +39,7 @@ class GenerationInput:
     model: str | None = None
     stream: bool = True
     include_usage: bool = False
+    continuous_usage: bool = False  # every chunk carries the usage so far (stream_options.continuous_usage_stats)
     # The sampling fields the client set: the checkpoint's defaults fill the others (submission.plan).
     given: frozenset[str] = frozenset()
     tools: ToolReader | None = None  # chat's tools and tool_choice

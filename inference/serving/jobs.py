@@ -113,6 +113,7 @@ class GenerationJob:
         """The job of a request the engine has taken (serving/submission.py); its row is queued for writing."""
         job = cls(engine_client=engine_client, request_id=record.request_id, stream=stream, params=params, model=record.model)
         job.prompt_token_ids = token_ids
+        job.prompt_tokens = len(token_ids)  # known before the first output (a stream's usage so far)
         job.tools = record.tools
         job.reasoning = record.reasoning
         _live.add(job)

@@ -64,6 +64,21 @@ async def test_completion_stream_with_usage(async_client, engine_client):
     assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 4
 
 
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+async def test_continuous_usage_counts_the_tokens_each_chunk_brings(async_client, engine_client, path):
+    """vLLM's stream_options.continuous_usage_stats: every chunk carries the counts so far, so a
+    client times tokens, not chunks (a chunk may bring several, or a token no text)."""
+    fields = {"prompt": "The sky is"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "hi"}]}
+    stream_options = {"include_usage": True, "continuous_usage_stats": True}
+    body = {**fields, "max_tokens": 6, "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": stream_options}
+    events = await read_stream(await post(async_client, path, body))
+    *chunks, last, done = events
+    assert done == "[DONE]" and last["choices"] == [] and last["usage"]["completion_tokens"] == 6
+    counts = [c["usage"]["completion_tokens"] for c in chunks]
+    assert counts == sorted(counts) and counts[-1] == 6  # each chunk: the tokens written so far
+    assert all(c["usage"]["prompt_tokens"] == last["usage"]["prompt_tokens"] > 0 for c in chunks)
+
+
 async def test_completion_stream_without_usage_ends_with_done(async_client, engine_client):
     resp = await post(async_client, "/v1/completions", {"prompt": "A", "max_tokens": 2, "ignore_eos": True, "stream": True})
     events = await read_stream(resp)

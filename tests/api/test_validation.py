@@ -54,6 +54,17 @@ def test_stream_options_include_usage():
     assert inp.stream and inp.include_usage
 
 
+def test_continuous_usage_needs_include_usage_and_a_boolean():
+    chat = {"messages": [{"role": "user", "content": "x"}], "stream": True}
+    both = parse_chat({**chat, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    assert both.include_usage and both.continuous_usage
+    alone = parse_chat({**chat, "stream_options": {"continuous_usage_stats": True}})  # vLLM: nothing without include_usage
+    assert not alone.include_usage and not alone.continuous_usage
+    with pytest.raises(ApiError) as info:
+        parse_chat({**chat, "stream_options": {"include_usage": True, "continuous_usage_stats": "yes"}})
+    assert info.value.status == 400 and info.value.param == "stream_options.continuous_usage_stats"
+
+
 @pytest.mark.parametrize("role", [[], {}, 3, None])
 def test_a_role_that_is_not_a_string_is_a_400_naming_it(role):
     """Found by the fuzz: a list as the role was looked up in a set (unhashable) and answered 500."""

@@ -11,7 +11,7 @@ import math
 import httpx
 import pytest
 
-from bench.client import completion_payload, stream_completion
+from bench.client import read_event, completion_payload, stream_completion
 from bench.metrics import RequestRecord, percentile, summarize
 from bench.prompts import BenchRequest, make_requests, parse_length
 from bench.serve import run_benchmark
@@ -37,6 +37,27 @@ def test_ttft_itl_tpot_from_known_timestamps():
     # Without a usage chunk the chunks are the tokens.
     assert RequestRecord(start=0.0, chunk_times=[1.0, 2.0], end=2.0).num_output_tokens == 2
     assert RequestRecord(start=0.0, chunk_times=[1.0], end=1.0, output_tokens=1).tpot is None
+
+
+def test_tokens_are_timed_by_the_servers_counts_not_by_their_text():
+    """llama-server sends a chunk per token, empty for a token that prints as nothing, with its
+    count under timings_per_token; ours counts in usage, several tokens in one chunk when guesses
+    were accepted. Each token is timed when its chunk came."""
+    llama, ours = RequestRecord(start=0.0), RequestRecord(start=0.0)
+    padding = [("", 1, 0.5), ("", 2, 0.6), ("a", 3, 0.7), ("b", 4, 0.8)]
+    for text, count, now in padding:
+        chunk = {"choices": [{"index": 0, "text": text, "finish_reason": None}], "timings": {"predicted_n": count}}
+        read_event(llama, json.dumps(chunk), now)
+    assert llama.chunk_times == [0.5, 0.6, 0.7, 0.8] and llama.ttft == pytest.approx(0.5)  # not 0.7: the first visible text
+    assert llama.itls == pytest.approx([0.1, 0.1, 0.1])
+    for text, count, now in [("a", 1, 0.5), ("bcd", 4, 0.8), ("e", 5, 0.9)]:
+        chunk = {"choices": [{"index": 0, "text": text, "finish_reason": None}], "usage": {"completion_tokens": count}}
+        read_event(ours, json.dumps(chunk), now)
+    assert ours.chunk_tokens == [1, 3, 1] and ours.itls == pytest.approx([0.1, 0.1, 0.1, 0.1])  # 0.3 over three tokens
+    plain = RequestRecord(start=0.0)  # a server that counts nothing: its text chunks are the tokens
+    for text, now in [("", 0.2), ("a", 0.5), ("b", 0.9)]:
+        read_event(plain, json.dumps({"choices": [{"index": 0, "text": text, "finish_reason": None}]}), now)
+    assert plain.ttft == pytest.approx(0.5) and plain.itls == pytest.approx([0.4])
 
 
 def test_summary_counts_only_successes():
@@ -103,7 +124,8 @@ async def test_stream_completion_reads_chunks_usage_and_errors():
 
     request = BenchRequest(prompt=" a b", prompt_len=2, output_len=4)
     payload = completion_payload(request, model="m", temperature=0.0, ignore_eos=True)
-    assert payload["stream_options"] == {"include_usage": True} and payload["ignore_eos"] is True
+    assert payload["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert payload["timings_per_token"] is True and payload["ignore_eos"] is True
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
         ok = await stream_completion(client, "http://x/v1/completions", payload)
         full = await stream_completion(client, "http://x/v1/completions", {**payload, "max_tokens": 99})

@@ -101,7 +101,8 @@ def test_engine_killed_mid_stream_carries_on_on_the_survivor(cluster):
         assert read_until(lines, carries_text)[-1]["type"] == "token"  # the same stream, still going
     finally:
         ctx.__exit__(None, None, None)  # the client leaves: the survivor aborts it
-    assert wait_until(lambda: cluster.row(request_id).get("status") == "aborted", timeout=60), cluster.row(request_id)
+    aborted = wait_until(lambda: cluster.row(request_id).get("status") == "aborted", timeout=60)
+    assert aborted, f"{cluster.row(request_id)}\n{cluster.logs()}"
     assert [segment["engine"] for segment in cluster.row(request_id)["resumes"]] == [victim, survivor]
     # the survivor still serves, and /health lists only it
     assert wait_until(lambda: set(cluster.engine_stats()) == set(cluster.engines) - {victim}, timeout=60)

@@ -69,7 +69,9 @@ def expect(body: dict, name: str, kind: type | tuple, what: str) -> Any:
     return value
 
 
-def stream_flags(body: dict, *, default_stream: bool) -> tuple[bool, bool]:
+def stream_flags(body: dict, *, default_stream: bool) -> tuple[bool, bool, bool]:
+    """(stream, include_usage: the last chunk carries the usage, continuous_usage: every chunk
+    carries the counts so far, vLLM's `continuous_usage_stats`, which needs include_usage too)."""
     stream = expect(body, "stream", bool, "a boolean")
     stream = default_stream if stream is None else stream
     options = expect(body, "stream_options", dict, "an object")
@@ -81,9 +83,12 @@ def stream_flags(body: dict, *, default_stream: bool) -> tuple[bool, bool]:
         if unknown:
             raise bad_request(f"unknown stream_options field: {sorted(unknown)[0]}", param="stream_options")
         include_usage = options.get("include_usage", False)
-        if not isinstance(include_usage, bool):
-            raise bad_request("stream_options.include_usage must be a boolean", param="stream_options.include_usage")
-    return stream, include_usage
+        continuous = options.get("continuous_usage_stats", False)
+        for name, value in (("include_usage", include_usage), ("continuous_usage_stats", continuous)):
+            if not isinstance(value, bool):
+                raise bad_request(f"stream_options.{name} must be a boolean", param=f"stream_options.{name}")
+        return stream, include_usage, include_usage and continuous
+    return stream, include_usage, False
 
 
 def choices_n(body: dict) -> int:

@@ -233,7 +233,7 @@ def parse_completion(body: dict, *, default_max_tokens: int | None = COMPLETIONS
     if "prompt" not in body:
         raise bad_request("prompt is required", param="prompt")
     prompts = _completion_prompts(body["prompt"])
-    stream, include_usage = stream_flags(body, default_stream=False)
+    stream, include_usage, continuous_usage = stream_flags(body, default_stream=False)
     max_tokens, max_name, defaulted = max_tokens_field(body, ("max_tokens",), default_max_tokens)
     max_tokens = check_limits(body, max_tokens, max_name, defaulted=defaulted)
     echo = bool(expect(body, "echo", bool, "a boolean"))
@@ -272,6 +272,7 @@ def parse_completion(body: dict, *, default_max_tokens: int | None = COMPLETIONS
         model=model_name(body),
         stream=stream,
         include_usage=include_usage,
+        continuous_usage=continuous_usage,
     )
 
 
@@ -294,7 +295,7 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
         if structured is not None:
             raise bad_request("tool_choice required or named cannot be combined with another constraint", param="tool_choice")
         structured = {"kind": "lark", "value": grammar, "param": "tool_choice"}
-    stream, include_usage = stream_flags(body, default_stream=False)
+    stream, include_usage, continuous_usage = stream_flags(body, default_stream=False)
     # Left out: None, the rest of the context, computed and capped when submitted (submission.plan).
     max_tokens, max_name, defaulted = max_tokens_field(body, ("max_completion_tokens", "max_tokens"), None)
     if not defaulted:
@@ -330,6 +331,7 @@ def parse_chat(body: dict, tool_parser: ToolParser | None = None) -> GenerationI
         model=model_name(body),
         stream=stream,
         include_usage=include_usage,
+        continuous_usage=continuous_usage,
         given=frozenset(body),
         tools=tools,
         template_options=template_options(body),

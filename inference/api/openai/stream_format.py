@@ -71,6 +71,7 @@ class OpenAIResponse:
     jobs: list[GenerationJob]
     kind: str = "chat"  # or "completion"
     include_usage: bool = False  # a stream's last chunk carries the usage
+    continuous_usage: bool = False  # and every chunk the counts so far (a client times tokens, not chunks)
     tokenizer: object = None
     echo: bool = False
     echo_only: bool = False  # max_tokens 0: the prompt alone; the one token generated is dropped
@@ -177,6 +178,12 @@ class OpenAIResponse:
 
     # ---- streams ------------------------------------------------------------------------------
 
+    def _chunk(self, chunk: dict) -> str:
+        """A chunk's event; with continuous usage it carries the counts so far, as vLLM's do."""
+        if self.continuous_usage:
+            chunk["usage"] = self.usage()
+        return sse.event(chunk)
+
     def _tail(self, object_name: str, include_usage: bool):
         """Error (if any), usage (if asked) and [DONE]; called once every row is final."""
         failed = self.failed()
@@ -222,7 +229,7 @@ class OpenAIResponse:
                             oai.completion_choice(index=self.index(position, other), text="", finish_reason=other.finish_reason)
                         )
                 for body in chunks:
-                    yield sse.event(oai.completion_chunk(**self._ids(), choices=[body]))
+                    yield self._chunk(oai.completion_chunk(**self._ids(), choices=[body]))
             await _wait_recorded(self.jobs)
             for chunk in self._tail("text_completion", include_usage):
                 yield chunk
@@ -233,7 +240,7 @@ class OpenAIResponse:
         job = self.jobs[0]
         try:
             for choice in job.choices:
-                yield sse.event(oai.chat_chunk(**self._ids(), index=choice.index, delta={"role": "assistant", "content": ""}))
+                yield self._chunk(oai.chat_chunk(**self._ids(), index=choice.index, delta={"role": "assistant", "content": ""}))
             content = CallHoldback(self.tools.parser) if self.tools is not None else None
             splitters = {}
             async for _, _, out, finished in _merged(self.jobs):
@@ -244,27 +251,27 @@ class OpenAIResponse:
                     reasoning, text = split_delta(splitter, text, ended)
                     if reasoning:
                         delta = {"reasoning_content": reasoning, "reasoning": reasoning}
-                        yield sse.event(oai.chat_chunk(**self._ids(), index=out.index, delta=delta))
+                        yield self._chunk(oai.chat_chunk(**self._ids(), index=out.index, delta=delta))
                 if content is not None and text:
                     text = content.add(out.index, text)
                 if text or out.logprobs:
                     logprobs = oai.chat_logprobs(out.logprobs) if self.wants_logprobs else None
-                    yield sse.event(oai.chat_chunk(**self._ids(), index=out.index, delta={"content": text}, logprobs=logprobs))
+                    yield self._chunk(oai.chat_chunk(**self._ids(), index=out.index, delta={"content": text}, logprobs=logprobs))
                 for choice in finished:
                     if self.tools is not None and choice.tool_calls:
                         unshown = content.unshown(choice.index, choice.content)
                         if unshown:  # content held with the calls (a candidate that was not the call)
-                            yield sse.event(oai.chat_chunk(**self._ids(), index=choice.index, delta={"content": unshown}))
+                            yield self._chunk(oai.chat_chunk(**self._ids(), index=choice.index, delta={"content": unshown}))
                         for number, call in enumerate(choice.tool_calls):  # `index` on every chunk: the client's helper needs it
-                            yield sse.event(
+                            yield self._chunk(
                                 oai.chat_chunk(**self._ids(), index=choice.index, delta={"tool_calls": [call.body(number)]})
                             )
                     elif content is not None and content.rest(choice.index):  # no call after all: the held text is content
-                        yield sse.event(
+                        yield self._chunk(
                             oai.chat_chunk(**self._ids(), index=choice.index, delta={"content": content.rest(choice.index)})
                         )
                     if choice.finish_reason != "error":
-                        yield sse.event(
+                        yield self._chunk(
                             oai.chat_chunk(
                                 **self._ids(),
                                 index=choice.index,

@@ -61,6 +61,7 @@ def _openai_reply(inp: GenerationInput, kind: str):
             jobs,
             kind=kind,
             include_usage=inp.include_usage,
+            continuous_usage=inp.continuous_usage,
             tokenizer=tokenizer,
             echo=inp.echo,
             echo_only=inp.echo_only,
