@@ -11,7 +11,7 @@ import math
 import httpx
 import pytest
 
-from bench.client import read_event, completion_payload, stream_completion
+from bench.client import completion_payload, read_event, stream_completion
 from bench.metrics import RequestRecord, percentile, summarize
 from bench.prompts import BenchRequest, make_requests, parse_length
 from bench.serve import run_benchmark
