@@ -11,7 +11,8 @@ context and one ~15,000-token prompt, then its resident memory; llama-server kee
 window's K/V on the sliding layers (its SWA cache), ours keeps every layer's whole context (the
 sliding-window cache is not built yet: docs/models.md), so this is the row to watch.
 
-    python -m bench.peer_gemma3                # one round, ~6 min on 2 cores; prints the table
+    python -m bench.peer_gemma3                # one round, ~7 min on 2 cores; prints the table
+    python -m bench.peer_gemma3 --docs-dir docs/bench   # also docs/bench/raw/gemma3.json and the page rewritten
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import os
 import httpx
 
 from .llama_server import LlamaServer, build, build_that_runs
-from .peer import _measure, prompts_used
-from .peer_large import rebuilt_peer, target_rows, with_prefill_rate
+from .peer import SPEC_OFF, _measure, prompts_used
+from .peer_large import measure_spec_off, rebuilt_peer, spec_off_rows, target_rows, with_prefill_rate
 from .prompts import CHAT, make_requests
-from .raw import measured_line
+from .raw import measured_line, save_raw
 from .server import EngineServer
 
 LOADS = (  # name, concurrency, prompts, input tokens (CHAT: chat questions), output tokens
@@ -77,6 +78,7 @@ def one_round(tokenizer, gguf: str, r: int, results_dir: str) -> dict:
         row["ours"]["start"]["resident MB after load"] = ours.resident_after_load_mb()
         row["ours"].update({load[0]: _measure(ours.base_url, tokenizer, load, seed=300 + r) for load in LOADS})
         row["ours"][PREFILL[0]] = with_prefill_rate(_measure(ours.base_url, tokenizer, PREFILL, seed=300 + r))
+    row[SPEC_OFF] = measure_spec_off({"MINIVLLM_MODEL": gguf}, tokenizer, LOADS[0], 300 + r, log("ours-spec-off"))
     env = {"MINIVLLM_MODEL": gguf, "MINIVLLM_MAX_MODEL_LEN": str(LONG_CONTEXT), "MINIVLLM_MAX_NUM_SEQS": "1"}
     with EngineServer(env, log_path=log("ours-16k")) as ours:
         row["ours"]["16k-token context"] = {"resident MB": long_context_mb(ours.base_url, tokenizer, ours.resident_mb)}
@@ -101,15 +103,15 @@ def render(result: dict) -> list[str]:
         f"CPU flags: {result.get('isa', '?')}. Ours with no settings; llama-server: "
         f"`{rounds[0]['llama-server']['start']['command']}`. The 16k row: each server given a {LONG_CONTEXT:,}-token "
         f"context and one {LONG_PROMPT:,}-token prompt, then its resident memory. One client: bench/prompts.py's chat "
-        "questions as plain prompts (the file has no chat template), speculation on (our default); the other loads: "
-        "seeded random words.",
+        "questions as plain prompts (the file has no chat template), ours with speculation on (our default) and off "
+        "(the base model's replies repeat, which guessing turns into speed); the other loads: seeded random words.",
         "",
         measured_line(result.get("machine") or {}, result.get("command")),
         "",
     ]
     if rebuilt:
         lines += [f"**llama-server ran {', '.join(rebuilt)} here, not its native build: no target below counts as met.**", ""]
-    lines += target_rows(rounds, TARGETS, rebuilt, caveat)
+    lines += target_rows(rounds, TARGETS, rebuilt, caveat) + spec_off_rows(rounds, LOADS[0][0], caveat)
     return lines + [""]
 
 
@@ -139,11 +141,18 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--results-dir", default="bench/results")
+    p.add_argument("--docs-dir", default=None, help="also write DOCS_DIR/raw/gemma3.json and rewrite the page there")
     args = p.parse_args(argv)
     os.makedirs(args.results_dir, exist_ok=True)
     result = run(rounds=args.rounds, results_dir=args.results_dir)
+    result["command"] = "python -m bench.peer_gemma3" + (f" --rounds {args.rounds}" if args.rounds != 1 else "")
     with open(os.path.join(args.results_dir, "peer-gemma3.json"), "w") as out:
         json.dump(result, out, indent=1)
+    if args.docs_dir:
+        from .report import write_page
+
+        save_raw(args.docs_dir, "gemma3", result)
+        write_page(args.docs_dir)
     print("\n".join(render(result)))
 
 

@@ -68,11 +68,8 @@ def one_round(tokenizer, gguf: str, r: int, results_dir: str) -> dict:
         row["ours"] = {load[0]: _measure(ours.base_url, tokenizer, load, seed=200 + r) for load in LOADS}
         row["ours"][PREFILL[0]] = with_prefill_rate(_measure(ours.base_url, tokenizer, PREFILL, seed=200 + r))
         row["ours"]["start"] = {"ready s": ours.ready_s, "command": ours.command}
-    with EngineServer(
-        {"MINIVLLM_MODEL": gguf, "MINIVLLM_SPECULATIVE": "off"},
-        log_path=os.path.join(results_dir, f"large-ours-spec-off-{r}.log"),
-    ) as ours:
-        row[SPEC_OFF] = {LOADS[0][0]: _measure(ours.base_url, tokenizer, LOADS[0], seed=200 + r)}
+    log = os.path.join(results_dir, f"large-ours-spec-off-{r}.log")
+    row[SPEC_OFF] = measure_spec_off({"MINIVLLM_MODEL": gguf}, tokenizer, LOADS[0], 200 + r, log)
     env = {"MINIVLLM_MODEL": gguf, "MINIVLLM_KV_CACHE_MB": str(int(POOL_MB))}
     with EngineServer(env, log_path=os.path.join(results_dir, f"large-ours-memory-{r}.log")) as ours:
         row["ours"]["start"]["resident MB less the KV pool"] = ours.resident_after_load_mb() - POOL_MB
@@ -95,6 +92,23 @@ def rebuilt_peer(rounds: list[dict]) -> tuple[list[str], str]:
     """(the llama-server builds the rounds ran other than its native one, the caveat a ratio carries then)."""
     rebuilt = sorted({r["llama-server"]["start"].get("build", "native") for r in rounds} - {"native"})
     return rebuilt, f" (peer rebuilt {', '.join(rebuilt)}: not its native build)" if rebuilt else ""
+
+
+def measure_spec_off(env: dict, tokenizer, load, seed: int, log_path: str) -> dict:
+    """The one-client load on a second server of ours with speculation off (SPEC_OFF's figures):
+    where the chat questions' replies repeat, guessing is most of the one-client lead."""
+    with EngineServer({**env, "MINIVLLM_SPECULATIVE": "off"}, log_path=log_path) as ours:
+        return {load[0]: _measure(ours.base_url, tokenizer, load, seed=seed)}
+
+
+def spec_off_rows(rounds: list[dict], load: str, caveat: str) -> list[str]:
+    """`load`'s tok/s with our speculation off beside llama-server's (shown, not judged), where every round has it."""
+    if not all(SPEC_OFF in r for r in rounds):
+        return []
+    theirs = [r["llama-server"][load].get("tok/s") for r in rounds]
+    off = [r[SPEC_OFF][load].get("tok/s") for r in rounds]
+    ratios = [o / t if o is not None and t else math.nan for o, t in zip(off, theirs)]
+    return [f"| {load}, speculation off | tok/s | {_cell(theirs)} | {_cell(off)} | {_cell(ratios)}x{caveat} | | |"]
 
 
 def latency_rows(rounds: list[dict], loads) -> list[str]:
@@ -148,13 +162,7 @@ def render(result: dict) -> list[str]:
             "against a slower peer than its native one and no target below counts as met.**",
             "",
         ]
-    lines += target_rows(rounds, TARGETS, rebuilt, caveat)
-    if all(SPEC_OFF in r for r in rounds):  # one client with speculation off: shown, not judged
-        name = LOADS[0][0]
-        theirs = [r["llama-server"][name].get("tok/s") for r in rounds]
-        off = [r[SPEC_OFF][name].get("tok/s") for r in rounds]
-        ratios = [o / t if o is not None and t else math.nan for o, t in zip(off, theirs)]
-        lines.append(f"| {name}, speculation off | tok/s | {_cell(theirs)} | {_cell(off)} | {_cell(ratios)}x{caveat} | | |")
+    lines += target_rows(rounds, TARGETS, rebuilt, caveat) + spec_off_rows(rounds, LOADS[0][0], caveat)
     return lines + latency_rows(rounds, LOADS) + [""]
 
 

@@ -4,7 +4,8 @@ defaults and by llama-server from the same file, one after the other in each rou
 each figure a ratio to llama-server's in the same round and judged against issue 45's targets.
 
 Loads: one client (the chat questions behind the file's chat template, 32 output tokens; the
-weights are random, so the text is not, but speed does not depend on it), 8 and 32 clients of
+weights are random, so the text is too: ours is also measured with speculation off, since
+guessing's gain depends on how the text repeats), 8 and 32 clients of
 random words, a 2,000-token prompt's prefill (llama-server given one slot of 8,192 for it), ready
 time. Memory is compared at an equal KV pool, as bench/peer_large.py does: llama-server's
 `-c 32768` holds 32,768 tokens of float16 K/V (512 MiB for this shape); ours is started once more
@@ -32,8 +33,8 @@ import statistics
 from pathlib import Path
 
 from .llama_server import LlamaServer, build, build_that_runs
-from .peer import _measure, prompts_used
-from .peer_large import _cell, latency_rows, rebuilt_peer, target_rows, with_prefill_rate
+from .peer import SPEC_OFF, _measure, prompts_used
+from .peer_large import _cell, latency_rows, measure_spec_off, rebuilt_peer, spec_off_rows, target_rows, with_prefill_rate
 from .prompts import CHAT
 from .raw import measured_line, save_raw
 from .server import EngineServer
@@ -136,6 +137,7 @@ def one_round(tokenizer, gguf: str, r: int, results_dir: str) -> dict:
         row["ours"]["start"]["resident MB after load"] = ours.resident_after_load_mb()
         row["ours"].update({load[0]: _measure(ours.base_url, tokenizer, load, seed=SEED + r) for load in LOADS})
         row["ours"][PREFILL[0]] = with_prefill_rate(_measure(ours.base_url, tokenizer, PREFILL, seed=SEED + r))
+    row[SPEC_OFF] = measure_spec_off({"MINIVLLM_MODEL": gguf}, tokenizer, LOADS[0], SEED + r, log("ours-spec-off"))
     with LlamaServer(gguf, log_path=log("llama")) as peer:
         rss = peer.resident_after_load_mb()
         row["llama-server"] = {"start": {"ready s": peer.ready_s, "command": peer.command, "build": peer.build}}
@@ -207,15 +209,20 @@ def render(result: dict) -> list[str]:
         f"CPU flags: {result.get('isa', '?')}. Ours with no settings; llama-server: "
         f"`{rounds[0]['llama-server']['start']['command']}`. Memory: resident after load less the {POOL_MB:.0f} MiB "
         f"KV pool each holds (ours started with MINIVLLM_KV_CACHE_MB={POOL_MB:.0f} for that figure). One client: "
-        "bench/prompts.py's chat questions behind the chat template, speculation on (our default); the other loads: "
-        "seeded random words. The weights are random, so the text is too; speed does not depend on it.",
+        "bench/prompts.py's chat questions behind the chat template, ours with speculation on (our default) and off "
+        "(the weights are random, so the text is too, and what guessing gains depends on how it repeats); the other "
+        "loads: seeded random words.",
         "",
         measured_line(result.get("machine") or {}, result.get("command")),
         "",
     ]
     if rebuilt:
         lines += [f"**llama-server ran {', '.join(rebuilt)} here, not its native build: no target below counts as met.**", ""]
-    lines += target_rows(rounds, TARGETS, rebuilt, caveat)
+    lines += target_rows(rounds, TARGETS, rebuilt, caveat) + spec_off_rows(rounds, LOADS[0][0], caveat)
+    first = [r["ours"]["start"].get("earlier start's ready s") for r in rounds]
+    lines.append(
+        f"| start | ready s, ours: the round's first start (the memory one, before the timed one) | | {_cell(first)} | | | |"
+    )
     after = [[r[side]["start"].get("resident MB after load") for r in rounds] for side in ("llama-server", "ours")]
     lines.append(f"| start | resident MB after load, no settings | {_cell(after[0], 0)} | {_cell(after[1], 0)} | | | |")
     lines += latency_rows(rounds, (*LOADS, PREFILL))  # the latencies beside the targets

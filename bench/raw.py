@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-RAW_SECTIONS = ("gemma3", "moe", "speculative", "structured", "json_endings", "models")  # in the page's order
+RAW_SECTIONS = ("gemma3", "moe", "speculative", "structured", "json_endings", "models", "resume")  # in the page's order
 
 
 def raw_path(docs_dir: str, name: str) -> str:
@@ -48,4 +48,8 @@ def measured_line(machine: dict, command: str | None) -> str:
         f"Measured {machine.get('date', '?')} on {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} logical CPUs "
         f"(flags the kernels read: {flags}), commit {machine.get('git_commit') or 'unknown'}"
     )
+    busy, load = machine.get("cpu_busy_percent_at_start"), machine.get("load_average_at_start")
+    if busy is not None:
+        line += f", the CPU {busy:.0f}% busy with other work as it started"
+        line += f" (load average {load[0]:.2f})" if load else ""
     return line + (f", by `{command}`." if command else ".")

@@ -8,6 +8,9 @@ SIGKILLed and a fresh one started in its place. Each reply is compared with the 
 served without a fault (a first pass), token for token.
 
     python -m bench.resume_chaos                   # 200 requests, 32 at a time, 3 kills (~5 min on 2 cores)
+    python -m bench.resume_chaos --docs-dir docs/bench   # also docs/bench/raw/resume.json and the page rewritten
+
+The servers get the cluster's settings only: the shell's MINIVLLM_* variables do not reach them.
 """
 
 from __future__ import annotations
@@ -60,7 +63,11 @@ def main(argv=None) -> None:
     parser.add_argument("--engines", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--every", type=float, default=12.0, help="seconds between kills")
+    parser.add_argument("--docs-dir", default=None, help="also write DOCS_DIR/raw/resume.json and rewrite the page there")
     args = parser.parse_args(argv)
+    from .machine import machine_info
+
+    machine = machine_info()
     if unreachable():
         raise SystemExit(unreachable())
     source = embedded_model_source()
@@ -103,22 +110,58 @@ def main(argv=None) -> None:
         cluster.stop()
     resumed = [r for r in got if rows[r["id"]].get("resumes")]
     plain = [r for r in got if not rows[r["id"]].get("resumes")]
-    same = sum(a["text"] == b["text"] and a["reason"] == b["reason"] for a, b in zip(got, reference))
-    extra = (
-        statistics.median(r["latency"] for r in resumed) - statistics.median(r["latency"] for r in plain)
-        if resumed and plain
-        else None
-    )
-    print(f"{args.requests} requests at {args.concurrency} concurrent, {len(kills)} engines SIGKILLed ({', '.join(kills)})")
-    print(
-        f"completed {sum(r['reason'] == 'length' for r in got)}, resumed {len(resumed)}, errors {sum(r['error'] is not None for r in got)}"
-    )
-    print(f"replies equal to the fault-free pass, token for token: {same} of {len(got)}")
-    if extra is not None:
-        print(
-            f"median latency: resumed {statistics.median(r['latency'] for r in resumed):.1f} s, others "
-            f"{statistics.median(r['latency'] for r in plain):.1f} s (+{extra:.1f} s a resume, detection included)"
+    result = {
+        "machine": machine,
+        "command": "python -m bench.resume_chaos"
+        + "".join(
+            f" --{name} {value}" for name, value in vars(args).items() if name != "docs_dir" and value != parser.get_default(name)
+        ),
+        "requests": args.requests,
+        "concurrency": args.concurrency,
+        "tokens": args.tokens,
+        "killed": kills,
+        "completed": sum(r["reason"] == "length" for r in got),
+        "resumed": len(resumed),
+        "errors": sum(r["error"] is not None for r in got),
+        "same_as_fault_free": sum(a["text"] == b["text"] and a["reason"] == b["reason"] for a, b in zip(got, reference)),
+        "median_latency_s": {
+            "resumed": statistics.median(r["latency"] for r in resumed) if resumed else None,
+            "others": statistics.median(r["latency"] for r in plain) if plain else None,
+        },
+        "latencies_s": {r["id"]: r["latency"] for r in got},
+    }
+    if args.docs_dir:
+        from .raw import save_raw
+        from .report import write_page
+
+        save_raw(args.docs_dir, "resume", result)
+        write_page(args.docs_dir)
+    print("\n".join(render(result)))
+
+
+def render(result: dict) -> list[str]:
+    """The run's section on the generated page (bench/tables.py) and its printout."""
+    from .raw import measured_line
+
+    latency = result["median_latency_s"]
+    lines = [
+        "## Engines killed under load: resumed streams",
+        "",
+        f"The embedded model on two `runengine` workers and a Daphne on Redis and PostgreSQL; {result['requests']} "
+        f"streamed greedy requests of {result['tokens']} tokens, {result['concurrency']} at a time; "
+        f"{len(result['killed'])} engines SIGKILLed ({', '.join(result['killed']) or 'none'}), each replaced.",
+        "",
+        measured_line(result.get("machine") or {}, result.get("command")),
+        "",
+        f"Completed {result['completed']} of {result['requests']}, resumed {result['resumed']}, errors {result['errors']}; "
+        f"replies equal to the fault-free pass, token for token: {result['same_as_fault_free']} of {result['requests']}.",
+    ]
+    if latency["resumed"] is not None and latency["others"] is not None:
+        lines.append(
+            f"Median latency: resumed {latency['resumed']:.1f} s, others {latency['others']:.1f} s "
+            f"(+{latency['resumed'] - latency['others']:.1f} s a resume, the dead engine's detection included)."
         )
+    return lines + [""]
 
 
 if __name__ == "__main__":

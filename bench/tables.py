@@ -221,10 +221,17 @@ def models_section(result: dict) -> list[str]:
     return render(result)
 
 
+def resume_section(result: dict) -> list[str]:
+    from .resume_chaos import render
+
+    return render(result)
+
+
 RAW_RENDERERS = {  # after the sweep's sections
     "structured": structured_section,
     "json_endings": json_endings_section,
     "models": models_section,
+    "resume": resume_section,
 }
 
 

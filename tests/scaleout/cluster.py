@@ -43,8 +43,10 @@ class Cluster:
         self.workdir = workdir
         self.database = f"minivllm_scaleout_{uuid.uuid4().hex[:8]}"
         self.services = load()["services"]
+        # the shell's MINIVLLM_* settings and services do not reach the servers: only the cluster's own
+        shell = {k: v for k, v in os.environ.items() if not k.startswith("MINIVLLM_") and k not in ("DATABASE_URL", "REDIS_URL")}
         self.env = {
-            **os.environ,
+            **shell,
             "MINIVLLM_ENGINE": "remote",
             "REDIS_URL": f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}",
             "DATABASE_URL": f"{PG_URL}/{self.database}",
