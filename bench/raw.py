@@ -11,7 +11,16 @@ from __future__ import annotations
 import json
 import os
 
-RAW_SECTIONS = ("gemma3", "moe", "speculative", "structured", "json_endings", "models", "resume")  # in the page's order
+RAW_SECTIONS = (
+    "gemma3",
+    "moe",
+    "speculative",
+    "structured",
+    "json_endings",
+    "models",
+    "resume",
+    "numerics",
+)  # in the page's order
 
 
 def raw_path(docs_dir: str, name: str) -> str:

@@ -4,7 +4,7 @@ Starts our server (Daphne, `MINIVLLM_AUTOSTART=1`) unless `--base-url` points at
 running, measures it over concurrency 1..32 for a uniform and a mixed output length, stops it,
 then measures it against llama.cpp's `llama-server` (built once, bench/llama_server.py) in
 alternating rounds (bench/peer.py, bench/peer_large.py, bench/peer_gemma3.py, bench/peer_moe.py,
-bench/speculative.py), constrained decoding's cost and JSON endings (bench/structured.py,
+bench/speculative.py), teacher-forced agreement with float32 (bench/numerics.py), constrained decoding's cost and JSON endings (bench/structured.py,
 bench/json_endings.py), then runs the HF baselines over the same prompts. The full sweep is
 sized for ~40 minutes on the 2-core CPU; `--quick` is a few minutes more than the peer's rounds.
 
@@ -67,6 +67,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--skip-moe",
         action="store_true",
         help="do not measure the Qwen3-30B-A3B-shaped MoE (8 layers) against llama-server (bench/peer_moe.py)",
+    )
+    p.add_argument(
+        "--skip-numerics",
+        action="store_true",
+        help="do not measure teacher-forced agreement with float32 on the real test files (bench/numerics.py)",
     )
     p.add_argument(
         "--skip-speculative",
@@ -225,6 +230,10 @@ def main(argv=None) -> dict:
         from . import peer_moe
 
         raw["moe"] = peer_moe.run(rounds=1, results_dir=args.results_dir, large=large)
+    if not args.skip_peer and not args.skip_numerics and not args.base_url:
+        from . import numerics
+
+        raw["numerics"] = numerics.run(results_dir=args.results_dir)
     if not args.skip_peer and not args.skip_speculative and not args.base_url:
         from . import speculative as spec_bench
 

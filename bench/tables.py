@@ -227,7 +227,14 @@ def resume_section(result: dict) -> list[str]:
     return render(result)
 
 
+def numerics_section(result: dict) -> list[str]:
+    from .numerics import render
+
+    return render(result)
+
+
 RAW_RENDERERS = {  # after the sweep's sections
+    "numerics": numerics_section,
     "structured": structured_section,
     "json_endings": json_endings_section,
     "models": models_section,

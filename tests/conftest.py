@@ -32,6 +32,17 @@ TINY_LLAMA_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers
 
 
 @pytest.fixture(scope="session")
+def gemma3_reference():
+    """transformers' float32 Gemma 3 270M over the real file's de-quantized weights (~10 s to
+    build): the judge of our model (tests/engine/models/test_gemma3_real.py) and of both servers'
+    numerics (tests/api/test_numerics_live.py)."""
+    from tests.support import real_gguf
+    from tests.support.gguf_reference import reference_model
+
+    return reference_model(str(real_gguf.GEMMA3.file_or_skip()))
+
+
+@pytest.fixture(scope="session")
 def smollm_tokenizer():
     from transformers import AutoTokenizer
 

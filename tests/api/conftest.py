@@ -1,6 +1,7 @@
 """The API tests' own shared fixtures: the real Qwen2.5-Coder-0.5B-Instruct GGUF served once per
 session, for the tool-calling and Agents SDK tests (tests/api/test_tools_qwen.py,
-tests/api/test_agents_live.py)."""
+tests/api/test_agents_live.py), and the real Gemma 3 270M's (tests/api/test_gemma3_live.py and the
+numerics against float32, tests/api/test_numerics_live.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ def qwen_server(daphne_server):
     server = daphne_server.fresh(
         MINIVLLM_MODEL=str(real_gguf.QWEN25_CODER.file_or_skip()), MINIVLLM_KV_CACHE_MB="128", MINIVLLM_MAX_NUM_SEQS="4"
     )
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gemma3_server(daphne_server):
+    """A Daphne of its own serving the real Gemma 3 270M file, for its live tests and the numerics test."""
+    server = daphne_server.fresh(MINIVLLM_MODEL=str(real_gguf.GEMMA3.file_or_skip()))
     yield server
     server.stop()
 

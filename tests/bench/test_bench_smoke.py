@@ -376,3 +376,17 @@ async def test_a_chat_request_with_tools_is_benched_on_chat_completions(default_
     result = await run_benchmark(requests, base_url=default_server.url, ignore_eos=True, show_progress=False)
     assert result["summary"]["completed"] == 1 and result["requests"][0]["output_tokens"] == 12
     assert result["summary"]["total_prompt_tokens"] > 100  # the usage counted the tools' description
+
+
+def test_numerics_compares_a_servers_choices_with_float32s_margins():
+    import torch
+
+    from bench.numerics import compare, level_with
+
+    logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 3.0, 2.9], [1.0, 0.0, 4.0]])  # float32 picks 0, 1, 2
+    figures = compare([(0, 1.0), (2, 0.1), (0, 2.0)], logits)
+    assert (figures["agree"], figures["positions"]) == (1, 3)
+    assert [p["position"] for p in figures["parted"]] == [2, 3]  # row i predicts token i + 1
+    assert [p["float32_margin"] for p in figures["parted"]] == pytest.approx([0.1, 3.0])
+    assert figures["above_near_tie"] == 1 and figures["max_margin"] == pytest.approx(3.0)
+    assert level_with({"percent": 95.0}, {"percent": 95.9}) and not level_with({"percent": 94.0}, {"percent": 95.1})

@@ -16,7 +16,6 @@ from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from tests.support import real_gguf
 from tests.support.engine_helpers import prefill_logits
-from tests.support.gguf_reference import reference_model
 
 pytestmark = pytest.mark.real_model
 
@@ -33,9 +32,9 @@ def engine():
     return LLMEngine(EngineConfig(model=str(real_gguf.file_or_skip()), device="cpu", kv_cache_mb=64, max_num_seqs=2))
 
 
-@pytest.fixture(scope="module")
-def reference(engine):
-    return reference_model(str(real_gguf.path()))
+@pytest.fixture
+def reference(engine, gemma3_reference):
+    return gemma3_reference
 
 
 def test_the_file_runs_as_gemma3_in_its_own_blocks(engine):
