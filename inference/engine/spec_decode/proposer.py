@@ -18,6 +18,9 @@ constants tuned on one machine:
   i-th guessed token is proposed while alpha^i exceeds the threshold. A sequence whose guesses stop
   paying stops guessing, save one guess after a wait (in its own tokens) that doubles each time, by
   which it notices when its text turns repetitive again.
+A request's prediction is the client's own guess, asked for by name (and billed for when
+rejected): its sequence guesses from it whatever the cost model says, as far as the prediction
+goes. The cost model rules the n-gram guesses only.
 `ngram` speculates whenever the lookup finds something (no cost model); `off` never does.
 """
 
@@ -104,7 +107,7 @@ class _Bucket:
         tries: steps that also prefill do not count, and a busy server may have few others), then
         each now and then. A drafted probe counts as tried (`probes`) only where some sequence had
         a guess: replies with nothing to look up must not use the tries up, or the bucket would
-        never price a draft row and never guess again, a prediction included."""
+        never price a draft row and never guess again."""
         self.steps += 1
         for name, arm in (("plain", self.plain), ("drafted", self.drafted)):
             first = arm.samples < SAMPLES_BEFORE_TRUSTED and self.probes[name] < 4 * SAMPLES_BEFORE_TRUSTED
@@ -161,8 +164,10 @@ class Speculator:
         probe = bucket.probe() if self.mode == "auto" else None
         threshold = 0.0 if probe == "drafted" or self.mode == "ngram" else bucket.threshold(len(decoding))
         drafted = False
-        if probe != "plain" and threshold < 1.0:
-            for seq in decoding:
+        for seq in decoding:
+            if _has_prediction(seq):  # the client's guess: always verified
+                drafted |= self._propose_one(seq, 0.0, max_model_len)
+            elif probe != "plain" and threshold < 1.0:
                 drafted |= self._propose_one(seq, threshold, max_model_len)
         if probe == "plain" or (probe == "drafted" and drafted):
             bucket.probes[probe] += 1
@@ -251,6 +256,10 @@ class Speculator:
             bucket.drafted.add(seconds, draft_rows)
         elif not drafted:
             bucket.plain.add(seconds, 0)
+
+
+def _has_prediction(seq) -> bool:
+    return seq.spec is not None and seq.spec.prediction is not None
 
 
 def _decodes_next(seq) -> bool:

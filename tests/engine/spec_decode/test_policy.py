@@ -112,6 +112,23 @@ def test_a_compute_bound_batch_stops_guessing():
     assert all(s.draft == [] for s in seqs)
 
 
+def test_a_prediction_is_guessed_from_even_where_the_cost_model_says_guesses_do_not_pay():
+    """CI saw a Predicted Output accept 0 of its 37 tokens on a loaded machine: the cost model had
+    priced draft rows out. The prediction is the client's guess, asked for by name: always verified."""
+    speculator = Speculator("auto", max_tokens=8)
+    seqs = [decoding(REPEATING) for _ in range(32)]
+    for seq in seqs:
+        speculator.attach(seq, None)
+    measured(speculator, seqs, lambda rows: 0.100 * (32 + rows) / 32)
+    assert speculator.buckets[6].threshold(32) == pytest.approx(1.0)  # n-gram guesses do not pay here
+    predicted = seqs[0]
+    predicted.token_ids[-1] = 10
+    speculator.attach(predicted, [10, 11, 12, 13, 14, 15, 16, 17, 18])
+    speculator.propose(seqs, max_model_len=4096)
+    assert (predicted.draft, predicted.spec.draft_from_prediction) == ([11, 12, 13, 14, 15, 16, 17, 18], True)
+    assert all(s.draft == [] for s in seqs[1:])
+
+
 def test_a_sequence_whose_guesses_fail_stops_and_probes_now_and_then():
     speculator = Speculator("auto", max_tokens=8)
     seq = decoding(REPEATING)
