@@ -54,6 +54,15 @@ def test_stream_options_include_usage():
     assert inp.stream and inp.include_usage
 
 
+def test_cache_salt_reaches_the_engine_and_must_be_a_non_empty_string():
+    chat = {"messages": [{"role": "user", "content": "x"}]}
+    assert parse_chat({**chat, "cache_salt": "tenant-a"}).params.cache_salt == "tenant-a"
+    for bad in (3, ""):
+        with pytest.raises(ApiError) as info:
+            parse_chat({**chat, "cache_salt": bad})
+        assert info.value.status == 400 and info.value.param == "cache_salt"
+
+
 def test_continuous_usage_needs_include_usage_and_a_boolean():
     chat = {"messages": [{"role": "user", "content": "x"}], "stream": True}
     both = parse_chat({**chat, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})

@@ -54,7 +54,6 @@ IGNORED = {
     "request_id": STRING,
     "return_tokens_as_token_ids": BOOL,
     "return_token_ids": BOOL,
-    "cache_salt": STRING,
     "kv_transfer_params": OBJECT,
     "vllm_xargs": OBJECT,
     "media_io_kwargs": OBJECT,

@@ -26,6 +26,7 @@ ENGINE_SAMPLING_FIELDS = {
     "stop_token_ids",
     "ignore_eos",
     "include_stop_str_in_output",
+    "cache_salt",  # vLLM's: cached prompt blocks shared only among requests with the same salt
 }
 
 

@@ -21,6 +21,13 @@ def chain_hash(previous: int | None, token_ids: tuple[int, ...]) -> int:
     return hash((previous, token_ids))
 
 
+def chain_root(cache_salt: str | None) -> int | None:
+    """What a sequence's chain of block hashes starts from: nothing, or its cache salt (vLLM's
+    `cache_salt`), so cached blocks are shared only among requests with the same salt: tenants
+    kept apart, or a request computed from scratch whatever ran before it."""
+    return None if cache_salt is None else hash(("cache_salt", cache_salt))
+
+
 class BlockPool:
     """A freed block keeps its name and stays findable until it is reused: blocks never named are
     handed out first, then named ones, least recently freed first."""

@@ -10,7 +10,7 @@ kinds of cache (sliding-window blocks, recurrent-state checkpoints) name their o
 from __future__ import annotations
 
 from ..sequence import Sequence
-from .block_pool import FULL, BlockCopy, BlockPool, chain_hash
+from .block_pool import FULL, BlockCopy, BlockPool, chain_hash, chain_root
 
 
 class FullAttentionBlocks:
@@ -42,7 +42,7 @@ class FullAttentionBlocks:
         """The cached blocks matching the start of the sequence's tokens (always leaving one token to
         compute: the step needs its logits): their ids, chained hashes and tokens."""
         hits, hashes, tokens = [], [], []
-        previous = None
+        previous = chain_root(seq.params.cache_salt)
         for index in range((len(seq.token_ids) - 1) // self.block_size):
             block_tokens = self.block_tokens(seq, index)
             block_hash = chain_hash(previous, block_tokens)
@@ -84,7 +84,7 @@ class FullAttentionBlocks:
         while len(seq.block_hashes) < full:
             index = len(seq.block_hashes)
             tokens = self.block_tokens(seq, index)
-            previous = seq.block_hashes[-1] if seq.block_hashes else None
+            previous = seq.block_hashes[-1] if seq.block_hashes else chain_root(seq.params.cache_salt)
             block_hash = chain_hash(previous, tokens)
             seq.block_hashes.append(block_hash)
             self.pool.name(seq.block_table[index], block_hash, tokens)

@@ -53,6 +53,9 @@ class SamplingParams:
     # without its other-JSON alternatives, "tags": the texts that open a call anywhere, "bare":
     # whether a `{` or a ```json fence opening the answer may}
     tool_trigger: dict | None = None
+    # vLLM's cache_salt: the prompt's cached blocks are shared only with requests of the same salt
+    # (engine/kv_cache/block_pool.py chain_root)
+    cache_salt: str | None = None
 
     MAX_LOGPROBS = 20
     MAX_N = 16
@@ -85,6 +88,8 @@ class SamplingParams:
             raise SamplingParamsError("stop_token_ids", "stop_token_ids must be a list of integers")
         for token_id in self.stop_token_ids:
             _check_int("stop_token_ids", token_id, low=0)
+        if self.cache_salt is not None and (not isinstance(self.cache_salt, str) or not self.cache_salt):
+            raise SamplingParamsError("cache_salt", "cache_salt must be a non-empty string")
         if not isinstance(self.ignore_eos, bool):
             raise SamplingParamsError("ignore_eos", "ignore_eos must be a boolean")
         if self.logprobs is not None:

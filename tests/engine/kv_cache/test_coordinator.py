@@ -7,9 +7,9 @@ from inference.engine.sample.sampling_params import SamplingParams
 from inference.engine.sequence import Sequence
 
 
-def computed_seq(manager: KVCacheCoordinator, request_id: str, tokens: list[int]) -> Sequence:
+def computed_seq(manager: KVCacheCoordinator, request_id: str, tokens: list[int], **params) -> Sequence:
     """A sequence whose prompt has been fully computed into its blocks."""
-    seq = Sequence(request_id, tokens, SamplingParams())
+    seq = Sequence(request_id, tokens, SamplingParams(**params))
     manager.reuse_cached_prefix(seq)
     manager.grow(seq, seq.num_uncomputed_tokens)
     seq.num_computed_tokens = len(seq)
@@ -50,6 +50,19 @@ def test_hash_is_chained_so_equal_blocks_after_different_prefixes_do_not_match()
     other = Sequence("b", [9, 9, 3, 4, 5], SamplingParams())  # block [3, 4] follows a different prefix
     manager.reuse_cached_prefix(other)
     assert other.block_table == [] and manager.prefix_hits == 0
+
+
+def test_a_cache_salt_shares_blocks_only_with_the_same_salt():
+    """vLLM's cache_salt: the chain of block hashes starts from the salt."""
+    manager = KVCacheCoordinator(num_blocks=16, block_size=2)
+    tokens = [1, 2, 3, 4, 5]
+    computed_seq(manager, "plain", tokens)
+    computed_seq(manager, "salted", tokens, cache_salt="tenant-a")
+    for salt, hits in ((None, 2), ("tenant-a", 2), ("tenant-b", 0)):
+        again = Sequence(f"again-{salt}", tokens, SamplingParams(cache_salt=salt))
+        manager.reuse_cached_prefix(again)
+        assert again.num_computed_tokens == 2 * hits, salt
+        manager.free(again)
 
 
 def test_at_least_one_prompt_token_is_left_to_compute():
