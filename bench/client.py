@@ -63,6 +63,7 @@ def read_event(record: RequestRecord, data: str, now: float) -> bool:
             if text or (choice.get("finish_reason") and not record.chunk_times):
                 record.chunk_times.append(now)
                 record.chunk_tokens.append(1)
+                record.counted += 1  # (a later counted chunk must not bring this one again)
     if usage:
         record.output_tokens = usage.get("completion_tokens", record.output_tokens)
         record.prompt_tokens = usage.get("prompt_tokens", record.prompt_tokens)

@@ -5,9 +5,10 @@ Definitions (all from client-side timestamps, in seconds):
 - ITL: the gaps between tokens: a chunk that brought k tokens a gap g after the previous one
   counts k gaps of g / k. Tokens are counted per chunk from the server's own counts where it
   sends them (`usage` on every chunk under stream_options.continuous_usage_stats, as ours and
-  vLLM do; llama-server's `timings.predicted_n` under timings_per_token), so a token that prints
-  as nothing (a padding token of the random-weight models, half a UTF-8 character) is timed
-  when it came, not with the next visible text; a server with neither counts its text chunks.
+  vLLM do; llama-server's `timings.predicted_n` under timings_per_token), so a token is timed
+  when the chunk that brought it came: llama-server streams an empty chunk for a token that
+  prints as nothing (a padding token of the random-weight models), ours counts it with its next
+  chunk; a server with neither counts its text chunks.
 - TPOT: (e2e - TTFT) / (output_tokens - 1): the mean decode time per token after the first.
 - e2e: request sent -> end of the stream.
 Summaries report milliseconds, mean / p50 / p99 (linear-interpolated percentiles); None where

@@ -9,7 +9,9 @@ good. Teacher-forced, every position is judged on its own, and the margin says w
 was a near-tie (both choices all but equal in float32) or an error.
 
 - Ours: one /v1/completions request with the text as token ids and `prompt_logprobs: 2`, i.e.
-  the top two at every position of the prefill, through the server's own chunked path.
+  the top two at every position of the prefill, through the server's own chunked path (its
+  prefill, where llama-server's figure below is its one-token steps: our own prefill and decode
+  part at near-ties too, docs/models.md).
 - llama-server: one /completion request per position (the prefix as ids, one token, `n_probs:
   2`); its prompt cache makes each a one-token step on top of the last.
 - Float32: transformers' model class over our de-quantized tensors (tests/support/gguf_reference.py;
@@ -89,6 +91,8 @@ def llama_choices(base_url: str, ids: list[int]) -> list[tuple[int, float]]:
 
 def compare(choices: list[tuple[int, float]], logits) -> dict:
     """How the server's choices stand against float32's: agreement, and float32's margin where they part."""
+    if len(choices) != logits.shape[0]:
+        raise ValueError(f"{len(choices)} choices for {logits.shape[0]} positions")
     best = logits.argmax(-1).tolist()
     parted = []
     for position, ((token, gap), top) in enumerate(zip(choices, best)):

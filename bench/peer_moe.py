@@ -209,8 +209,9 @@ def render(result: dict) -> list[str]:
         f"CPU flags: {result.get('isa', '?')}. Ours with no settings; llama-server: "
         f"`{rounds[0]['llama-server']['start']['command']}`. Memory: resident after load less the {POOL_MB:.0f} MiB "
         f"KV pool each holds (ours started with MINIVLLM_KV_CACHE_MB={POOL_MB:.0f} for that figure). One client: "
-        "bench/prompts.py's chat questions behind the chat template, ours with speculation on (our default) and off "
-        "(the weights are random, so the text is too, and what guessing gains depends on how it repeats); the other "
+        "bench/prompts.py's chat questions behind the chat template, ours with speculation on (our default)"
+        + (" and off" if all(SPEC_OFF in r for r in rounds) else "")
+        + " (the weights are random, so the text is too, and what guessing gains depends on how it repeats); the other "
         "loads: seeded random words.",
         "",
         measured_line(result.get("machine") or {}, result.get("command")),

@@ -19,12 +19,14 @@ POSITIONS = 128
 
 
 def test_ours_takes_float32s_top_token_as_often_as_llama_server(gemma3_server, gemma3_reference):
-    if not binary_path("native").is_file():
-        pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
     gguf = str(real_gguf.GEMMA3.file_or_skip())
     ids = numerics.text_ids(gguf, POSITIONS)
     logits = numerics.float32_logits(gguf, ids, gemma3_reference)
     ours = numerics.compare(numerics.ours_choices(gemma3_server.url, ids), logits)
+    # float32's top token at 95.9% of 512 positions in the bench (AVX2 Zen 3); every parting a near-tie
+    assert ours["percent"] >= 90.0 and ours["above_near_tie"] == 0, ours
+    if not binary_path("native").is_file():
+        pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
     try:
         peer = LlamaServer(gguf, slots=1, context=1024).__enter__()
     except RuntimeError as error:
@@ -34,4 +36,3 @@ def test_ours_takes_float32s_top_token_as_often_as_llama_server(gemma3_server, g
     finally:
         peer.__exit__(None, None, None)
     assert numerics.level_with(ours, theirs), f"ours {ours['percent']:.1f}%, llama-server {theirs['percent']:.1f}%"
-    assert ours["above_near_tie"] == 0, f"float32 margins where ours parts: {[p['float32_margin'] for p in ours['parted']]}"

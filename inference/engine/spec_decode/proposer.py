@@ -164,16 +164,19 @@ class Speculator:
         probe = bucket.probe() if self.mode == "auto" else None
         threshold = 0.0 if probe == "drafted" or self.mode == "ngram" else bucket.threshold(len(decoding))
         drafted = False
-        for seq in decoding:
-            if _has_prediction(seq):  # the client's guess: always verified
-                drafted |= self._propose_one(seq, 0.0, max_model_len)
-            elif probe != "plain" and threshold < 1.0:
-                drafted |= self._propose_one(seq, threshold, max_model_len)
+        if probe != "plain":  # (a plain probe measures a step without drafts)
+            for seq in decoding:
+                if _has_prediction(seq) and self._propose_one(seq, 0.0, max_model_len, prediction_only=True):
+                    drafted = True  # the client's guess: verified whatever the cost model says
+                elif threshold < 1.0:
+                    drafted |= self._propose_one(seq, threshold, max_model_len)
         if probe == "plain" or (probe == "drafted" and drafted):
             bucket.probes[probe] += 1
         self._step_kind = (bucket_id, drafted)
 
-    def _propose_one(self, seq, threshold: float, max_model_len: int) -> bool:
+    def _propose_one(self, seq, threshold: float, max_model_len: int, prediction_only: bool = False) -> bool:
+        """Sets the sequence's draft (True where it has one): `prediction_only`, as far as its
+        prediction goes, unpriced; else as many guesses as the cost `threshold` and its hit rate say."""
         spec = seq.spec
         if spec is None or not _may_speculate(seq):
             return False
@@ -183,7 +186,7 @@ class Speculator:
         wanted = min(self.max_tokens, room - 1)  # the step samples one token past the guesses
         if wanted <= 0:
             return False
-        if self.mode == "auto":
+        if self.mode == "auto" and not prediction_only:
             worth = 0
             while worth < wanted and spec.acceptance ** (worth + 1) > threshold:
                 worth += 1
@@ -194,7 +197,7 @@ class Speculator:
                 spec.backoff = min(spec.backoff * 2, BACKOFF_MAX)
                 worth = 1
             wanted = min(wanted, worth)
-        draft, from_prediction = self._lookup(seq, wanted)
+        draft, from_prediction = (self._from_prediction(seq, wanted), True) if prediction_only else self._lookup(seq, wanted)
         if draft and seq.active_matcher is not None:
             draft = draft[: seq.matcher.validate_tokens(draft)]  # a guess the grammar forbids is never proposed
         if draft and seq.tool_trigger is not None:
@@ -209,16 +212,20 @@ class Speculator:
 
     def _lookup(self, seq, k: int) -> tuple[list[int], bool]:
         """The guesses: the prediction's continuation first, then the sequence's own n-grams."""
+        draft = self._from_prediction(seq, k)
+        return (draft, True) if draft else (seq.spec.index.propose(k), False)
+
+    @staticmethod
+    def _from_prediction(seq, k: int) -> list[int]:
+        """Up to k guesses from the request's prediction: its continuation while the reply follows
+        it, else what follows the reply's last tokens in it (after an edit); none without one."""
         spec = seq.spec
-        if spec.prediction is not None:
-            output = seq.output_token_ids
-            if spec.prediction[: len(output)] == output:  # the reply follows the prediction so far
-                draft = spec.prediction[len(output) : len(output) + k]
-            else:
-                draft = spec.prediction_index.propose(k, suffix=seq.token_ids)
-            if draft:
-                return draft, True
-        return spec.index.propose(k), False
+        if spec.prediction is None:
+            return []
+        output = seq.output_token_ids
+        if spec.prediction[: len(output)] == output:  # the reply follows the prediction so far
+            return spec.prediction[len(output) : len(output) + k]
+        return spec.prediction_index.propose(k, suffix=seq.token_ids)
 
     # -- learning ---------------------------------------------------------------------------
 

@@ -88,6 +88,7 @@ def test_greedy_tokens_are_transformers_and_llama_servers(converted):
     # later, and ours is float32's: on an AVX2-only Zen 3 llama-server parts at token 14, by 0.78
     # float32 logits on this random tiny model (why, on its side, not looked into), where AVX-512 and AMX builds
     # wrote all 16 tokens as ours
+    assert len(theirs) == len(ours)
     parted = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))
     assert parted >= SAME_READING, f"llama-server's tokens part from ours (float32's) at token {parted}: {theirs} vs {ours}"
 

@@ -127,6 +127,11 @@ def test_a_prediction_is_guessed_from_even_where_the_cost_model_says_guesses_do_
     speculator.propose(seqs, max_model_len=4096)
     assert (predicted.draft, predicted.spec.draft_from_prediction) == ([11, 12, 13, 14, 15, 16, 17, 18], True)
     assert all(s.draft == [] for s in seqs[1:])
+    strayed = seqs[1]  # a reply that left its prediction, with nothing of it to find again
+    strayed.token_ids[-1] = 10
+    speculator.attach(strayed, [77, 78, 79, 80])
+    speculator.propose(seqs, max_model_len=4096)
+    assert strayed.draft == []  # its own n-grams are still the cost model's to allow
 
 
 def test_a_sequence_whose_guesses_fail_stops_and_probes_now_and_then():
