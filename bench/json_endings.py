@@ -23,7 +23,7 @@ import sys
 
 import httpx
 
-from .raw import measured_line, save_raw
+from .raw import measured_line, publish
 from .server import EngineServer
 
 SCHEMA = {
@@ -148,10 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         json.dump(result, f, indent=1)
     print("\n".join(render(result)))
     if args.docs_dir:
-        from .report import write_page
-
-        save_raw(args.docs_dir, "json_endings", result)
-        write_page(args.docs_dir)
+        publish(args.docs_dir, "json_endings", result)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import psutil
 
 from .llama_server import LlamaServer, build_that_runs
 from .machine import machine_info
-from .raw import measured_line, save_raw
+from .raw import measured_line, publish
 from .server import EngineServer
 
 MODELS = ("qwen-coder", "gemma3", "smollm2")
@@ -199,10 +199,7 @@ def main(argv=None) -> None:
         json.dump(result, out, indent=1)
     print("\n".join(render(result)))
     if args.docs_dir:
-        from .report import write_page
-
-        save_raw(args.docs_dir, "models", result)
-        write_page(args.docs_dir)
+        publish(args.docs_dir, "models", result)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from pathlib import Path
 import httpx
 
 from .llama_server import LlamaServer, build, build_that_runs
+from .raw import measured_line, publish
 from .server import EngineServer
 
 TEXT = Path(__file__).with_name("numerics_text.txt")
@@ -150,7 +151,6 @@ def verdict(file: dict) -> str:
 
 
 def render(result: dict) -> list[str]:
-    from .raw import measured_line
 
     lines = [
         "## Numerics: teacher-forced agreement with float32",
@@ -191,11 +191,7 @@ def main(argv=None) -> None:
     with open(os.path.join(args.results_dir, "numerics.json"), "w") as out:
         json.dump(result, out, indent=1)
     if args.docs_dir:
-        from .raw import save_raw
-        from .report import write_page
-
-        save_raw(args.docs_dir, "numerics", result)
-        write_page(args.docs_dir)
+        publish(args.docs_dir, "numerics", result)
     print("\n".join(render(result)))
 
 

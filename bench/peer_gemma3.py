@@ -27,7 +27,7 @@ from .llama_server import LlamaServer, build, build_that_runs
 from .peer import SPEC_OFF, _measure, prompts_used
 from .peer_large import measure_spec_off, rebuilt_peer, spec_off_rows, target_rows, with_prefill_rate
 from .prompts import CHAT, make_requests
-from .raw import measured_line, save_raw
+from .raw import measured_line, publish
 from .server import EngineServer
 
 LOADS = (  # name, concurrency, prompts, input tokens (CHAT: chat questions), output tokens
@@ -149,10 +149,7 @@ def main(argv=None) -> None:
     with open(os.path.join(args.results_dir, "peer-gemma3.json"), "w") as out:
         json.dump(result, out, indent=1)
     if args.docs_dir:
-        from .report import write_page
-
-        save_raw(args.docs_dir, "gemma3", result)
-        write_page(args.docs_dir)
+        publish(args.docs_dir, "gemma3", result)
     print("\n".join(render(result)))
 
 

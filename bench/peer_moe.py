@@ -36,7 +36,7 @@ from .llama_server import LlamaServer, build, build_that_runs
 from .peer import SPEC_OFF, _measure, prompts_used
 from .peer_large import _cell, latency_rows, measure_spec_off, rebuilt_peer, spec_off_rows, target_rows, with_prefill_rate
 from .prompts import CHAT
-from .raw import measured_line, save_raw
+from .raw import measured_line, publish
 from .server import EngineServer
 from .shaped_moe import HEAD_DIM, KV_HEADS, LAYERS
 from .shaped_moe import shaped_moe as moe_file
@@ -268,10 +268,7 @@ def main(argv=None) -> None:
     with open(os.path.join(args.results_dir, "peer-moe.json"), "w") as out:
         json.dump(result, out, indent=1)
     if args.docs_dir:
-        from .report import write_page
-
-        save_raw(args.docs_dir, "moe", result)
-        write_page(args.docs_dir)
+        publish(args.docs_dir, "moe", result)
     print("\n".join(render(result)))
 
 

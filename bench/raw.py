@@ -38,6 +38,15 @@ def save_raw(docs_dir: str, name: str, result: dict) -> str:
     return path
 
 
+def publish(docs_dir: str, name: str, result: dict) -> str:
+    """A bench's `--docs-dir`: its raw result written, then the page re-rendered from every raw result."""
+    from .report import write_page
+
+    path = save_raw(docs_dir, name, result)
+    write_page(docs_dir)
+    return path
+
+
 def load_raw(docs_dir: str) -> dict[str, dict]:
     """{name: result} for each raw result present in docs_dir/raw/."""
     found = {}

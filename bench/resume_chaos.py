@@ -29,6 +29,8 @@ import httpx
 
 from inference.engine.loader import embedded_model_source
 
+from .raw import measured_line, publish
+
 
 def stream(url: str, body: dict) -> dict:
     started = time.monotonic()
@@ -131,17 +133,12 @@ def main(argv=None) -> None:
         "latencies_s": {r["id"]: r["latency"] for r in got},
     }
     if args.docs_dir:
-        from .raw import save_raw
-        from .report import write_page
-
-        save_raw(args.docs_dir, "resume", result)
-        write_page(args.docs_dir)
+        publish(args.docs_dir, "resume", result)
     print("\n".join(render(result)))
 
 
 def render(result: dict) -> list[str]:
     """The run's section on the generated page (bench/tables.py) and its printout."""
-    from .raw import measured_line
 
     latency = result["median_latency_s"]
     lines = [

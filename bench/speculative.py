@@ -46,7 +46,7 @@ import httpx
 
 from .llama_server import LlamaServer, build, build_that_runs
 from .prompts import BenchRequest, chat_requests, make_requests
-from .raw import measured_line, save_raw
+from .raw import measured_line, publish
 from .server import EngineServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -360,10 +360,7 @@ def main(argv=None) -> None:
         json.dump(result, out, indent=1)
     print("\n".join(render(result)))
     if args.docs_dir:
-        from .report import write_page
-
-        save_raw(args.docs_dir, "speculative", result)
-        write_page(args.docs_dir)
+        publish(args.docs_dir, "speculative", result)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import time
 import httpx
 
 from .client import stream_completion
-from .raw import measured_line, save_raw
+from .raw import measured_line, publish
 from .server import EngineServer
 
 TARGET = 0.85  # issue 22: constrained tok/s at least this share of unconstrained
@@ -163,10 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         json.dump(result, f, indent=1)
     print("\n".join(render(result)))
     if args.docs_dir:
-        from .report import write_page
-
-        save_raw(args.docs_dir, "structured", result)
-        write_page(args.docs_dir)
+        publish(args.docs_dir, "structured", result)
 
 
 if __name__ == "__main__":
