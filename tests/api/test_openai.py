@@ -79,6 +79,23 @@ async def test_continuous_usage_counts_the_tokens_each_chunk_brings(async_client
     assert all(c["usage"]["prompt_tokens"] == last["usage"]["prompt_tokens"] > 0 for c in chunks)
 
 
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+async def test_continuous_usage_streams_a_chunk_for_a_token_without_text(async_client, engine_client, path):
+    """A token that adds no text yet (here the first byte of a four-byte character, forced by
+    logit_bias) still gets its own chunk under continuous usage, so a client counting tokens by
+    the usage times it when it came (llama-server streams an empty chunk for it too)."""
+    lead_byte = engine_client.engine.tokenizer.convert_tokens_to_ids("\u00f0")  # byte 0xF0 in byte-level BPE
+    assert isinstance(lead_byte, int) and lead_byte != engine_client.engine.tokenizer.unk_token_id
+    fields = {"prompt": "The sky is"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "hi"}]}
+    stream_options = {"include_usage": True, "continuous_usage_stats": True}
+    body = {**fields, "max_tokens": 4, "temperature": 0, "ignore_eos": True, "stream": True}
+    body |= {"stream_options": stream_options, "logit_bias": {str(lead_byte): 100}}
+    *chunks, last, done = await read_stream(await post(async_client, path, body))
+    assert done == "[DONE]" and last["usage"]["completion_tokens"] == 4
+    counted = [c["usage"]["completion_tokens"] for c in chunks if c["usage"]["completion_tokens"]]
+    assert counted[:4] == [1, 2, 3, 4]  # one chunk a token, though none of the four made a character
+
+
 async def test_completion_stream_without_usage_ends_with_done(async_client, engine_client):
     resp = await post(async_client, "/v1/completions", {"prompt": "A", "max_tokens": 2, "ignore_eos": True, "stream": True})
     events = await read_stream(resp)

@@ -184,6 +184,12 @@ class OpenAIResponse:
             chunk["usage"] = self.usage()
         return sse.event(chunk)
 
+    def _counts_alone(self, out) -> bool:
+        """Under continuous usage a token that adds no text (held by the detokenizer, a padding
+        token) still gets its chunk, as llama-server streams one: a client counting tokens by the
+        usage times each when it came, not with the next visible text."""
+        return self.continuous_usage and bool(out.token_ids)
+
     def _tail(self, object_name: str, include_usage: bool):
         """Error (if any), usage (if asked) and [DONE]; called once every row is final."""
         failed = self.failed()
@@ -209,7 +215,7 @@ class OpenAIResponse:
                 reason = choice.finish_reason if choice in finished and choice.finish_reason != "error" else None
                 reason = "length" if reason and self.echo_only else reason
                 chunks = []
-                if text or out_logprobs or reason or prompt:
+                if text or out_logprobs or reason or prompt or self._counts_alone(out):
                     logprobs = None
                     if self.wants_logprobs:
                         logprobs = oai.completion_logprobs(out_logprobs or [], offsets[index], prompt=prompt)
@@ -244,17 +250,18 @@ class OpenAIResponse:
             content = CallHoldback(self.tools.parser) if self.tools is not None else None
             splitters = {}
             async for _, _, out, finished in _merged(self.jobs):
-                text = out.text
+                text, shown = out.text, False
                 if self.reasoning is not None:
                     splitter = splitters.setdefault(out.index, self.reasoning.splitter())
                     ended = any(choice.index == out.index for choice in finished)
                     reasoning, text = split_delta(splitter, text, ended)
                     if reasoning:
+                        shown = True
                         delta = {"reasoning_content": reasoning, "reasoning": reasoning}
                         yield self._chunk(oai.chat_chunk(**self._ids(), index=out.index, delta=delta))
                 if content is not None and text:
                     text = content.add(out.index, text)
-                if text or out.logprobs:
+                if text or out.logprobs or (not shown and self._counts_alone(out)):
                     logprobs = oai.chat_logprobs(out.logprobs) if self.wants_logprobs else None
                     yield self._chunk(oai.chat_chunk(**self._ids(), index=out.index, delta={"content": text}, logprobs=logprobs))
                 for choice in finished:
