@@ -83,12 +83,17 @@ def test_a_converted_gguf_reads_its_experts_in_place_to_transformers_tokens(tmp_
     layer = engine.bundle.model.layers[0]
     assert layer.mlp.experts.gate_up.packed is not None and layer.linear_attn.tiled_heads  # read in place
     ids = smollm_tokenizer(PROMPTS["c"]).input_ids
-    engine.add_request("c", ids, greedy(12))
-    ours = generated_ids(run_to_completion(engine)["c"])
+    engine.add_request("c", ids, greedy(12, logprobs=3))
+    outputs = run_to_completion(engine)["c"]
+    ours, tops = generated_ids(outputs), [dict((t, v) for t, _, v in lp.top) for out in outputs for lp in out.logprobs or []]
     theirs = llama_server_greedy(path, ids, 12)
     if theirs is None:
         pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
-    # both servers quantize the activations their own way before the k-quant blocks: a random model's
-    # near-ties can part late, a wrong layout parts at once
+    # both servers quantize the activations their own way before the k-quant blocks (llama.cpp's AMX
+    # kernels otherwise than its AVX-512 ones), and this random model's logits are flat: they may part
+    # where ours rank llama-server's token a near second; a wrong layout parts at once, and far
     agreed = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))
-    assert agreed >= 8, (ours, theirs)
+    if agreed < len(ours):
+        top = tops[agreed]
+        assert agreed >= 2 and theirs[agreed] in top, (ours, theirs)
+        assert top[ours[agreed]] - top[theirs[agreed]] < 0.5, (ours, theirs, top)
