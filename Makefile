@@ -55,8 +55,9 @@ real-gguf: $(STAMP)
 	$(PY) -m tests.support.real_gguf
 
 # llama.cpp's llama-server and llama-quantize, built natively into ~/.cache/minivllm/llama.cpp (once,
-# ~10 min on 2 cores; later runs only check them; on an AMX Xeon whose native build dies, a build
-# without AMX too): the peer of `make bench` and of the tests that hold our GGUF paths to llama.cpp's
+# ~10 min on 2 cores; later runs only check them; the source gets llama.cpp's fix for its AMX tile
+# state, so the native build runs its AMX kernels on AMX Xeons; should it still die, a build without
+# AMX too): the peer of `make bench` and of the tests that hold our GGUF paths to llama.cpp's
 # (tests/engine/gguf/test_real_weights.py, the Gemma 3, Gemma 4 and Qwen3.5 agreement tests). CI
 # runs it before `make test`; without it those tests skip, saying so.
 llama-cpp: install
