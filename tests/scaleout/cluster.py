@@ -102,10 +102,11 @@ class Cluster:
         (self.own_webs if env else self.webs).append((process, url))
         return url
 
-    def wait_ready(self, engines: int) -> None:
-        """Every web worker healthy and hearing from `engines` ready engines."""
+    def wait_ready(self, engines: int, webs: list[tuple[subprocess.Popen, str]] | None = None) -> None:
+        """Every web worker (the shared ones unless `webs` names others) healthy and hearing from
+        `engines` ready engines."""
         deadline = time.monotonic() + START_TIMEOUT_S
-        for process, url in self.webs:
+        for process, url in self.webs if webs is None else webs:
             while True:
                 assert process.poll() is None, self.logs()
                 try:
