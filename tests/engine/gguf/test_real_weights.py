@@ -31,9 +31,8 @@ from tests.support.engine_helpers import generated_ids, greedy, prefill_logits, 
 pytestmark = pytest.mark.real_model
 
 MIXES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0")
-# transformers' own GGUF reading (gguf-py de-quantizing in Python) costs ~14 s a file: the block
-# kernel's mix and the group kernel's file; every mix's blocks are also held bit for bit to gguf-py
-# below and every mix's tokens to llama-server's
+# the float32 reference: the block kernel's mix and the group kernel's file; every mix's blocks are
+# also held bit for bit to gguf-py below and every mix's tokens to llama-server's
 TRANSFORMERS_MIXES = ("Q4_K_M", "Q8_0")
 PROMPT_COUNT, POSITIONS = 10, 32  # 320 teacher-forced positions a file
 
@@ -122,11 +121,13 @@ def test_every_tensor_llama_quantize_wrote_dequantizes_as_gguf_py_does(requantiz
 
 @pytest.mark.parametrize("mix", TRANSFORMERS_MIXES)
 def test_greedy_tokens_agree_with_transformers_float32_model(requantized, texts, mix):
-    from transformers import AutoModelForCausalLM
+    """transformers' Llama over the file's weights as our de-quantizer reads them (held bit for bit
+    to gguf-py's by the test above; transformers' own GGUF reading de-quantizes the same in Python,
+    ~10 s a file slower)."""
+    from tests.support.gguf_reference import reference_model
 
     path = requantized(mix)
-    folder, name = os.path.split(path)
-    hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    hf = reference_model(path)
     with torch.no_grad():
         reference = [hf(torch.tensor([ids])).logits[0].argmax(-1)[positions(ids)].tolist() for ids in texts]
     share = agreement(ours(path, texts), reference)
