@@ -59,13 +59,13 @@ def documented_order_of_groups(x, levels, scales, minimums):
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-@pytest.mark.parametrize("rows", [1, 2, 3, 11, 12, 13, 25])  # passes of up to 12 rows (AVX2: 2), then what is left
+@pytest.mark.parametrize("rows", [1, 2, 3, 11, 12, 13, 25, 33])  # passes of up to 12 rows (AVX2: 2; AMX: 16), then what is left
 @pytest.mark.parametrize("channels, K", [(16, 64), (13, 576), (40, 1536), (6, 32)])  # 13, 40, 6: a last block under 16
-def test_every_isa_follows_the_documented_arithmetic_bit_for_bit(cpp, bits, rows, channels, K, vector_isas):
+def test_every_isa_follows_the_documented_arithmetic_bit_for_bit(cpp, bits, rows, channels, K, isas):
     torch.manual_seed(rows * 100 + channels + bits)
     x, weight = torch.randn(rows, K), torch.randn(channels, K) / 10 + 0.05
     expected = documented_order(x, weight, bits)
-    for isa in vector_isas:
+    for isa in isas:  # the vector versions and, where the CPU has them, the AMX tiles
         assert torch.equal(linear(cpp, x, weight, bits, isa), expected), isa
 
 
@@ -79,7 +79,7 @@ def test_close_to_the_dequantized_matmul(cpp, bits):
     assert error < 2e-4
 
 
-def test_extreme_levels_and_activations_stay_exact(cpp, vector_isas):
+def test_extreme_levels_and_activations_stay_exact(cpp, isas):
     """8-bit levels of 255 against activations at int8's end in every position: the widest integer sums
     (AVX2 and AVX-512BW add them as nibbles in int16 pairs, which must not saturate)."""
     levels = torch.full((16, 64), 255, dtype=torch.uint8)
@@ -89,22 +89,24 @@ def test_extreme_levels_and_activations_stay_exact(cpp, vector_isas):
     weight = cpp.group_pack_weight(levels, scales, minimums, 8)
     x = torch.ones(2, 64)
     x[1] = -1
-    for isa in vector_isas:
+    for isa in isas:
         out = cpp.group_linear(x, weight, 16, 8, isa)
         expected = torch.tensor([[0.0, 255 * 0.5 * 64]] * 8).reshape(16)
         assert torch.equal(out[0], expected) and torch.equal(out[1], -expected), isa
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_each_row_is_bit_identical_alone_and_in_any_batch(cpp, vector_isas, bits):
+def test_each_row_is_bit_identical_alone_and_in_any_batch(cpp, isas, bits):
     torch.manual_seed(0)
-    x, weight = torch.randn(27, 256), torch.randn(37, 256)
-    for isa in vector_isas:
+    x, weight = torch.randn(37, 256), torch.randn(37, 256)
+    for isa in isas:
         whole = linear(cpp, x, weight, bits, isa)
         for rows in range(1, 15):
             assert torch.equal(linear(cpp, x[:rows].contiguous(), weight, bits, isa), whole[:rows]), (isa, rows)
         assert torch.equal(torch.cat([linear(cpp, row[None].contiguous(), weight, bits, isa) for row in x]), whole), isa
         assert torch.equal(linear(cpp, x[3:18].contiguous(), weight, bits, isa), whole[3:18]), isa
+    # "auto" takes the tiles from kGroupAmxMinRows rows where the CPU has them, the vector version below
+    assert torch.equal(torch.cat([linear(cpp, x[i : i + 2].contiguous(), weight, bits) for i in range(0, 37, 2)]), whole)
 
 
 def test_prefetch_distance_changes_no_bits(cpp, restore_prefetch):
@@ -151,9 +153,10 @@ def test_dequantized_rows_are_the_weight(cpp, bits):
         cpp.group_dequantize_rows(table, torch.tensor([48]), 96, bits)
 
 
-def test_rejects_what_it_cannot_compute(cpp):
-    with pytest.raises(RuntimeError, match="AMX"):  # no AMX version: refused, whether or not this CPU has AMX
-        linear(cpp, torch.randn(1, 64), torch.randn(4, 64), 4, "amx")
+def test_rejects_what_it_cannot_compute(cpp, isas):
+    if "amx" not in isas:  # the AMX version only where the CPU (and its OS) offer the tiles
+        with pytest.raises(RuntimeError, match="AMX"):
+            linear(cpp, torch.randn(1, 64), torch.randn(4, 64), 4, "amx")
     levels, scales, minimums = quantize_groups(torch.randn(4, 64))
     with pytest.raises(RuntimeError, match="0..15"):
         cpp.group_pack_weight(levels + 16, scales, minimums, 4)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/cpu_isa.h"
+#include "groups/group_amx.h"
 #include "groups/group_dot.h"
 #include "common/kernels.h"
 
@@ -174,7 +175,9 @@ torch::Tensor group_linear(const torch::Tensor& x, const torch::Tensor& packed, 
               "x: contiguous float32 [M, K] on CPU");
   const int64_t M = x.size(0), K = x.size(1), N = out_features, G = K / kGroup;
   check_packed(packed, K, N, bits);
-  const GroupDotFn dot = by_isa<GroupDotFn>(isa, group_dot_avx2, group_dot_avx512bw, group_dot_avx512_vnni);
+  // "amx" by name (the tests), or "auto" with rows enough where the CPU has the tiles (and no cap forbids them)
+  const bool tiles = isa == "amx" ? checked_isa("amx") == "amx" : isa == "auto" && M >= kGroupAmxMinRows && linear_isa() == "amx";
+  const GroupDotFn dot = tiles ? nullptr : by_isa<GroupDotFn>(isa, group_dot_avx2, group_dot_avx512bw, group_dot_avx512_vnni);
   const int64_t prefetch = weight_prefetch_bytes();
 
   std::vector<int8_t> q(2 * M * K);
@@ -190,6 +193,7 @@ torch::Tensor group_linear(const torch::Tensor& x, const torch::Tensor& packed, 
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const int64_t block_bytes = G * group_bytes(bits);
   at::parallel_for(0, packed.size(0), 1, [&](int64_t begin, int64_t end) {
+    if (tiles) return group_amx_blocks(activations, M, wp, bits, begin, end, prefetch, op, N);
     for (int64_t b = begin; b < end; ++b)
       dot(activations, M, wp + b * block_bytes, bits, prefetch, op + b * kGroupChannels, N, std::min(kGroupChannels, N - b * kGroupChannels));
   });
