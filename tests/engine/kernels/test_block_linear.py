@@ -58,8 +58,8 @@ def test_float_rows_are_the_file_values(cpp, kind):
 
 
 @pytest.mark.parametrize("kind", KERNEL_TYPES)
-@pytest.mark.parametrize("rows", [1, 3, 12, 13])  # passes of up to 12 rows (AVX2: 2), then what is left
-def test_products_match_a_float64_reference_on_every_isa(cpp, kind, rows, vector_isas):
+@pytest.mark.parametrize("rows", [1, 3, 12, 13, 33])  # passes of up to 12 rows (AVX2: 2; AMX: 16), then what is left
+def test_products_match_a_float64_reference_on_every_isa(cpp, kind, rows, isas):
     S = SCALE_FIELDS[kind][0]
     channels, K = 21, 2 * 256  # 21: a last block of 5 channels
     raw = random_blocks(kind, channels, K, seed=rows)
@@ -69,7 +69,7 @@ def test_products_match_a_float64_reference_on_every_isa(cpp, kind, rows, vector
     exact = activation_blocks(x, S) @ torch.from_numpy(dequantized(kind, raw, K)).double().T
     magnitude = activation_blocks(x, S).abs() @ torch.from_numpy(dequantized(kind, raw, K)).double().abs().T
     first = None
-    for isa in vector_isas:
+    for isa in isas:  # the vector versions and, where the CPU has them, the AMX tiles
         out = cpp.block_linear(x, packed, channels, kind, isa)
         assert ((out.double() - exact).abs() <= 1e-6 * magnitude + 1e-30).all(), isa
         first = out if first is None else first
@@ -77,17 +77,19 @@ def test_products_match_a_float64_reference_on_every_isa(cpp, kind, rows, vector
 
 
 @pytest.mark.parametrize("kind", ["q4_k", "q6_k", "iq4_xs", "q5_1"])
-def test_each_row_is_bit_identical_alone_and_in_any_batch(cpp, kind, vector_isas):
+def test_each_row_is_bit_identical_alone_and_in_any_batch(cpp, kind, isas):
     K = 512
     raw = random_blocks(kind, 37, K, seed=4)
     packed = cpp.block_pack([raw_tensor(raw)], K, kind)
     torch.manual_seed(0)
-    x = torch.randn(19, K)
-    for isa in vector_isas:
+    x = torch.randn(35, K)
+    for isa in isas:
         whole = cpp.block_linear(x, packed, 37, kind, isa)
-        for rows in (1, 2, 7, 9):
+        for rows in (1, 2, 7, 9, 17):
             assert torch.equal(cpp.block_linear(x[:rows].contiguous(), packed, 37, kind, isa), whole[:rows]), (isa, rows)
         assert torch.equal(cpp.block_linear(x[5:16].contiguous(), packed, 37, kind, isa), whole[5:16]), isa
+    # "auto" takes the tiles from kBlockAmxMinRows rows where the CPU has them, the vector version below
+    assert torch.equal(torch.cat([cpp.block_linear(x[i : i + 3].contiguous(), packed, 37, kind) for i in range(0, 35, 3)]), whole)
 
 
 def test_parts_pack_as_their_rows_fused_in_the_given_order(cpp):
@@ -101,7 +103,7 @@ def test_parts_pack_as_their_rows_fused_in_the_given_order(cpp):
     assert torch.equal(fused, cpp.block_linear(x, cpp.block_pack([raw_tensor(by_hand)], K, "q6_k"), 8, "q6_k"))
 
 
-def test_extreme_levels_and_activations_stay_exact(cpp, vector_isas):
+def test_extreme_levels_and_activations_stay_exact(cpp, isas):
     """Q6_K's largest levels and scales against int8's end: the widest integer sums (AVX2 and
     AVX-512BW add them in int16 pairs, which must not saturate)."""
     raw = random_blocks("q6_k", 16, 256, seed=1).copy()
@@ -110,12 +112,12 @@ def test_extreme_levels_and_activations_stay_exact(cpp, vector_isas):
     x = torch.ones(2, 256)
     x[1] = -1
     reference = activation_blocks(x, 256) @ torch.from_numpy(dequantized("q6_k", raw, 256)).double().T
-    for isa in vector_isas:
+    for isa in isas:
         out = cpp.block_linear(x, cpp.block_pack([raw_tensor(raw)], 256, "q6_k"), 16, "q6_k", isa)
         assert torch.allclose(out.double(), reference, rtol=1e-6), isa
 
 
-def test_rejects_what_it_cannot_compute(cpp):
+def test_rejects_what_it_cannot_compute(cpp, isas):
     raw = raw_tensor(random_blocks("q4_k", 4, 256))
     with pytest.raises(RuntimeError, match="whole blocks"):
         cpp.block_pack([raw], 128, "q4_k")
@@ -130,5 +132,6 @@ def test_rejects_what_it_cannot_compute(cpp):
     packed = cpp.block_pack([raw], 256, "q4_k")
     with pytest.raises(RuntimeError, match="packed"):
         cpp.block_linear(torch.randn(1, 256), packed, 17, "q4_k")
-    with pytest.raises(RuntimeError, match="AMX"):
-        cpp.block_linear(torch.randn(1, 256), packed, 4, "q4_k", "amx")
+    if "amx" not in isas:  # the AMX version only where the CPU (and its OS) offer the tiles
+        with pytest.raises(RuntimeError, match="AMX"):
+            cpp.block_linear(torch.randn(1, 256), packed, 4, "q4_k", "amx")

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "blocks/block_amx.h"
 #include "blocks/block_dot.h"
 #include "common/cpu_isa.h"
 #include "common/kernels.h"
@@ -270,7 +271,9 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& packed, 
   TORCH_CHECK(packed.device().is_cpu() && packed.dim() == 2 && packed.scalar_type() == torch::kByte && packed.is_contiguous() &&
                   packed.size(0) == (N + kBlockChannels - 1) / kBlockChannels && packed.size(1) == K / S * superblock_bytes(t),
               "packed: block_pack's blocks of this ", t.name, " [", N, ", ", K, "] weight");
-  const BlockDotFn dot = by_isa<BlockDotFn>(isa, block_dot_avx2, block_dot_avx512bw, block_dot_avx512_vnni);
+  // "amx" by name (the tests), or "auto" with rows enough where the CPU has the tiles (and no cap forbids them)
+  const bool tiles = isa == "amx" ? checked_isa("amx") == "amx" : isa == "auto" && M >= kBlockAmxMinRows && linear_isa() == "amx";
+  const BlockDotFn dot = tiles ? nullptr : by_isa<BlockDotFn>(isa, block_dot_avx2, block_dot_avx512bw, block_dot_avx512_vnni);
   const int64_t prefetch = weight_prefetch_bytes();
 
   std::vector<int8_t> q(M * K);
@@ -288,6 +291,7 @@ torch::Tensor block_linear(const torch::Tensor& x, const torch::Tensor& packed, 
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const int64_t block_bytes = packed.size(1);
   at::parallel_for(0, packed.size(0), 1, [&](int64_t begin, int64_t end) {
+    if (tiles) return block_amx_blocks(type, activations, M, wp, begin, end, prefetch, op, N);
     for (int64_t b = begin; b < end; ++b)
       dot(type, activations, M, wp + b * block_bytes, prefetch, op + b * kBlockChannels, N, std::min(kBlockChannels, N - b * kBlockChannels));
   });

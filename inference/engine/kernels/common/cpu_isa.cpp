@@ -49,8 +49,9 @@ bool cpu_has_avx512bw() { return __builtin_cpu_supports("avx512f") && __builtin_
 bool cpu_has_avx512_vnni() { return cpu_has_avx512bw() && __builtin_cpu_supports("avx512vnni"); }
 
 bool cpu_has_amx() {
+  // (VBMI: the block kernel's tiles are rebuilt with byte permutes; every AMX CPU so far has it)
   static const bool usable = cpu_has_avx512_vnni() && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                             cpu_has_amx_int8_tiles() && os_grants_tile_state();
+                             __builtin_cpu_supports("avx512vbmi") && cpu_has_amx_int8_tiles() && os_grants_tile_state();
   return usable;
 }
 

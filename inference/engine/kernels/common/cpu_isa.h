@@ -10,7 +10,7 @@ namespace minivllm {
 
 bool cpu_has_avx512_vnni();
 bool cpu_has_avx512bw();
-bool cpu_has_amx();  // AMX-INT8 tiles, AVX-512 for around them, and Linux's leave to use the tile state
+bool cpu_has_amx();  // AMX-INT8 tiles, AVX-512 (VNNI, VBMI) for around them, and Linux's leave to use the tile state
 
 // Caps every later choice below (EngineConfig.cpu_isa; "auto": none). Set before weights are packed:
 // int8 weights packed for AMX stay in AMX's layout.
