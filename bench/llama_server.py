@@ -6,9 +6,10 @@ not be); it is built with the machine's own instruction set (`GGML_NATIVE`) into
 
 On AMX Xeons that source dies at its first tile instruction (SIGILL or SIGSEGV in ggml's AMX
 matmul during its warm-up): GCC drops the stores to the tile configuration, which lives on the
-stack, and worker threads never ask Linux for the tile state (llama.cpp PR #26954, open). The
-source is built with that fix applied (`fix_amx_tile_state`: the configuration in static memory,
-the permission asked on every thread), so its native AMX path runs. Should a native build still
+stack, so the tiles are configured with garbage (llama.cpp PR #26954, open). The source is built
+with that PR's fix applied (`fix_amx_tile_state`: the configuration in static memory; the
+permission for the tile state asked on every thread too, as the PR does), so its native AMX path
+runs. Should a native build still
 crash starting, the server is rebuilt once without AMX (`-mno-amx-*`, its AVX-512 VNNI kernels) and
 the report's command says so; a ratio against that build judges nothing.
 """
@@ -107,8 +108,8 @@ def build(name: str = "native", quantize: bool = False) -> Path:
 AMX_TILE_FILE = Path("ggml/src/ggml-cpu/amx/mmq.cpp")
 AMX_TILE_BROKEN = "    alignas(64) tile_config_t tc = {};\n"
 AMX_TILE_FIXED = """    // mini-vLLM's build: the configuration in static memory (GCC dropped the stores to a stack
-    // copy, which _tile_loadconfig reads behind its back) and this thread's permission for the
-    // tile state asked first (Linux refuses tile instructions on a thread that has not).
+    // copy, which _tile_loadconfig reads behind its back: the fix) and the tile state asked of
+    // Linux on this thread too, as the PR does (granted per process; a second ask is harmless).
     syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */);
     alignas(64) static thread_local tile_config_t tc = {};
 """

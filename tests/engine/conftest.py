@@ -39,5 +39,6 @@ def isas(cpp):
 
 @pytest.fixture(scope="session")
 def vector_isas(isas):
-    """Every version of the grouped kernel this CPU can run (it has no AMX version)."""
+    """Every vector version of the kernels this CPU can run (the grouped and block kernels also run AMX
+    tiles from 16 rows, which `isas` includes; the expert and float kernels have no tile version)."""
     return [isa for isa in isas if isa != "amx"]

@@ -111,9 +111,10 @@ def test_engine_killed_mid_stream_carries_on_on_the_survivor(cluster):
 
 def test_sigterm_on_the_last_engine_ends_in_flight_streams_once_none_takes_them_over(cluster):
     """Its streams get no last output from it; with no engine left to resume them on, they end with
-    the error after MINIVLLM_ENGINE_ACCEPT_TIMEOUT: 5 s on a web worker of its own (the shared ones
-    wait the default 30 s, which later tests' restarted engines need)."""
-    url_b = cluster.start_web(MINIVLLM_ENGINE_ACCEPT_TIMEOUT="5")
+    the error after MINIVLLM_ENGINE_ACCEPT_TIMEOUT: 10 s on a web worker of its own (the shared ones
+    wait the default 30 s, which later tests' restarted engines need; the timeout also bounds the
+    stream's first accept, so not less on a busy two-core machine)."""
+    url_b = cluster.start_web(MINIVLLM_ENGINE_ACCEPT_TIMEOUT="10")
     cluster.wait_ready(engines=1, webs=cluster.own_webs[-1:])
     ctx, lines, request_id = start_long_stream(url_b)
     try:

@@ -35,8 +35,9 @@ def own_cache(tmp_path, monkeypatch):
 
 def hf_logits(path: str, ids: torch.Tensor, read_by_transformers: bool = False) -> torch.Tensor:
     """transformers' float32 model of the file's de-quantized weights: its class over our de-quantized
-    tensors (tests/support/gguf_reference.py), or, with `read_by_transformers`, the file read by
-    transformers itself (gguf-py de-quantizing in Python, ~3 s a file more). transformers ignores a Llama 3 file's
+    tensors (tests/support/gguf_reference.py; the config is our reader's), or, with
+    `read_by_transformers`, the file read by transformers itself (gguf-py de-quantizing in Python,
+    ~3 s a file more). transformers ignores a Llama 3 file's
     `rope_freqs`; the reference divides its frequencies by them, as llama.cpp does."""
     from transformers import AutoModelForCausalLM
 
@@ -60,9 +61,15 @@ def row_errors(ours: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return (ours - reference).norm(dim=-1) / reference.norm(dim=-1)
 
 
-# transformers reads these files itself: the Llama cases (which also hold the reference to its own
-# reading) and the IQ4 types our torch de-quantizer does not have
-READ_BY_TRANSFORMERS = ("llama q4_k_m tied", "llama untied, llama3 rope factors", "every block type")
+# transformers reads these files itself: a case of each family it reads whole (so our reader's config
+# of it is held to transformers' own reading) and the IQ4 types our torch de-quantizer does not have
+READ_BY_TRANSFORMERS = (
+    "llama q4_k_m tied",
+    "llama untied, llama3 rope factors",
+    "qwen2 biases",
+    "qwen3 norms",
+    "every block type",
+)
 CASES = {  # name: (arch, write_block_gguf's keywords)
     "llama q4_k_m tied": ("llama", {}),
     "llama untied, llama3 rope factors": ("llama", {"tied": False, "rope_freqs": True}),

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.real_model
 
 MIXES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0")
 # the float32 reference: the block kernel's mix and the group kernel's file; every mix's blocks are
-# also held bit for bit to gguf-py below and every mix's tokens to llama-server's
+# also held bit for bit to gguf-py below (the C++ de-quantizer's rows) and every mix's tokens to llama-server's
 TRANSFORMERS_MIXES = ("Q4_K_M", "Q8_0")
 PROMPT_COUNT, POSITIONS = 10, 32  # 320 teacher-forced positions a file
 
@@ -121,9 +121,10 @@ def test_every_tensor_llama_quantize_wrote_dequantizes_as_gguf_py_does(requantiz
 
 @pytest.mark.parametrize("mix", TRANSFORMERS_MIXES)
 def test_greedy_tokens_agree_with_transformers_float32_model(requantized, texts, mix):
-    """transformers' Llama over the file's weights as our de-quantizer reads them (held bit for bit
-    to gguf-py's by the test above; transformers' own GGUF reading de-quantizes the same in Python,
-    ~10 s a file slower)."""
+    """transformers' Llama over the file's weights as our torch de-quantizer reads them (held bit for
+    bit to gguf-py's in tests/engine/gguf/test_dequantize.py; transformers' own GGUF reading
+    de-quantizes the same in Python, ~10 s a file slower). The file's config is our reader's: the
+    Llama cases of test_blocks_loading.py hold it to transformers' own reading."""
     from tests.support.gguf_reference import reference_model
 
     path = requantized(mix)

@@ -88,7 +88,8 @@ def test_each_row_is_bit_identical_alone_and_in_any_batch(cpp, kind, isas):
         for rows in (1, 2, 7, 9, 17):
             assert torch.equal(cpp.block_linear(x[:rows].contiguous(), packed, 37, kind, isa), whole[:rows]), (isa, rows)
         assert torch.equal(cpp.block_linear(x[5:16].contiguous(), packed, 37, kind, isa), whole[5:16]), isa
-    # "auto" takes the tiles from kBlockAmxMinRows rows where the CPU has them, the vector version below
+    # "auto" takes the tiles from kBlockAmxMinRows (16) rows where the CPU has them, the vector version below
+    assert torch.equal(cpp.block_linear(x, packed, 37, kind), whole)
     assert torch.equal(torch.cat([cpp.block_linear(x[i : i + 3].contiguous(), packed, 37, kind) for i in range(0, 35, 3)]), whole)
 
 

@@ -105,7 +105,8 @@ def test_each_row_is_bit_identical_alone_and_in_any_batch(cpp, isas, bits):
             assert torch.equal(linear(cpp, x[:rows].contiguous(), weight, bits, isa), whole[:rows]), (isa, rows)
         assert torch.equal(torch.cat([linear(cpp, row[None].contiguous(), weight, bits, isa) for row in x]), whole), isa
         assert torch.equal(linear(cpp, x[3:18].contiguous(), weight, bits, isa), whole[3:18]), isa
-    # "auto" takes the tiles from kGroupAmxMinRows rows where the CPU has them, the vector version below
+    # "auto" takes the tiles from kGroupAmxMinRows (16) rows where the CPU has them, the vector version below
+    assert torch.equal(linear(cpp, x, weight, bits), whole)
     assert torch.equal(torch.cat([linear(cpp, x[i : i + 2].contiguous(), weight, bits) for i in range(0, 37, 2)]), whole)
 
 

@@ -27,7 +27,7 @@ from tests.support.gguf_blocks import SCALE_FIELDS, dequantized
 KINDS = ("q4_k", "q6_k", "q5_0", "q8_0")  # the file's block types (its f32 tensors are norms)
 BLOCK_KERNEL_KINDS = ("q4_k", "q6_k", "q5_0")  # kernels/blocks/; Q8_0 goes to the group kernel
 SAMPLED_ROWS = 8
-BATCH = 13  # a pass of 12 rows (AVX2: passes of 2), then one left
+BATCH = 19  # a pass of 12 rows (AVX2: passes of 2), then 7 left; AMX: a tile of 16, then 3 in a padded one
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def test_the_torch_dequantizer_gives_gguf_pys_values(real, kind):
 
 
 @pytest.mark.parametrize("kind", BLOCK_KERNEL_KINDS)
-def test_block_kernel_products_match_gguf_pys_weights_on_every_isa(cpp, real, kind, vector_isas):
+def test_block_kernel_products_match_gguf_pys_weights_on_every_isa(cpp, real, kind, isas):
     """Within float32 rounding of a float64 product of gguf-py's weights and the int8 activation
     blocks (test_block_linear.py's tolerance), every ISA the same bits, and within int8 rounding of
     the float64 product with the activations as they are. Each length's matrices are packed as the
@@ -104,7 +104,7 @@ def test_block_kernel_products_match_gguf_pys_weights_on_every_isa(cpp, real, ki
         exact = activation_blocks(x, S) @ weight.T
         magnitude = activation_blocks(x, S).abs() @ weight.abs().T
         first = None
-        for isa in vector_isas:
+        for isa in isas:  # the vector versions and, where the CPU has them, the AMX tiles
             out = cpp.block_linear(x, packed, channels, kind, isa)
             assert ((out.double() - exact).abs() <= 1e-6 * magnitude + 1e-30).all(), (K, isa)
             first = out if first is None else first
@@ -113,7 +113,7 @@ def test_block_kernel_products_match_gguf_pys_weights_on_every_isa(cpp, real, ki
         assert (first.double() - plain).norm() / plain.norm() < 1.5e-2, K  # int8 activation blocks: ~0.7% here
 
 
-def test_group_kernel_products_on_real_q8_0_blocks_on_every_isa(cpp, real, vector_isas):
+def test_group_kernel_products_on_real_q8_0_blocks_on_every_isa(cpp, real, isas):
     """Q8_0 matrices (the embedding, which Gemma ties as its lm_head, and V projections) as the load
     takes them (gguf_groups): levels, scales and minimums that are gguf-py's weights exactly, then
     group_linear on every ISA bit for bit as group_dot.h documents it (test_group_linear.py) and within
@@ -127,7 +127,7 @@ def test_group_kernel_products_on_real_q8_0_blocks_on_every_isa(cpp, real, vecto
         packed = cpp.group_pack_weight(levels, scales, minimums, 8)
         x = activations(BATCH, K, seed=K)
         expected = documented_order_of_groups(x, levels, scales, minimums)
-        for isa in vector_isas:
+        for isa in isas:
             assert torch.equal(cpp.group_linear(x, packed, channels, 8, isa), expected), (K, isa)
         plain = x.double() @ weight.double().T
         assert (expected.double() - plain).norm() / plain.norm() < 2e-4, K
