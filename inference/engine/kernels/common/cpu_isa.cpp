@@ -81,7 +81,7 @@ std::string checked_isa(const std::string& requested) {
 std::string checked_vector_isa(const std::string& requested) {
   if (requested == "auto") return vector_isa();
   const std::string isa = checked_isa(requested);
-  TORCH_CHECK(isa != "amx", "isa amx takes weights packed for it (int8_pack_weight with isa \"amx\"); the 4-bit kernel has no AMX version");
+  TORCH_CHECK(isa != "amx", "isa amx takes weights packed for it (int8_pack_weight with isa \"amx\"); this kernel has no AMX version (the grouped and block kernels take \"amx\" themselves)");
   return isa;
 }
 

@@ -1,8 +1,9 @@
-// Which version of the int8 and 4-bit kernels this CPU runs. Both come in three vector instruction
-// sets, the best first: avx512_vnni, avx512bw, avx2 (with FMA and F16C, which every AVX2 CPU has).
-// Above them, the int8 kernel has "amx": its integer sums on AMX's int8 tile unit, with the weights
-// in a layout of its own (int8_amx.h). Every version of a kernel gives the same bits, so the choice
-// changes speed only.
+// Which version of the int8, grouped and block kernels this CPU runs. Each comes in three vector
+// instruction sets, the best first: avx512_vnni, avx512bw, avx2 (with FMA and F16C, which every
+// AVX2 CPU has). Above them is "amx", the integer sums on AMX's int8 tile unit: the int8 kernel's
+// with the weights in a layout of its own (int8_amx.h), the grouped and block kernels' over their
+// usual layout for steps of 16 rows and more (group_amx.h, block_amx.h). Every version of a kernel
+// gives the same bits, so the choice changes speed only.
 #pragma once
 #include <string>
 

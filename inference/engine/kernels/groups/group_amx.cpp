@@ -16,7 +16,8 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <utility>
+#include <cstring>
+#include <vector>
 
 #include "groups/group_amx.h"
 #include "groups/group_dot.h"
@@ -76,15 +77,16 @@ const uint8_t* levels_tile(const uint8_t* group, uint8_t* unpacked) {
   }
 }
 
-// `Rows` rows (<= 16, the loaded palette's) against one block: out[r * out_stride + c].
-template <int Bits, int Rows>
-void tile_rows(const ActivationGroups& x, const uint8_t* block, int64_t prefetch, float* out, int64_t out_stride, int64_t channels) {
+// One tile of 16 rows against one block; the first `count` rows' results go to out[r * out_stride + c].
+template <int Bits>
+void tile_rows(const ActivationGroups& x, int64_t count, const uint8_t* block, int64_t prefetch, float* out, int64_t out_stride,
+               int64_t channels) {
   constexpr int64_t kBytes = group_bytes(Bits), kLevelBytes = group_level_bytes(Bits);
   const int64_t groups = x.groups, row_stride = groups * 2 * kGroup;
   alignas(64) uint8_t unpacked[kGroupSteps * 64];
   alignas(64) int32_t first[kTileRows * 16], second[kTileRows * 16];
-  __m512 acc[Rows];
-  for (int r = 0; r < Rows; ++r) acc[r] = _mm512_setzero_ps();
+  __m512 acc[kTileRows];
+  for (int r = 0; r < kTileRows; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* group = block + g * kBytes;
     if (prefetch)
@@ -100,7 +102,7 @@ void tile_rows(const ActivationGroups& x, const uint8_t* block, int64_t prefetch
     _tile_stored(1, second, 64);
     const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + kLevelBytes)));
     const __m512 minimum = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + kLevelBytes + 2 * kGroupChannels)));
-    for (int r = 0; r < Rows; ++r) {  // group_dot_loop.h's arithmetic, operation for operation
+    for (int r = 0; r < kTileRows; ++r) {  // group_dot_loop.h's arithmetic, operation for operation
       const int64_t at = r * groups + g;
       const __m512i sums = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(first + 16 * r), 7), _mm512_load_si512(second + 16 * r));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(scale, _mm512_set1_ps(x.scale[at])), acc[r]);
@@ -108,37 +110,39 @@ void tile_rows(const ActivationGroups& x, const uint8_t* block, int64_t prefetch
     }
   }
   const __mmask16 lanes = channels >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << channels) - 1);
-  for (int r = 0; r < Rows; ++r) _mm512_mask_storeu_ps(out + r * out_stride, lanes, acc[r]);
-}
-
-template <int Bits, size_t... Rows>
-void remainder_rows(std::index_sequence<Rows...>, int64_t rows, const ActivationGroups& x, const uint8_t* block, int64_t prefetch,
-                    float* out, int64_t out_stride, int64_t channels) {
-  // a compile-time row count keeps the accumulators in registers
-  ((rows == static_cast<int64_t>(Rows) + 1 ? tile_rows<Bits, Rows + 1>(x, block, prefetch, out, out_stride, channels) : void()), ...);
+  for (int r = 0; r < count; ++r) _mm512_mask_storeu_ps(out + r * out_stride, lanes, acc[r]);
 }
 
 ActivationGroups from_row(const ActivationGroups& x, int64_t r) {
   return ActivationGroups{x.q + r * x.groups * 2 * kGroup, x.scale + r * x.groups, x.scaled_sum + r * x.groups, x.groups};
 }
 
+// Every tile of rows against each block in turn, so a block's weights, read from memory by its
+// first tile, serve the others from cache. Rows past the last whole tile go in one padded with
+// zero rows (their results are not stored), so every tile multiply takes 16 rows under one palette.
 template <int Bits>
 void blocks(const ActivationGroups& x, int64_t rows, const uint8_t* packed, int64_t block_begin, int64_t block_end, int64_t prefetch,
             float* out, int64_t N) {
   const int64_t block_bytes = x.groups * group_bytes(Bits), whole = rows / kTileRows * kTileRows;
-  if (whole) {
-    const TileScope tiles(kTileRows);
-    for (int64_t b = block_begin; b < block_end; ++b)
-      for (int64_t m0 = 0; m0 < whole; m0 += kTileRows)  // the first tile of rows reads the block from memory, the rest from cache
-        tile_rows<Bits, kTileRows>(from_row(x, m0), packed + b * block_bytes, m0 ? 0 : prefetch, out + m0 * N + b * kGroupChannels, N,
-                                   N - b * kGroupChannels);
-  }
+  std::vector<int8_t> q;
+  std::vector<float> scale, scaled_sum;
+  ActivationGroups last = x;
   if (whole < rows) {
-    const TileScope tiles(static_cast<int>(rows - whole));
-    for (int64_t b = block_begin; b < block_end; ++b)
-      remainder_rows<Bits>(std::make_index_sequence<kTileRows - 1>(), rows - whole, from_row(x, whole), packed + b * block_bytes,
-                           whole ? 0 : prefetch, out + whole * N + b * kGroupChannels, N, N - b * kGroupChannels);
+    const ActivationGroups rest = from_row(x, whole);
+    const int64_t count = rows - whole, per_row = x.groups * 2 * kGroup;
+    q.assign(kTileRows * per_row, 0);
+    scale.assign(kTileRows * x.groups, 0.0f);
+    scaled_sum.assign(kTileRows * x.groups, 0.0f);
+    std::memcpy(q.data(), rest.q, count * per_row);
+    std::memcpy(scale.data(), rest.scale, count * x.groups * sizeof(float));
+    std::memcpy(scaled_sum.data(), rest.scaled_sum, count * x.groups * sizeof(float));
+    last = ActivationGroups{q.data(), scale.data(), scaled_sum.data(), x.groups};
   }
+  const TileScope tiles(kTileRows);
+  for (int64_t b = block_begin; b < block_end; ++b)
+    for (int64_t m0 = 0; m0 < rows; m0 += kTileRows)  // the first tile of rows reads the block from memory, the rest from cache
+      tile_rows<Bits>(m0 < whole ? from_row(x, m0) : last, rows - m0 < kTileRows ? rows - m0 : kTileRows, packed + b * block_bytes,
+                      m0 ? 0 : prefetch, out + m0 * N + b * kGroupChannels, N, N - b * kGroupChannels);
 }
 
 }  // namespace
