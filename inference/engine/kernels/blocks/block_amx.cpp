@@ -27,6 +27,7 @@
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-int8,avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,f16c,fma")
 #include "blocks/block_dot_avx512_lanes.h"
+#include "common/amx_tiles.h"
 
 namespace minivllm {
 namespace {
@@ -36,34 +37,15 @@ constexpr int kTileRows = 16;
 struct NoSums {};  // the lanes' level unpacking is all this file takes from them
 using Lanes = Avx512Block<NoSums>;
 
-// The 64-byte operand of ldtilecfg (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-
-  void shape(int tile, int tile_rows, int row_bytes) {
-    rows[tile] = static_cast<uint8_t>(tile_rows);
-    bytes_per_row[tile] = static_cast<uint16_t>(row_bytes);
-  }
-};
-
 // Tiles: 0, 1, 2 the sums with the low bytes, the high bytes and the minimums; 3 the rows' levels
 // for `step` weights; 4, 5, 6 the weights' low bytes, high bytes and minimums for them.
-struct TileScope {
-  explicit TileScope(int step) {
-    TileConfig config;
-    for (int tile = 0; tile < 3; ++tile) config.shape(tile, kTileRows, 64);
-    config.shape(3, kTileRows, step);
-    for (int tile = 4; tile < 7; ++tile) config.shape(tile, step / 4, 64);
-    // GCC does not see ldtilecfg read its operand and may drop the stores above: the barrier keeps them
-    asm volatile("" : : "r"(&config) : "memory");
-    _tile_loadconfig(&config);
-  }
-  ~TileScope() { _tile_release(); }
-  TileScope(const TileScope&) = delete;
-  TileScope& operator=(const TileScope&) = delete;
-};
+TileConfig block_tiles(int step) {
+  TileConfig config;
+  for (int tile = 0; tile < 3; ++tile) config.shape(tile, kTileRows, 64);
+  config.shape(3, kTileRows, step);
+  for (int tile = 4; tile < 7; ++tile) config.shape(tile, step / 4, 64);
+  return config;
+}
 
 // 16 bytes, one a channel, as 64: each channel's byte 4 times (a step's layout).
 __m512i per_step(const int8_t* sixteen) {
@@ -126,7 +108,7 @@ void blocks(const ActivationBlocks& x, int offset, int64_t rows, const uint8_t* 
   alignas(64) int8_t high[Sh::kSteps * 64], minimum[Minimum ? Sh::kSteps * 64 : 64];
   alignas(64) int32_t low_sums[kTileRows * 16], high_sums[kTileRows * 16], min_sums[kTileRows * 16];
   std::vector<float> acc(rows * 16);  // each row's 16 sums so far (a vector of __m512 may be allocated unaligned)
-  const TileScope tile_scope(Sh::kStep);
+  const TileScope tile_scope(block_tiles(Sh::kStep));
   for (int64_t b = block_begin; b < block_end; ++b) {
     const uint8_t* block = packed + b * superblocks * Sh::kBytes;
     std::fill(acc.begin(), acc.end(), 0.0f);

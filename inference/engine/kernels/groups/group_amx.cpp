@@ -24,42 +24,23 @@
 
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-int8,avx512f,avx512bw,avx512dq,avx512vl,f16c,fma")
+#include "common/amx_tiles.h"
 
 namespace minivllm {
 namespace {
 
 constexpr int kTileRows = 16;
 
-// The 64-byte operand of ldtilecfg (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-
-  void shape(int tile, int tile_rows, int row_bytes) {
-    rows[tile] = static_cast<uint8_t>(tile_rows);
-    bytes_per_row[tile] = static_cast<uint16_t>(row_bytes);
-  }
-};
-
 // Tiles: 0, 1 the sums with q1 and with q2; 2, 3 the rows' q1 and q2 of a group; 4 its levels.
-struct TileScope {
-  explicit TileScope(int rows) {
-    TileConfig config;
-    config.shape(0, rows, 64);
-    config.shape(1, rows, 64);
-    config.shape(2, rows, kGroup);
-    config.shape(3, rows, kGroup);
-    config.shape(4, kGroupSteps, 64);
-    // GCC does not see ldtilecfg read its operand and may drop the stores above (llama.cpp's crash
-    // on AMX Xeons): the barrier makes them happen first
-    asm volatile("" : : "r"(&config) : "memory");
-    _tile_loadconfig(&config);
-  }
-  ~TileScope() { _tile_release(); }
-  TileScope(const TileScope&) = delete;
-  TileScope& operator=(const TileScope&) = delete;
-};
+TileConfig group_tiles(int rows) {
+  TileConfig config;
+  config.shape(0, rows, 64);
+  config.shape(1, rows, 64);
+  config.shape(2, rows, kGroup);
+  config.shape(3, rows, kGroup);
+  config.shape(4, kGroupSteps, 64);
+  return config;
+}
 
 // A group's levels as the B tile: 8 steps of 64 bytes (4-bit: unpacked from the nibbles).
 template <int Bits>
@@ -138,7 +119,7 @@ void blocks(const ActivationGroups& x, int64_t rows, const uint8_t* packed, int6
     std::memcpy(scaled_sum.data(), rest.scaled_sum, count * x.groups * sizeof(float));
     last = ActivationGroups{q.data(), scale.data(), scaled_sum.data(), x.groups};
   }
-  const TileScope tiles(kTileRows);
+  const TileScope tiles(group_tiles(kTileRows));
   for (int64_t b = block_begin; b < block_end; ++b)
     for (int64_t m0 = 0; m0 < rows; m0 += kTileRows)  // the first tile of rows reads the block from memory, the rest from cache
       tile_rows<Bits>(m0 < whole ? from_row(x, m0) : last, rows - m0 < kTileRows ? rows - m0 : kTileRows, packed + b * block_bytes,

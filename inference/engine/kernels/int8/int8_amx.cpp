@@ -19,31 +19,12 @@
 
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-int8,avx512f,avx512bw,avx512dq,avx512vl")
+#include "common/amx_tiles.h"
 
 namespace minivllm {
 namespace {
 
 constexpr int kTileBytes = 64;  // one tile row
-
-// The 64-byte operand of ldtilecfg (palette 1: eight tiles of up to 16 rows of 64 bytes).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-
-  void shape(int tile, int tile_rows, int row_bytes) {
-    rows[tile] = static_cast<uint8_t>(tile_rows);
-    bytes_per_row[tile] = static_cast<uint16_t>(row_bytes);
-  }
-};
-
-// The palette for this thread's tile instructions while in scope; tiles are per thread.
-struct TileScope {
-  explicit TileScope(const TileConfig& config) { _tile_loadconfig(&config); }
-  ~TileScope() { _tile_release(); }
-  TileScope(const TileScope&) = delete;
-  TileScope& operator=(const TileScope&) = delete;
-};
 
 // Tiles: 0, 1 the low and high sums; 2, 3 a step's low and high activation bytes; 4 its weights.
 TileConfig int8_tiles(int64_t tile_rows) {
