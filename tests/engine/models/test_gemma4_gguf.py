@@ -97,7 +97,7 @@ def test_greedy_tokens_are_transformers_and_llama_servers(converted):
 def test_a_k_quant_file_is_read_in_place_and_agrees_with_llama_server(converted, tmp_path):
     """Q4_K_M by llama-quantize: our block kernels run its k-quant matrices in place. This random
     model amplifies the rounding of the activations both block paths quantize, so llama-server's
-    next-token log-probabilities are compared within a bound, not its greedy tokens. (Its weights
+    next-token log-probabilities are compared, against float32's reading of the file, not its greedy tokens. (Its weights
     read whole were seen to equal llama-quantize's own F32 de-quantization of the file to 5e-5 in
     the logits; that check costs a 262k-row re-quantization, ~15 s, and stays out of the suite.)"""
     from bench.llama_server import LlamaServer, binary_path
@@ -113,5 +113,16 @@ def test_a_k_quant_file_is_read_in_place_and_agrees_with_llama_server(converted,
     with LlamaServer(str(path), slots=1, context=1024) as server:
         body = {"prompt": ids.tolist(), "n_predict": 1, "temperature": 0, "n_probs": 20, "cache_prompt": False}
         top = httpx.post(f"{server.base_url}/completion", json=body, timeout=120).json()["completion_probabilities"][0]
-    gaps = [abs(logprobs[entry["id"]].item() - entry["logprob"]) for entry in top["top_logprobs"]]
-    assert max(gaps) < 0.15, gaps
+    # This random model's next-token distribution is nearly flat (log-probabilities near -10 over 262k
+    # tokens), and each server rounds activations to int8 its own way: llama-server's AVX-512 build on
+    # a Zen 4 parts from ours by up to 0.63 where its AMX and AVX2 builds stayed within 0.15. So the
+    # judge is the file's weights in float32 with float32 activations: over llama-server's top 20
+    # tokens ours must be on average as near to it as llama-server's, and within 1.0 of it on each.
+    exact = LLMEngine(EngineConfig(model=str(path), device="cpu", quantization="none"))
+    reference = torch.log_softmax(prefill_logits(exact, ids)[-1].float(), -1)
+    entries = top["top_logprobs"]
+    ours = torch.tensor([logprobs[e["id"]].item() for e in entries])
+    theirs = torch.tensor([e["logprob"] for e in entries])
+    truth = reference[torch.tensor([e["id"] for e in entries])]
+    assert (ours - theirs).abs().max() < 1.0, (ours, theirs)
+    assert (ours - truth).abs().mean() <= (theirs - truth).abs().mean() + 0.05, (ours, theirs, truth)
