@@ -113,6 +113,13 @@ def tiny_qwen3_hf():
     return model
 
 
+def tiny_mistral_hf(sliding_window: int | None = 8):
+    """Mistral v0.1's layout: Llama's layers with a sliding window over every one."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    return _peaked(MistralForCausalLM(MistralConfig(**TINY_LLAMA_SHAPE, sliding_window=sliding_window, **TINY_COMMON)))
+
+
 def tiny_gemma3_hf(sliding_window: int = 8):
     """Gemma 3's layout on two sliding-window layers and a global one: a window (8) shorter than the
     prompts, a query scale apart from head_dim, different RoPE bases, and norms far from the

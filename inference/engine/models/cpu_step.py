@@ -1,4 +1,6 @@
-"""The fused C++ step for Llama-family models on CPU (kernels/layers/llama_layer.cpp).
+"""The fused C++ step for Llama-family models on CPU (kernels/layers/llama_layer.cpp): Llama,
+Mistral, Qwen2, Qwen3 and Phi-3, and Gemma 3 (Q/K norms, norms after each sublayer, GELU-tanh,
+sliding windows with their own RoPE).
 
 At one stream a decode step is ~200 small ops and Python's per-op cost exceeds most of them;
 the C++ halves of a layer make it two calls around attention, and a step of decodes only runs
@@ -7,7 +9,7 @@ bits are the modules' bits (a test). The loader installs a `FusedCpuStep` where 
 is one our C++ can call (each linear format of layers/linear/ provides its own: int8, 4- or
 8-bit groups, bf16 weights or packed float32 for MKL or oneDNN), on CPU in float32; the model
 runner then calls it in place of the model's own forward. Elsewhere (bf16 activations, CUDA,
-Qwen3's extra norms) the modules run.
+experts, a norm our C++ does not run) the modules run.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from torch import nn
 from ..layers.attention import AttentionMetadata, attend
 from ..layers.attention.decode_kernels import KernelDecode
 from ..layers.cpu_kernels import cpu_kernels_for
-from .llama import LlamaDecoderLayer
 
 
 def _projection(cpp, linear: nn.Module):
@@ -27,16 +28,44 @@ def _projection(cpp, linear: nn.Module):
     return projection(cpp) if projection is not None else None
 
 
-def _layer_weights(cpp, layer: LlamaDecoderLayer):
+def _norms(layer: nn.Module) -> tuple:
+    """(before attention, after attention, before the MLP, after the MLP): Gemma normalises each
+    sublayer's output too (its `post_attention_layernorm` is the attention output's); the Llama
+    family only the inputs (its `post_attention_layernorm` is the MLP's input norm). None: no such norm."""
+    if hasattr(layer, "pre_feedforward_layernorm"):
+        return (
+            layer.input_layernorm,
+            layer.post_attention_layernorm,
+            layer.pre_feedforward_layernorm,
+            layer.post_feedforward_layernorm,
+        )
+    return layer.input_layernorm, None, layer.post_attention_layernorm, None
+
+
+ACTIVATIONS = {"silu": False, "gelu_tanh": True}  # an MLP's activation_name: whether the C++ takes GELU-tanh
+
+
+def _layer_weights(cpp, layer: nn.Module):
     attn, mlp = layer.self_attn, layer.mlp
+    if getattr(mlp, "activation_name", None) not in ACTIVATIONS:
+        return None
     projections = [_projection(cpp, m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
     if any(p is None for p in projections):
         return None
+    qk_norms = (attn.q_norm, attn.k_norm) if hasattr(attn, "q_norm") else ()
+    before_attention, after_attention, before_mlp, after_mlp = _norms(layer)
+    norms = [n for n in (before_attention, after_attention, before_mlp, after_mlp, *qk_norms) if n is not None]
+    if any(n._cpp is None or n.eps != before_attention.eps for n in norms):
+        return None  # a norm the modules run through torch (a head too narrow for the kernel), or another eps
+
+    def weight(norm):
+        return None if norm is None else norm.weight.detach()
+
     qkv, o, gate_up, down = projections
     return cpp.LlamaLayerWeights(
-        input_norm=layer.input_layernorm.weight.detach(),
-        post_attention_norm=layer.post_attention_layernorm.weight.detach(),
-        eps=layer.input_layernorm.eps,
+        input_norm=weight(before_attention),
+        post_attention_norm=weight(before_mlp),
+        eps=before_attention.eps,
         qkv=qkv,
         o=o,
         gate_up=gate_up,
@@ -45,6 +74,13 @@ def _layer_weights(cpp, layer: LlamaDecoderLayer):
         kv_heads=attn.num_kv_heads,
         head_dim=attn.head_dim,
         intermediate=mlp.intermediate,
+        q_norm=weight(qk_norms[0]) if qk_norms else None,
+        k_norm=weight(qk_norms[1]) if qk_norms else None,
+        attention_output_norm=weight(after_attention),
+        mlp_output_norm=weight(after_mlp),
+        gelu_tanh=ACTIVATIONS[mlp.activation_name],
+        window=attn.window or 0,
+        local_rope=getattr(layer, "sliding", False),  # Gemma 3's local layers turn by their own RoPE base
     )
 
 
@@ -55,14 +91,18 @@ class FusedCpuStep:
         self.cpp = cpp
         self.model = model
         self.layer_weights = layer_weights
+        self.windows = [layer.self_attn.window for layer in model.layers]
+        self.local_rope = [getattr(layer, "sliding", False) for layer in model.layers]
         self.scale = model.layers[0].self_attn.scale
         self.one_call_decode = True  # tests turn it off to run decodes through the layer halves too
 
     def __call__(self, input_ids, positions, kv_caches, meta: AttentionMetadata) -> torch.Tensor:
         model, cpp = self.model, self.cpp
-        x = model.embed_tokens(input_ids)
+        x = model.embed(input_ids)
         rope = model.rotary.tables(positions, x.dtype)
-        if self.one_call_decode and not meta.prefills and isinstance(meta.decode, KernelDecode):  # every layer in one call
+        local = model.local_rotary.tables(positions, x.dtype) if any(self.local_rope) else None
+        pooled = meta.window  # the sliding-window layers' own pool, where the runner keeps one
+        if self.one_call_decode and not meta.prefills and self._kernel_decode(meta):  # every layer in one call
             x = cpp.llama_decode_layers(
                 self.layer_weights,
                 x,
@@ -74,13 +114,26 @@ class FusedCpuStep:
                 meta.decode.tables,
                 meta.decode.lengths,
                 self.scale,
+                local_cos=local.cos if local else None,
+                local_sin=local.sin if local else None,
+                window_write_rows=pooled.write_rows if pooled else None,
+                window_block_tables=pooled.decode.tables if pooled else None,
+                window_lengths=pooled.decode.lengths if pooled else None,
             )
             return model.norm(x)
-        for weights, (k_cache, v_cache) in zip(self.layer_weights, kv_caches):  # two calls around attention
-            q, k, v = cpp.llama_attention_inputs(weights, x, rope.cos, rope.sin, k_cache, v_cache, meta.write_rows)
-            attended = attend(q, k, v, k_cache, v_cache, meta, self.scale)
+        layers = zip(self.layer_weights, self.windows, self.local_rope, kv_caches)
+        for weights, window, local_rope, (k_cache, v_cache) in layers:  # two calls around attention
+            tables = local if local_rope else rope
+            layer_meta = pooled if window and pooled is not None else meta  # as paged_attention picks it
+            q, k, v = cpp.llama_attention_inputs(weights, x, tables.cos, tables.sin, k_cache, v_cache, layer_meta.write_rows)
+            attended = attend(q, k, v, k_cache, v_cache, layer_meta, self.scale, window)
             x = cpp.llama_attention_output_and_mlp(weights, x, attended)
         return model.norm(x)
+
+    @staticmethod
+    def _kernel_decode(meta: AttentionMetadata) -> bool:
+        """Whether the step's decodes (and the window pool's, where there is one) read through our kernels."""
+        return isinstance(meta.decode, KernelDecode) and (meta.window is None or isinstance(meta.window.decode, KernelDecode))
 
 
 def install_cpu_step(model: nn.Module) -> FusedCpuStep | None:

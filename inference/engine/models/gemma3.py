@@ -87,6 +87,7 @@ class Gemma3Attention(Qwen3Attention):
 
 class Gemma3MLP(LlamaMLP):
     activation = staticmethod(functools.partial(F.gelu, approximate="tanh"))
+    activation_name = "gelu_tanh"
 
 
 class Gemma3DecoderLayer(nn.Module):
@@ -106,7 +107,6 @@ class Gemma3DecoderLayer(nn.Module):
 
 
 class Gemma3ForCausalLM(LlamaForCausalLM):
-    FUSED_CPU_STEP = False  # the C++ layer is Llama's: no Q/K norms, two norms, SiLU
     GGUF_ARCHITECTURES = ("gemma3_text",)
     UNSUPPORTED_DTYPES = (torch.float16,)  # its activations outgrow float16's range (loader refuses it)
 
@@ -130,9 +130,12 @@ class Gemma3ForCausalLM(LlamaForCausalLM):
         local = sum(kind == "sliding_attention" for kind in self.cfg.layer_types)
         return f"sliding window {self.cfg.sliding_window} ×{local}/{len(self.cfg.layer_types)}"
 
-    def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata) -> torch.Tensor:
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
-        x = x * torch.tensor(self.cfg.embed_scale, dtype=x.dtype)  # rounded to the activations' dtype, as transformers does
+        return x * torch.tensor(self.cfg.embed_scale, dtype=x.dtype)  # rounded to the activations' dtype, as transformers does
+
+    def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata) -> torch.Tensor:
+        x = self.embed(input_ids)
         global_rope = self.rotary.tables(positions, x.dtype)
         local_rope = self.local_rotary.tables(positions, x.dtype)
         for layer, kv_cache in zip(self.layers, kv_caches):

@@ -54,6 +54,7 @@ class LlamaAttention(nn.Module):
 
 class LlamaMLP(nn.Module):
     activation = staticmethod(F.silu)  # Gemma's is GELU-tanh
+    activation_name = "silu"  # what the fused C++ step computes for it (models/cpu_step.py)
 
     def __init__(self, cfg):
         super().__init__()
@@ -117,7 +118,7 @@ class LlamaForCausalLM(nn.Module):
     decoder_layer_class = LlamaDecoderLayer
     args_class = LlamaArgs  # a family whose config says more (Phi-3's rotary) reads it in its own
     # Whether kernels/layers/llama_layer.cpp computes exactly these layers (models/cpu_step.py):
-    # a subclass whose layers do more (Qwen3's Q/K norms) sets False and keeps the modules.
+    # a subclass whose layers do more (SmolLM3's layers without RoPE) sets False and keeps the modules.
     FUSED_CPU_STEP = True
 
     def __init__(self, hf_config, max_positions: int):
@@ -132,8 +133,6 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        if getattr(cfg, "sliding_window", None):
-            self.FUSED_CPU_STEP = False  # the C++ layers attend to the whole context
 
     def make_layer(self, cfg, index: int) -> nn.Module:
         """Layer `index` (models/moe.py gives its sparse layers experts instead of an MLP)."""
@@ -153,8 +152,12 @@ class LlamaForCausalLM(nn.Module):
         """(layers, kv_heads, head_dim): what the KV pool must hold per token slot."""
         return self.cfg.num_hidden_layers, self.cfg.num_key_value_heads, self.cfg.head_dim
 
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The tokens' input embeddings (Gemma scales them)."""
+        return self.embed_tokens(input_ids)
+
     def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata) -> torch.Tensor:
-        x = self.embed_tokens(input_ids)
+        x = self.embed(input_ids)
         rope = self.rotary.tables(positions, x.dtype)
         for layer, kv_cache in zip(self.layers, kv_caches):
             x = layer(x, rope, kv_cache, meta)

@@ -11,7 +11,7 @@
   short. A GGUF carries the factors as tensors (`rope_factors_long` / `_short`), set at load.
 - An optional sliding window over every layer (Phi-3-mini-4k's config names one).
 
-Where rotation covers whole heads and there is no window, the layers are exactly Llama's and the
+Where rotation covers whole heads, the layers are exactly Llama's (a window included) and the
 fused C++ CPU step runs them.
 """
 
@@ -54,7 +54,7 @@ class Phi3ForCausalLM(LlamaForCausalLM):
     def __init__(self, hf_config, max_positions: int):
         super().__init__(hf_config, max_positions)
         cfg = self.cfg
-        self.FUSED_CPU_STEP = cfg.rotary_dim == cfg.head_dim and cfg.sliding_window is None
+        self.FUSED_CPU_STEP = cfg.rotary_dim == cfg.head_dim
 
     @property
     def attention_layout(self) -> str:

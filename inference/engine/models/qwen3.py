@@ -1,8 +1,8 @@
 """Qwen3: the Llama family's layers plus an RMSNorm over each head of Q and K before RoPE, and no QKV bias.
 
-Everything else (fused QKV and gate/up, the paged attention, the loaders, the linear formats) is
-Llama's. The fused C++ CPU step computes Llama's layers exactly, without the Q/K norms, so Qwen3
-keeps the modules (FUSED_CPU_STEP); its GGUF files add the two norms to Llama's layout.
+Everything else (fused QKV and gate/up, the paged attention, the loaders, the linear formats, the
+fused C++ CPU step, which takes the Q/K norms) is Llama's; its GGUF files add the two norms to
+Llama's layout.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ class Qwen3DecoderLayer(LlamaDecoderLayer):
 
 class Qwen3ForCausalLM(LlamaForCausalLM):
     decoder_layer_class = Qwen3DecoderLayer
-    FUSED_CPU_STEP = False
     GGUF_ARCHITECTURES = ("qwen3",)
 
     def gguf_layout(self):

@@ -1,4 +1,6 @@
-"""The C++ layer halves (kernels/layers/llama_layer.cpp) compute exactly what the modules compute."""
+"""The C++ layer halves (kernels/layers/llama_layer.cpp) compute exactly what the modules compute:
+for Llama, Qwen2 (a QKV bias), Qwen3 (Q/K norms), Gemma 3 (norms after each sublayer, GELU-tanh,
+sliding-window layers in their own pool with their own RoPE) and Mistral (a window on every layer)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from inference.engine.config import EngineConfig
 from inference.engine.layers.linear import bf16_weights_run_natively
 from inference.engine.layers.linear import packed as packed_linear
 from inference.engine.loader import build_bundle
-from tests.conftest import tiny_llama_hf, tiny_qwen2_hf
+from tests.conftest import tiny_gemma3_hf, tiny_llama_hf, tiny_mistral_hf, tiny_qwen2_hf, tiny_qwen3_hf
 from tests.support.engine_helpers import engine_for, greedy, run_to_completion
 
 
@@ -31,7 +33,10 @@ PROJECTIONS = (
 )
 
 
-@pytest.mark.parametrize("make_model", [tiny_llama_hf, tiny_qwen2_hf], ids=["llama", "qwen2-bias"])
+FAMILIES = {"llama": tiny_llama_hf, "qwen2-bias": tiny_qwen2_hf, "qwen3": tiny_qwen3_hf, "gemma3": tiny_gemma3_hf}
+
+
+@pytest.mark.parametrize("make_model", list(FAMILIES.values()), ids=list(FAMILIES))
 @pytest.mark.parametrize("projection", PROJECTIONS)
 def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tokenizer, monkeypatch):
     """Decode-only steps in one call, other steps in layer halves, against the modules throughout."""
@@ -53,6 +58,24 @@ def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tok
     reference = run_mixed_steps(engines[2])
     assert run_mixed_steps(engines[0]) == reference
     assert run_mixed_steps(engines[1]) == reference
+
+
+@pytest.mark.parametrize("make_model", [tiny_gemma3_hf, tiny_mistral_hf], ids=["gemma3", "mistral"])
+def test_windowed_layers_in_the_fused_step_read_only_their_window(make_model, smollm_tokenizer):
+    """Prompts past the 8-token window, decodes in one call and in halves: the modules' bits, and
+    a window that matters (the same weights without it say something else)."""
+    hf = make_model()
+    engines = [engine_for(hf, smollm_tokenizer, quantization="int4", max_num_batched_tokens=48) for _ in range(3)]
+    assert all(engine.model_runner.forward is engine.bundle.cpu_step is not None for engine in engines)
+    assert any(w.window == 8 for w in engines[0].bundle.cpu_step.layer_weights)
+    engines[1].model_runner.forward.one_call_decode = False
+    engines[2].model_runner.forward = engines[2].bundle.model
+    reference = run_mixed_steps(engines[2])
+    assert run_mixed_steps(engines[0]) == reference
+    assert run_mixed_steps(engines[1]) == reference
+    hf.config.sliding_window = 4096
+    unwindowed = engine_for(hf, smollm_tokenizer, quantization="int4", max_num_batched_tokens=48)
+    assert run_mixed_steps(unwindowed) != reference
 
 
 def test_a_bf16_model_keeps_its_modules(tiny_hf, smollm_tokenizer):

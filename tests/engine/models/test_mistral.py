@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from tests.conftest import TINY_COMMON, TINY_LLAMA_SHAPE, _peaked
+from tests.conftest import tiny_mistral_hf
 from tests.support.engine_helpers import engine_for, generated_ids, greedy, hf_greedy, prefill_logits, run_to_completion
-
-
-def tiny_mistral_hf(sliding_window):
-    from transformers import MistralConfig, MistralForCausalLM
-
-    return _peaked(MistralForCausalLM(MistralConfig(**TINY_LLAMA_SHAPE, sliding_window=sliding_window, **TINY_COMMON)))
 
 
 def test_a_window_shorter_than_the_prompts_gives_hfs_greedy_tokens_batched_and_chunked(smollm_tokenizer):
@@ -21,7 +15,7 @@ def test_a_window_shorter_than_the_prompts_gives_hfs_greedy_tokens_batched_and_c
     expected = [hf_greedy(hf, smollm_tokenizer(p).input_ids, 16) for p in prompts]
     assert expected[0] != hf_greedy(tiny_mistral_hf(None), smollm_tokenizer(prompts[0]).input_ids, 16)  # the window matters
     engine = engine_for(hf, smollm_tokenizer, block_size=4, max_num_batched_tokens=7)
-    assert engine.architecture == "mistral, sliding window 6" and engine.bundle.cpu_step is None
+    assert engine.architecture == "mistral, sliding window 6" and engine.bundle.cpu_step is not None  # windows in the fused step
     assert engine.max_model_len == 512  # the context is the model's, not the window's
     for i, prompt in enumerate(prompts):
         engine.add_request(str(i), smollm_tokenizer(prompt).input_ids, greedy(16))

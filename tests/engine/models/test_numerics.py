@@ -92,7 +92,9 @@ def test_tiny_qwen3_gives_each_prompt_hfs_greedy_tokens_alone_and_in_a_batch(smo
     hf = tiny_qwen3_hf()
     prompts = {"a": "The quick brown fox jumps over", "b": "one two", "c": "Once upon a time, in a land far away, there lived"}
     engine = engine_for(hf, smollm_tokenizer, block_size=4)
-    assert isinstance(engine.bundle.model, Qwen3ForCausalLM) and engine.bundle.cpu_step is None
+    assert (
+        isinstance(engine.bundle.model, Qwen3ForCausalLM) and engine.bundle.cpu_step is not None
+    )  # the fused step, Q/K norms included
     for key, text in prompts.items():
         engine.add_request(key, smollm_tokenizer(text).input_ids, greedy(16))
     batched = {key: generated_ids(outs) for key, outs in run_to_completion(engine).items()}

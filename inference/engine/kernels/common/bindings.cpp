@@ -123,13 +123,28 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       });
   py::class_<LlamaLayerWeights>(m, "LlamaLayerWeights")
       .def(py::init([](torch::Tensor input_norm, torch::Tensor post_attention_norm, double eps, Projection qkv, Projection o,
-                       Projection gate_up, Projection down, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t intermediate) {
+                       Projection gate_up, Projection down, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t intermediate,
+                       std::optional<torch::Tensor> q_norm, std::optional<torch::Tensor> k_norm,
+                       std::optional<torch::Tensor> attention_output_norm, std::optional<torch::Tensor> mlp_output_norm,
+                       bool gelu_tanh, int64_t window, bool local_rope) {
+             TORCH_CHECK(q_norm.has_value() == k_norm.has_value(), "Q and K norms: both or neither");
              return LlamaLayerWeights{std::move(input_norm), std::move(post_attention_norm), eps, std::move(qkv), std::move(o),
-                                      std::move(gate_up), std::move(down), heads, kv_heads, head_dim, intermediate};
+                                      std::move(gate_up), std::move(down), heads, kv_heads, head_dim, intermediate,
+                                      std::move(q_norm), std::move(k_norm), std::move(attention_output_norm),
+                                      std::move(mlp_output_norm), gelu_tanh, window, local_rope};
            }),
            py::arg("input_norm"), py::arg("post_attention_norm"), py::arg("eps"), py::arg("qkv"), py::arg("o"),
-           py::arg("gate_up"), py::arg("down"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("intermediate"));
+           py::arg("gate_up"), py::arg("down"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("intermediate"),
+           py::arg("q_norm") = py::none(), py::arg("k_norm") = py::none(), py::arg("attention_output_norm") = py::none(),
+           py::arg("mlp_output_norm") = py::none(), py::arg("gelu_tanh") = false, py::arg("window") = 0,
+           py::arg("local_rope") = false)
+      .def_readonly("window", &LlamaLayerWeights::window)
+      .def_readonly("local_rope", &LlamaLayerWeights::local_rope);
   m.def("llama_attention_inputs", &llama_attention_inputs, nogil(), "norm, QKV, RoPE and the cache write of a Llama layer");
   m.def("llama_attention_output_and_mlp", &llama_attention_output_and_mlp, nogil(), "o_proj, residual, norm and MLP of a Llama layer");
-  m.def("llama_decode_layers", &llama_decode_layers, nogil(), "every Llama layer of a decode-only step, paged attention included");
+  m.def("llama_decode_layers", &llama_decode_layers, nogil(), "every Llama-family layer of a decode-only step, paged attention included",
+        py::arg("layers"), py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("k_caches"), py::arg("v_caches"), py::arg("write_rows"),
+        py::arg("block_tables"), py::arg("lengths"), py::arg("scale"), py::arg("local_cos") = py::none(),
+        py::arg("local_sin") = py::none(), py::arg("window_write_rows") = py::none(), py::arg("window_block_tables") = py::none(),
+        py::arg("window_lengths") = py::none());
 }

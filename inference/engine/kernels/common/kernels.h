@@ -94,21 +94,35 @@ struct Projection {
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 
-// A Llama decoder layer's weights and shape, built once at load (models/cpu_step.py).
+// A Llama-family decoder layer's weights and shape, built once at load (models/cpu_step.py). The
+// families' extras are optional: Qwen3's and Gemma 3's per-head Q/K norms, Gemma's norms after
+// attention and after the MLP (its "sandwich"), its GELU-tanh gate and its sliding window.
 struct LlamaLayerWeights {
-  torch::Tensor input_norm, post_attention_norm;
+  torch::Tensor input_norm, post_attention_norm;  // post_attention_norm: the norm before the MLP
   double eps;
   Projection qkv, o, gate_up, down;
   int64_t heads, kv_heads, head_dim, intermediate;
+  std::optional<torch::Tensor> q_norm, k_norm;                          // over each head, before RoPE
+  std::optional<torch::Tensor> attention_output_norm, mlp_output_norm;  // before each residual add
+  bool gelu_tanh = false;                                               // the gate's activation: GELU-tanh, else SiLU
+  int64_t window = 0;                                                   // keys a query sees (itself included); 0: all
+  bool local_rope = false;                                              // rotates with the model's local RoPE tables
 };
 
 std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& cos,
                                                   const torch::Tensor& sin, torch::Tensor& k_cache, torch::Tensor& v_cache,
                                                   const torch::Tensor& write_rows);
 torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& attended);
+// A decode-only step's every layer in one call. A layer with a window reads the window pool's
+// rows and tables where the runner keeps one (window_*), else the whole pool's, and masks the keys
+// before its window; a layer with local_rope rotates with the local tables (Gemma 3's local layers).
 torch::Tensor llama_decode_layers(const std::vector<const LlamaLayerWeights*>& layers, torch::Tensor x, const torch::Tensor& cos,
                                   const torch::Tensor& sin, const std::vector<torch::Tensor>& k_caches,
                                   const std::vector<torch::Tensor>& v_caches, const torch::Tensor& write_rows,
-                                  const torch::Tensor& block_tables, const torch::Tensor& lengths, double scale);
+                                  const torch::Tensor& block_tables, const torch::Tensor& lengths, double scale,
+                                  const std::optional<torch::Tensor>& local_cos, const std::optional<torch::Tensor>& local_sin,
+                                  const std::optional<torch::Tensor>& window_write_rows,
+                                  const std::optional<torch::Tensor>& window_block_tables,
+                                  const std::optional<torch::Tensor>& window_lengths);
 
 }  // namespace minivllm

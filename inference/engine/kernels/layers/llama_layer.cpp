@@ -1,4 +1,5 @@
-// A Llama decoder layer's two halves around attention, one C++ call each (CPU, float32).
+// A Llama-family decoder layer's two halves around attention, one C++ call each (CPU, float32):
+// Llama, Mistral, Qwen2/3, Phi-3 and Gemma 3 (its Q/K norms, sandwich norms, GELU-tanh and windows).
 //
 // Why: at one stream a decode step is ~200 small ops, and Python plus nn.Module dispatch cost
 // more per op than most ops themselves. Each half calls the same kernels and aten ops as the
@@ -8,6 +9,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstring>
+#include <limits>
 
 #include "common/kernels.h"
 
@@ -119,8 +121,8 @@ torch::Tensor Projection::operator()(const torch::Tensor& x) const {
   return bias ? out + *bias : out;
 }
 
-// Norm, Q/K/V projection, RoPE on Q and K, and K/V written into the cache. Returns q, k, v:
-// [T, heads or kv_heads, D] views of one projection output.
+// Norm, Q/K/V projection, the per-head Q/K norms where the family has them, RoPE on Q and K, and
+// K/V written into the cache. Returns q, k, v: [T, heads or kv_heads, D] views.
 std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& cos,
                                                   const torch::Tensor& sin, torch::Tensor& k_cache, torch::Tensor& v_cache,
                                                   const torch::Tensor& write_rows) {
@@ -128,36 +130,63 @@ std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, co
   const int64_t T = x.size(0);
   auto qkv = w.qkv(rms_norm(x.contiguous(), w.input_norm, w.eps)).view({T, w.heads + 2 * w.kv_heads, w.head_dim});
   auto qk = qkv.narrow(1, 0, w.heads + w.kv_heads);
+  if (w.q_norm)  // as the modules: each half made contiguous, normed, the halves side by side again
+    qk = at::cat({rms_norm(qk.narrow(1, 0, w.heads).contiguous(), *w.q_norm, w.eps),
+                  rms_norm(qk.narrow(1, w.heads, w.kv_heads).contiguous(), *w.k_norm, w.eps)},
+                 1);
   rotary_inplace(qk, cos, sin);
-  auto q = qkv.narrow(1, 0, w.heads);
-  auto k = qkv.narrow(1, w.heads, w.kv_heads);
+  auto q = qk.narrow(1, 0, w.heads);
+  auto k = qk.narrow(1, w.heads, w.kv_heads);
   auto v = qkv.narrow(1, w.heads + w.kv_heads, w.kv_heads);
   write_kv(k, v, k_cache, v_cache, write_rows);
   return {q, k, v};
 }
 
-// o_proj and the residual; then norm, gate/up, SiLU(gate) * up, down and the residual.
+// o_proj (Gemma: normed) and the residual; then norm, gate/up, act(gate) * up, down (Gemma: normed)
+// and the residual.
 torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& attended) {
   const int64_t T = x.size(0);
-  auto h = x + w.o(attended.reshape({T, w.heads * w.head_dim}));
+  auto attention = w.o(attended.reshape({T, w.heads * w.head_dim}));
+  if (w.attention_output_norm) attention = rms_norm(attention.contiguous(), *w.attention_output_norm, w.eps);
+  auto h = x + attention;
   auto gate_up = w.gate_up(rms_norm(h.contiguous(), w.post_attention_norm, w.eps));
-  auto gated = at::silu(gate_up.narrow(-1, 0, w.intermediate)) * gate_up.narrow(-1, w.intermediate, w.intermediate);
-  return h + w.down(gated);
+  auto gate = gate_up.narrow(-1, 0, w.intermediate);
+  auto gated = (w.gelu_tanh ? at::gelu(gate, "tanh") : at::silu(gate)) * gate_up.narrow(-1, w.intermediate, w.intermediate);
+  auto mlp = w.down(gated);
+  if (w.mlp_output_norm) mlp = rms_norm(mlp.contiguous(), *w.mlp_output_norm, w.eps);
+  return h + mlp;
 }
 
 // Every layer of a decode-only step: each layer's halves with the paged decode attention
-// between them, the same calls attention.py's kernel path makes (softmax included).
+// between them, the same calls attention.py's kernel path makes (the window's mask and softmax included).
 torch::Tensor llama_decode_layers(const std::vector<const LlamaLayerWeights*>& layers, torch::Tensor x, const torch::Tensor& cos,
                                   const torch::Tensor& sin, const std::vector<torch::Tensor>& k_caches,
                                   const std::vector<torch::Tensor>& v_caches, const torch::Tensor& write_rows,
-                                  const torch::Tensor& block_tables, const torch::Tensor& lengths, double scale) {
+                                  const torch::Tensor& block_tables, const torch::Tensor& lengths, double scale,
+                                  const std::optional<torch::Tensor>& local_cos, const std::optional<torch::Tensor>& local_sin,
+                                  const std::optional<torch::Tensor>& window_write_rows,
+                                  const std::optional<torch::Tensor>& window_block_tables,
+                                  const std::optional<torch::Tensor>& window_lengths) {
   TORCH_CHECK(k_caches.size() == layers.size() && v_caches.size() == layers.size(), "one K and one V cache per layer");
+  TORCH_CHECK(local_cos.has_value() == local_sin.has_value(), "local RoPE: both tables or neither");
+  TORCH_CHECK(window_write_rows.has_value() == window_block_tables.has_value() && window_block_tables.has_value() == window_lengths.has_value(),
+              "the window pool's view: rows, tables and lengths, or none");
   for (size_t i = 0; i < layers.size(); ++i) {
+    const LlamaLayerWeights& w = *layers[i];
+    TORCH_CHECK(!w.local_rope || local_cos, "layer ", i, " rotates with local RoPE tables the call did not give");
+    const bool pooled = w.window > 0 && window_write_rows;  // the window pool where the runner keeps one
+    const torch::Tensor& rows = pooled ? *window_write_rows : write_rows;
+    const torch::Tensor& tables = pooled ? *window_block_tables : block_tables;
+    const torch::Tensor& lens = pooled ? *window_lengths : lengths;
     torch::Tensor k_cache = k_caches[i], v_cache = v_caches[i];
-    const auto qkv = llama_attention_inputs(*layers[i], x, cos, sin, k_cache, v_cache, write_rows);
-    const auto scores = paged_attention_scores(qkv[0].contiguous(), k_cache, block_tables, lengths, scale);
-    const auto attended = paged_attention_values(at::softmax(scores, -1), v_cache, block_tables, lengths);
-    x = llama_attention_output_and_mlp(*layers[i], x, attended);
+    const auto qkv = llama_attention_inputs(w, x, w.local_rope ? *local_cos : cos, w.local_rope ? *local_sin : sin, k_cache, v_cache, rows);
+    auto scores = paged_attention_scores(qkv[0].contiguous(), k_cache, tables, lens, scale);
+    if (w.window > 0) {  // the kernel scores the whole context; keys before the window drop out (decode_kernels.py)
+      const auto keys = at::arange(scores.size(-1), lens.options()).unsqueeze(0);
+      scores.masked_fill_((keys < (lens.unsqueeze(1) - w.window)).unsqueeze(1), -std::numeric_limits<float>::infinity());
+    }
+    const auto attended = paged_attention_values(at::softmax(scores, -1), v_cache, tables, lens);
+    x = llama_attention_output_and_mlp(w, x, attended);
   }
   return x;
 }
