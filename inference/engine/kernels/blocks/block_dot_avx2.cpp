@@ -40,6 +40,8 @@ struct Avx2Block {
   static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
   static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static I int16_pairs(I low, I high) { return _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(high, 16)); }
+  static I pair_products(I acc, I a, I b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
   static I scales(const int8_t* p, int part) {
     return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + kPartChannels * part)));
   }

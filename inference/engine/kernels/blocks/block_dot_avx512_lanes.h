@@ -1,7 +1,7 @@
 // What the two AVX-512 versions of the block dot products share (block_dot.h): a block's 16
 // channels in one register, up to 12 rows a pass (8 were ~10% slower at 128 rows of Q4_K). Each
 // version supplies `Sums`, the exact integer sums of some steps' levels with a row's int8 levels
-// (VNNI's vpdpbusd, or vpmaddubsw and vpmaddwd).
+// (VNNI's vpdpbusd, or vpmaddubsw and vpmaddwd), and of int16 pairs (vpdpwssd, or vpmaddwd).
 //
 // Include it after a target pragma that enables AVX-512BW: internal linkage on purpose, as
 // block_dot_loop.h.
@@ -33,6 +33,8 @@ struct Avx512Block {
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static I int16_pairs(I low, I high) { return _mm512_or_si512(_mm512_and_si512(low, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(high, 16)); }
+  static I pair_products(I acc, I a, I b) { return Sums::pair_products(acc, a, b); }
   static I scales(const int8_t* p, int) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static F halfs(const uint8_t* p, int) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 
@@ -53,12 +55,13 @@ struct Avx512Block {
       for (int s = 0; s < 8; ++s)
         l.step[s] = _mm512_or_si512(l.step[s], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(high, s), one), 4));
     } else if constexpr (L == LevelBits::Nibble2) {
-      const __m512i three = _mm512_set1_epi8(3);
+      // bits 2t, 2t + 1 of each high byte moved to bits 4-5 (16-bit shifts: what crosses a byte is
+      // masked off) and or-ed in: one shift and one ternary logic a step
+      const __m512i bits45 = _mm512_set1_epi8(0x30);
       for (int h = 0; h < 2; ++h) {
         const __m512i high = _mm512_loadu_si512(unit + 256 + 64 * h);
-        for (int t = 0; t < 4; ++t)
-          l.step[4 * h + t] =
-              _mm512_or_si512(l.step[4 * h + t], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(high, 2 * t), three), 4));
+        const __m512i moved[4] = {_mm512_slli_epi16(high, 4), _mm512_slli_epi16(high, 2), high, _mm512_srli_epi16(high, 2)};
+        for (int t = 0; t < 4; ++t) l.step[4 * h + t] = _mm512_ternarylogic_epi32(l.step[4 * h + t], moved[t], bits45, 0xF8);  // a | (b & c)
       }
     }
     return l;

@@ -24,6 +24,7 @@ struct VnniSums {
     for (int s = 0; s < count; ++s) sums = _mm512_dpbusd_epi32(sums, l.step[first + s], _mm512_set1_epi32(four_bytes(q + 4 * s)));
     return sums;
   }
+  static __m512i pair_products(__m512i acc, __m512i a, __m512i b) { return _mm512_dpwssd_epi32(acc, a, b); }
 };
 
 }  // namespace

@@ -34,6 +34,7 @@ struct PairSums {
   static __m512i of(const Avx512Steps& l, int first, int count, const int8_t* q) {
     return pair_sums<Avx512PairOps, L>(l.step + first, count, q);
   }
+  static __m512i pair_products(__m512i acc, __m512i a, __m512i b) { return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b)); }
 };
 
 }  // namespace

@@ -4,7 +4,9 @@
 //
 // `Isa` covers the 16 channels in kParts registers of kPartChannels lanes and supplies: levels<L>
 // (a unit's 8 steps of unsigned levels), dot<L> (the exact int32 sums of some steps with a row's
-// int8 levels), scales (16 int8 as int32 lanes) and the float and integer operations below.
+// int8 levels), scales (16 int8 as int32 lanes), int16_pairs (two int32 lanes' low halves as one
+// lane's int16 pair) and pair_products (acc + lo * lo' + hi * hi' of int16 pairs: vpmaddwd, VNNI's
+// vpdpwssd), and the float and integer operations below.
 // Internal linkage on purpose, so each file compiles its own copy for its own instruction set.
 #pragma once
 #include <immintrin.h>
@@ -18,6 +20,11 @@
 
 namespace minivllm {
 namespace {
+
+// Two sub-blocks' level sums as one lane's int16 pair (|bsum| <= 32 * 127 fits int16), for pair_products.
+inline int32_t bsum_pair(const int32_t* bsum) {
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(bsum[0])) | static_cast<uint32_t>(bsum[1]) << 16);
+}
 
 template <LevelBits L, int S, int Sub, bool Minimum>
 struct Shape {
@@ -35,6 +42,9 @@ void block_rows(const ActivationBlocks& x, int offset, const uint8_t* block, int
   using I = typename Isa::I;
   using Sh = Shape<L, S, Sub, Minimum>;
   const int64_t K = x.K, blocks = K / S, subs_per_row = K / Sub;
+  // an offset type's sum(sc * offset * bsum) once a super-block and row, from int16 pairs of scales,
+  // rather than offset * bsum off every sub-block's dot (the same exact int32 isum)
+  constexpr bool kOffsetPairs = !Minimum && Sh::kSubs % 2 == 0;
   F acc[Rows][Isa::kParts];
   for (int r = 0; r < Rows; ++r)
     for (int part = 0; part < Isa::kParts; ++part) acc[r][part] = Isa::fzero();
@@ -54,21 +64,45 @@ void block_rows(const ActivationBlocks& x, int offset, const uint8_t* block, int
           for (int r = 0; r < Rows; ++r) {
             const int8_t* q = x.q + r * K + sb * S + u * 32 + h * Sub;
             I dot = Isa::template dot<L>(steps, h * Sh::kStepsPerSub, Sh::kStepsPerSub, q);
-            if constexpr (!Minimum) dot = Isa::sub(dot, Isa::iset1(offset * x.bsum[r * subs_per_row + sb * Sh::kSubs + j]));
+            if constexpr (!Minimum && !kOffsetPairs) dot = Isa::sub(dot, Isa::iset1(offset * x.bsum[r * subs_per_row + sb * Sh::kSubs + j]));
             isum[r] = Isa::add(isum[r], Isa::mullo(dot, scale));
           }
         }
       }
+      if constexpr (kOffsetPairs) {
+        if (offset) {
+          I scs[Sh::kSubs / 2];
+          for (int j = 0; j < Sh::kSubs / 2; ++j) scs[j] = Isa::int16_pairs(Isa::scales(sc + 2 * j * kBlockChannels, part), Isa::scales(sc + (2 * j + 1) * kBlockChannels, part));
+          const I off = Isa::iset1(offset);
+          for (int r = 0; r < Rows; ++r) {
+            const int32_t* bsum = x.bsum + r * subs_per_row + sb * Sh::kSubs;
+            I osum = Isa::izero();
+            for (int j = 0; j < Sh::kSubs / 2; ++j) osum = Isa::pair_products(osum, scs[j], Isa::iset1(bsum_pair(bsum + 2 * j)));
+            isum[r] = Isa::sub(isum[r], Isa::mullo(osum, off));
+          }
+        }
+      }
       const F d = Isa::halfs(p + Sh::kD, part);
+      // minimum types: two sub-blocks' minimums a lane as int16 pairs, built once for every row, so a
+      // row's msum is one int16 pair product a two sub-blocks (exact: |bsum| <= 32 * 127, mn < 64)
+      constexpr int kPairs = Minimum && Sh::kSubs % 2 == 0 ? Sh::kSubs / 2 : 0;
+      const int8_t* mn = reinterpret_cast<const int8_t*>(p + Sh::kMins);
+      I mins[kPairs > 0 ? kPairs : 1];
+      for (int j = 0; j < kPairs; ++j) mins[j] = Isa::int16_pairs(Isa::scales(mn + 2 * j * kBlockChannels, part), Isa::scales(mn + (2 * j + 1) * kBlockChannels, part));
+      const F dmin = Minimum ? Isa::halfs(p + Sh::kDmin, part) : Isa::fzero();
       for (int r = 0; r < Rows; ++r) {
         const F dx = Isa::fset1(x.scale[r * blocks + sb]);
         acc[r][part] = Isa::fma(Isa::to_float(isum[r]), Isa::mul(d, dx), acc[r][part]);
         if constexpr (Minimum) {
-          const int8_t* mn = reinterpret_cast<const int8_t*>(p + Sh::kMins);
+          const int32_t* bsum = x.bsum + r * subs_per_row + sb * Sh::kSubs;
           I msum = Isa::izero();
-          for (int j = 0; j < Sh::kSubs; ++j)
-            msum = Isa::add(msum, Isa::mullo(Isa::scales(mn + j * kBlockChannels, part), Isa::iset1(x.bsum[r * subs_per_row + sb * Sh::kSubs + j])));
-          acc[r][part] = Isa::fnmadd(Isa::to_float(msum), Isa::mul(Isa::halfs(p + Sh::kDmin, part), dx), acc[r][part]);
+          if constexpr (kPairs > 0) {
+            for (int j = 0; j < kPairs; ++j)
+              msum = Isa::pair_products(msum, mins[j], Isa::iset1(bsum_pair(bsum + 2 * j)));
+          } else {
+            for (int j = 0; j < Sh::kSubs; ++j) msum = Isa::add(msum, Isa::mullo(Isa::scales(mn + j * kBlockChannels, part), Isa::iset1(bsum[j])));
+          }
+          acc[r][part] = Isa::fnmadd(Isa::to_float(msum), Isa::mul(dmin, dx), acc[r][part]);
         }
       }
     }
