@@ -51,9 +51,12 @@ struct Avx512Block {
       const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Levels)));
       for (int s = 0; s < 8; ++s) l.step[s] = _mm512_shuffle_epi8(table, l.step[s]);
     } else if constexpr (L == LevelBits::Nibble1) {
-      const __m512i high = _mm512_loadu_si512(unit + 256), one = _mm512_set1_epi8(1);
-      for (int s = 0; s < 8; ++s)
-        l.step[s] = _mm512_or_si512(l.step[s], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(high, s), one), 4));
+      // bit s of each high byte moved to bit 4 (as for Nibble2 below) and or-ed in
+      const __m512i high = _mm512_loadu_si512(unit + 256), bit4 = _mm512_set1_epi8(0x10);
+      const __m512i moved[8] = {_mm512_slli_epi16(high, 4), _mm512_slli_epi16(high, 3), _mm512_slli_epi16(high, 2),
+                                _mm512_slli_epi16(high, 1), high, _mm512_srli_epi16(high, 1), _mm512_srli_epi16(high, 2),
+                                _mm512_srli_epi16(high, 3)};
+      for (int s = 0; s < 8; ++s) l.step[s] = _mm512_ternarylogic_epi32(l.step[s], moved[s], bit4, 0xF8);  // a | (b & c)
     } else if constexpr (L == LevelBits::Nibble2) {
       // bits 2t, 2t + 1 of each high byte moved to bits 4-5 (16-bit shifts: what crosses a byte is
       // masked off) and or-ed in: one shift and one ternary logic a step
