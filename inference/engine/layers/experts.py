@@ -6,10 +6,13 @@ chosen expert runs once over the rows that chose it.
 kernel `expert_linear` (kernels/experts/), which groups rows by expert and never reads an expert
 no row chose; or a float tensor [E, out, in] (transformers checkpoints, CUDA, MINIVLLM_CPU_KERNELS=0)
 run expert by expert in torch. `SparseMoE` is the layer: router, top-k, the experts' gate/up, the
-activation, down, and the weighted sum of each token's k outputs.
+activation, down, and the weighted sum of each token's k outputs; where both projections are block
+kinds, gate/up, the activation and down are one C++ call (`expert_mlp`).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +64,18 @@ class ExpertParts(nn.Module):
         return torch.cat([part(x, row_x, row_expert) for part in self.parts], dim=-1)
 
 
+BLOCK_KINDS = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q5_0", "q5_1", "iq4_nl", "iq4_xs")  # expert_mlp's, as block_linear's
+
+
+def _fused_activation(activation) -> bool | None:
+    """For expert_mlp: False for SiLU, True for GELU-tanh (Gemma 4's experts), None for another activation."""
+    if activation is F.silu:
+        return False
+    if isinstance(activation, functools.partial) and activation.func is F.gelu and activation.keywords == {"approximate": "tanh"}:
+        return True
+    return None
+
+
 class Experts(nn.Module):
     """E gated experts: down(act(gate(x)) * up(x)), gate and up fused per expert."""
 
@@ -72,6 +87,25 @@ class Experts(nn.Module):
 
     def forward(self, x: torch.Tensor, expert_ids: torch.Tensor, activation) -> torch.Tensor:
         """x [T, H], expert_ids [T, k] -> each (token, choice)'s output [T * k, H]."""
+        gelu_tanh = _fused_activation(activation)
+        gate_up, down = self.gate_up, self.down
+        if (
+            gelu_tanh is not None
+            and isinstance(gate_up, ExpertLinear)
+            and gate_up.kind in BLOCK_KINDS
+            and down.kind in BLOCK_KINDS
+        ):
+            # one C++ call: the rows sorted by expert once, each token's x quantized once, the same bits
+            return kernels().expert_mlp(
+                x.contiguous(),
+                expert_ids.contiguous(),
+                gate_up.packed,
+                gate_up.kind,
+                down.packed,
+                down.kind,
+                self.intermediate,
+                gelu_tanh,
+            )
         tokens, k = expert_ids.shape
         row_expert = expert_ids.reshape(-1)
         row_x = torch.arange(tokens, device=x.device).repeat_interleave(k)

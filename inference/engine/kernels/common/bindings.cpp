@@ -31,6 +31,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("expert_linear", &expert_linear, nogil(), "out[r] = x[row_x[r]] @ W[row_expert[r]].T over E stacked packed experts",
         py::arg("x"), py::arg("row_x"), py::arg("row_expert"), py::arg("packed"), py::arg("out_features"), py::arg("kind"),
         py::arg("isa") = "auto");
+  m.def("expert_mlp", &expert_mlp, nogil(), "down(act(gate) * up) of each (token, choice)'s expert, block kinds, one call",
+        py::arg("x"), py::arg("expert_ids"), py::arg("gate_up"), py::arg("gate_up_kind"), py::arg("down"), py::arg("down_kind"),
+        py::arg("intermediate"), py::arg("gelu_tanh") = false, py::arg("isa") = "auto");
   m.def("pack_file_weights", &pack_file_weights, nogil(), "(raws, columns, kind, order) weights packed for their kernels in one call");
   m.def("gguf_dequantize_rows", &gguf_dequantize_rows, nogil(), "rows of a GGUF matrix of any type as float32, from its raw bytes");
   m.def("group_dequantize_rows", &group_dequantize_rows, nogil(), "rows of a packed group weight as float32 (an embedding lookup)");

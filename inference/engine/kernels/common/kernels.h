@@ -66,6 +66,13 @@ torch::Tensor float_linear(const torch::Tensor& x, const torch::Tensor& packed, 
 // expert's weights read once, an unchosen one never; a row's bits are block_linear's (float_linear's) alone.
 torch::Tensor expert_linear(const torch::Tensor& x, const torch::Tensor& row_x, const torch::Tensor& row_expert,
                             const torch::Tensor& packed, int64_t out_features, const std::string& kind, const std::string& isa);
+// A whole expert feed-forward for block kinds: each (token, choice) row r = t * k + j of x [T, H]
+// and expert_ids [T, k] gives down(act(gate) * up) of its expert, [T * k, H]; gate_up [E, ...] packs
+// each expert's gate then up rows (2 * intermediate), down its [H, intermediate]; act SiLU, or
+// GELU-tanh. The bits of expert_linear, the activation and expert_linear again.
+torch::Tensor expert_mlp(const torch::Tensor& x, const torch::Tensor& expert_ids, const torch::Tensor& gate_up,
+                         const std::string& gate_up_kind, const torch::Tensor& down, const std::string& down_kind, int64_t intermediate,
+                         bool gelu_tanh, const std::string& isa);
 // Rows `ids` of a GGUF matrix of any block type (or f32 / f16 / bf16) as float32, from its raw
 // bytes: the file's values as gguf-py de-quantizes them (embedding lookups read the file this way).
 torch::Tensor gguf_dequantize_rows(const torch::Tensor& raw, int64_t columns, const std::string& kind, const torch::Tensor& ids);

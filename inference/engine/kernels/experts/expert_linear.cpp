@@ -3,6 +3,10 @@
 // chosen expert's weights are read once for all the rows that chose it, and an expert no row chose
 // is never read. Every row's result is the bits block_linear (float_linear) gives it alone on that
 // expert's weight: never dependent on the rows beside it, the same on every ISA.
+//
+// expert_mlp is a whole expert feed-forward in one call (block kinds): gate/up, act(gate) * up and
+// down over the rows sorted by expert once, each token's x quantized once for its k experts, the
+// bits of expert_linear, the activation and expert_linear again.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -52,6 +56,75 @@ void over_expert_blocks(const ExpertGroups& g, int64_t NB, const Run& run) {
   });
 }
 
+// A stacked block-kind weight as the dots read it, checked against the call's shape.
+struct StackedBlocks {
+  BlockType type;
+  const uint8_t* data;
+  int64_t E, NB, N, block_bytes;
+};
+
+StackedBlocks stacked_blocks(const torch::Tensor& packed, const std::string& kind, int64_t N, int64_t K) {
+  const BlockType type = block_type(kind);
+  const BlockTraits& t = traits(type);
+  TORCH_CHECK(t.levels != LevelBits::Byte && type != BlockType::Q4_0 && type != BlockType::Q4_1,
+              t.name, " weights run through the group kernel (gguf_groups, group_linear)");
+  TORCH_CHECK(K % t.weights == 0, "a ", t.name, " weight's K is whole blocks of ", t.weights, ", not ", K);
+  const int64_t NB = (N + kBlockChannels - 1) / kBlockChannels, block_bytes = K / t.weights * superblock_bytes(t);
+  TORCH_CHECK(packed.device().is_cpu() && packed.dim() == 3 && packed.scalar_type() == torch::kByte && packed.is_contiguous() &&
+                  packed.size(1) == NB && packed.size(2) == block_bytes,
+              "packed: uint8 [E, ", NB, ", ", block_bytes, "], each expert's block_pack blocks of a ", kind, " [", N, ", ", K,
+              "] weight, experts stacked; not ", packed.sizes());
+  return {type, packed.data_ptr<uint8_t>(), packed.size(0), NB, N, block_bytes};
+}
+
+// Rows of K floats quantized for a block type (block_dot.h), one after the other.
+struct QuantizedRows {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  std::vector<int32_t> bsum;
+  int64_t K, S, sub;
+  QuantizedRows(int64_t rows, int64_t K_, BlockType type) : K(K_), S(traits(type).weights), sub(traits(type).sub) {
+    q.resize(rows * K);
+    scale.resize(rows * K / S);
+    bsum.resize(rows * K / sub);
+  }
+  void quantize(const float* x, int64_t row, int64_t count) {
+    quantize_blocks_int8(x, count, K, S, sub, q.data() + row * K, scale.data() + row * (K / S), bsum.data() + row * (K / sub));
+  }
+  void copy_row(const QuantizedRows& from, int64_t from_row, int64_t row) {
+    std::memcpy(q.data() + row * K, from.q.data() + from_row * K, K);
+    std::memcpy(scale.data() + row * (K / S), from.scale.data() + from_row * (K / S), K / S * sizeof(float));
+    std::memcpy(bsum.data() + row * (K / sub), from.bsum.data() + from_row * (K / sub), K / sub * sizeof(int32_t));
+  }
+  ActivationBlocks from(int64_t row) const { return {q.data() + row * K, scale.data() + row * (K / S), bsum.data() + row * (K / sub), K}; }
+};
+
+// out (sorted order, [R, N]) = each sorted row's activations @ its expert's weight.T, parallel over
+// the chosen experts' channel blocks.
+void sorted_block_products(const ExpertGroups& g, const StackedBlocks& w, const QuantizedRows& x, float* out, const std::string& isa) {
+  const BlockDotFn dot = by_isa<BlockDotFn>(isa, block_dot_avx2, block_dot_avx512bw, block_dot_avx512_vnni);
+  const int64_t prefetch = weight_prefetch_bytes(), NB = w.NB, N = w.N;
+  // A block's prefetches reach `prefetch` bytes past its end: allowed only while they stay in
+  // chosen experts' bytes (the work items after it), so an unchosen expert's weights are never
+  // touched, not even by a prefetch. reach[e]: where the run of chosen experts from e ends.
+  std::vector<int64_t> reach(w.E, 0);
+  for (int64_t e = w.E - 1; e >= 0; --e)
+    reach[e] = e + 1 < w.E && g.start[e + 2] > g.start[e + 1] ? reach[e + 1] : (e + 1) * NB * w.block_bytes;
+  over_expert_blocks(g, NB, [&](int64_t e, int64_t b) {
+    const int64_t first = g.start[e], offset = (e * NB + b) * w.block_bytes;
+    dot(w.type, x.from(first), g.start[e + 1] - first, w.data + offset, offset + w.block_bytes + prefetch <= reach[e] ? prefetch : 0,
+        out + first * N + b * kBlockChannels, N, std::min(kBlockChannels, N - b * kBlockChannels));
+  });
+}
+
+// Sorted rows back to the caller's order: out[order[i]] = sorted[i].
+void unsort(const ExpertGroups& g, const float* sorted, float* out, int64_t N) {
+  const int64_t R = static_cast<int64_t>(g.order.size());
+  at::parallel_for(0, R, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) std::memcpy(out + g.order[i] * N, sorted + i * N, N * sizeof(float));
+  });
+}
+
 void float_avx512_dot(FloatWeight weight, const float* x, int64_t rows, int64_t K, const uint8_t* block, float* out,
                       int64_t out_stride, int64_t channels) {
   float_dot_avx512(weight, x, rows, K, block, out, out_stride, channels);
@@ -71,27 +144,15 @@ torch::Tensor expert_linear(const torch::Tensor& x, const torch::Tensor& row_x, 
   TORCH_CHECK(out_features >= 0, "out_features: ", out_features, " < 0");
   const bool is_float = is_float_kind(kind);
   const int64_t X = x.size(0), K = x.size(1), N = out_features, R = row_x.numel();
-  // the layout's bytes a block of 16 channels, as block_linear / float_linear check them
-  int64_t block_bytes = 0;
-  BlockType type = BlockType::Q4_0;
-  FloatWeight weight = FloatWeight::F32;
-  if (is_float) {
-    weight = kind == "f16" ? FloatWeight::F16 : kind == "bf16" ? FloatWeight::BF16 : FloatWeight::F32;
-    block_bytes = K * kFloatChannels * float_bytes(weight);
-  } else {
-    type = block_type(kind);
-    const BlockTraits& t = traits(type);
-    TORCH_CHECK(t.levels != LevelBits::Byte && type != BlockType::Q4_0 && type != BlockType::Q4_1,
-                t.name, " weights run through the group kernel (gguf_groups, group_linear)");
-    TORCH_CHECK(K % t.weights == 0, "a ", t.name, " weight's K is whole blocks of ", t.weights, ", not ", K);
-    block_bytes = K / t.weights * superblock_bytes(t);
-  }
   const int64_t NB = (N + kBlockChannels - 1) / kBlockChannels;
-  TORCH_CHECK(packed.device().is_cpu() && packed.dim() == 3 && packed.scalar_type() == torch::kByte && packed.is_contiguous() &&
-                  packed.size(1) == NB && packed.size(2) == block_bytes,
-              "packed: uint8 [E, ", NB, ", ", block_bytes, "], each expert's ", is_float ? "float_pack" : "block_pack",
-              " blocks of a ", kind, " [", N, ", ", K, "] weight, experts stacked; not ", packed.sizes());
-  const int64_t E = packed.size(0);
+  const FloatWeight weight = kind == "f16" ? FloatWeight::F16 : kind == "bf16" ? FloatWeight::BF16 : FloatWeight::F32;
+  const int64_t float_block_bytes = K * kFloatChannels * float_bytes(weight);  // as float_linear checks it
+  if (is_float)
+    TORCH_CHECK(packed.device().is_cpu() && packed.dim() == 3 && packed.scalar_type() == torch::kByte && packed.is_contiguous() &&
+                    packed.size(1) == NB && packed.size(2) == float_block_bytes,
+                "packed: uint8 [E, ", NB, ", ", float_block_bytes, "], each expert's float_pack blocks of a ", kind, " [", N, ", ", K,
+                "] weight, experts stacked; not ", packed.sizes());
+  const int64_t E = is_float ? packed.size(0) : stacked_blocks(packed, kind, N, K).E;
   const int64_t* which_x = row_x.data_ptr<int64_t>();
   const int64_t* which_expert = row_expert.data_ptr<int64_t>();
   for (int64_t r = 0; r < R; ++r) {
@@ -104,55 +165,74 @@ torch::Tensor expert_linear(const torch::Tensor& x, const torch::Tensor& row_x, 
 
   const ExpertGroups g = group_by_expert(which_expert, R, E);
   const float* xp = x.data_ptr<float>();
-  const uint8_t* wp = packed.data_ptr<uint8_t>();
   std::vector<float> sorted(R * N);  // the outputs in sorted order: each expert's rows one stride apart, as the dots write them
   float* sp = sorted.data();
 
   if (is_float) {
     const FloatDotFn dot = by_isa<FloatDotFn>(isa, float_dot_avx2, float_avx512_dot, float_avx512_dot);
+    const uint8_t* wp = packed.data_ptr<uint8_t>();
     std::vector<float> xs(R * K);  // x's rows in sorted order: a group's rows contiguous, as the dot reads them
     at::parallel_for(0, R, 64, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) std::memcpy(xs.data() + i * K, xp + which_x[g.order[i]] * K, K * sizeof(float));
     });
     over_expert_blocks(g, NB, [&](int64_t e, int64_t b) {
       const int64_t first = g.start[e];
-      dot(weight, xs.data() + first * K, g.start[e + 1] - first, K, wp + (e * NB + b) * block_bytes,
+      dot(weight, xs.data() + first * K, g.start[e + 1] - first, K, wp + (e * NB + b) * float_block_bytes,
           sp + first * N + b * kFloatChannels, N, std::min(kFloatChannels, N - b * kFloatChannels));
     });
   } else {
-    const BlockTraits& t = traits(type);
-    const int64_t S = t.weights, sub = t.sub;
-    const BlockDotFn dot = by_isa<BlockDotFn>(isa, block_dot_avx2, block_dot_avx512bw, block_dot_avx512_vnni);
-    const int64_t prefetch = weight_prefetch_bytes();
     // Each sorted row quantized on its own (a row's levels never depend on another's): a few times
     // x's rows for top-k routing, cheap beside the products.
-    std::vector<int8_t> q(R * K);
-    std::vector<float> scale(R * K / S);
-    std::vector<int32_t> bsum(R * K / sub);
+    QuantizedRows sorted_x(R, K, block_type(kind));
     at::parallel_for(0, R, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        quantize_blocks_int8(xp + which_x[g.order[i]] * K, 1, K, S, sub, q.data() + i * K, scale.data() + i * (K / S),
-                             bsum.data() + i * (K / sub));
+      for (int64_t i = begin; i < end; ++i) sorted_x.quantize(xp + which_x[g.order[i]] * K, i, 1);
     });
-    // A block's prefetches reach `prefetch` bytes past its end: allowed only while they stay in
-    // chosen experts' bytes (the work items after it), so an unchosen expert's weights are never
-    // touched, not even by a prefetch. reach[e]: where the run of chosen experts from e ends.
-    std::vector<int64_t> reach(E, 0);
-    for (int64_t e = E - 1; e >= 0; --e)
-      reach[e] = e + 1 < E && g.start[e + 2] > g.start[e + 1] ? reach[e + 1] : (e + 1) * NB * block_bytes;
-    over_expert_blocks(g, NB, [&](int64_t e, int64_t b) {
-      const int64_t first = g.start[e], offset = (e * NB + b) * block_bytes;
-      const ActivationBlocks activations{q.data() + first * K, scale.data() + first * (K / S), bsum.data() + first * (K / sub), K};
-      dot(type, activations, g.start[e + 1] - first, wp + offset, offset + block_bytes + prefetch <= reach[e] ? prefetch : 0,
-          sp + first * N + b * kBlockChannels, N, std::min(kBlockChannels, N - b * kBlockChannels));
-    });
+    sorted_block_products(g, stacked_blocks(packed, kind, N, K), sorted_x, sp, isa);
   }
+  unsort(g, sp, out.data_ptr<float>(), N);
+  return out;
+}
 
-  // back to the caller's order
-  float* op = out.data_ptr<float>();
+torch::Tensor expert_mlp(const torch::Tensor& x, const torch::Tensor& expert_ids, const torch::Tensor& gate_up,
+                         const std::string& gate_up_kind, const torch::Tensor& down, const std::string& down_kind, int64_t intermediate,
+                         bool gelu_tanh, const std::string& isa) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.scalar_type() == torch::kFloat && x.is_contiguous(),
+              "x: contiguous float32 [T, H] on CPU");
+  TORCH_CHECK(expert_ids.device().is_cpu() && expert_ids.dim() == 2 && expert_ids.scalar_type() == torch::kLong &&
+                  expert_ids.is_contiguous() && expert_ids.size(0) == x.size(0),
+              "expert_ids: contiguous int64 [T, k] on CPU, a row per x row");
+  TORCH_CHECK(intermediate > 0, "intermediate: ", intermediate, " <= 0");
+  const int64_t T = x.size(0), H = x.size(1), k = expert_ids.size(1), R = T * k, I = intermediate;
+  const StackedBlocks gu = stacked_blocks(gate_up, gate_up_kind, 2 * I, H), dn = stacked_blocks(down, down_kind, H, I);
+  TORCH_CHECK(gu.E == dn.E, "gate_up and down: the same experts, not ", gu.E, " and ", dn.E);
+  const int64_t* which_expert = expert_ids.data_ptr<int64_t>();
+  for (int64_t r = 0; r < R; ++r)
+    TORCH_CHECK(which_expert[r] >= 0 && which_expert[r] < gu.E, "expert_ids[", r / k, ", ", r % k, "] = ", which_expert[r],
+                " outside the ", gu.E, " experts");
+  auto out = torch::empty({R, H}, x.options());
+  if (R == 0) return out;
+  const ExpertGroups g = group_by_expert(which_expert, R, gu.E);
+
+  // each token's x quantized once (its levels are the same for each of its k experts), copied to its sorted rows
+  QuantizedRows tokens(T, H, gu.type), sorted_x(R, H, gu.type);
+  at::parallel_for(0, T, 16, [&](int64_t begin, int64_t end) { tokens.quantize(x.data_ptr<float>() + begin * H, begin, end - begin); });
   at::parallel_for(0, R, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) std::memcpy(op + g.order[i] * N, sp + i * N, N * sizeof(float));
+    for (int64_t i = begin; i < end; ++i) sorted_x.copy_row(tokens, g.order[i] / k, i);
   });
+  auto gate_up_out = torch::empty({R, 2 * I}, x.options());
+  sorted_block_products(g, gu, sorted_x, gate_up_out.data_ptr<float>(), isa);
+
+  // act(gate) * up per slab of sorted rows, each slab in one thread (so a row's elements go through
+  // the same vector loop whatever its neighbours), then quantized for down
+  QuantizedRows hidden(R, I, dn.type);
+  at::parallel_for(0, R, 16, [&](int64_t begin, int64_t end) {
+    const auto slab = gate_up_out.narrow(0, begin, end - begin), gate = slab.narrow(1, 0, I);
+    const auto h = ((gelu_tanh ? at::gelu(gate, "tanh") : at::silu(gate)) * slab.narrow(1, I, I)).contiguous();
+    hidden.quantize(h.data_ptr<float>(), begin, end - begin);
+  });
+  std::vector<float> sorted(R * H);
+  sorted_block_products(g, dn, hidden, sorted.data(), isa);
+  unsort(g, sorted.data(), out.data_ptr<float>(), H);
   return out;
 }
 
