@@ -175,9 +175,9 @@ def test_the_whole_feed_forward_in_one_call_gives_the_linears_bits(cpp, gate_up_
     before), on every ISA; an unchosen expert never read; a token's rows the same in any batch."""
     import torch.nn.functional as F
 
-    H, I, tokens, top = 256, 256, 30, 3
-    gate_up, _ = experts(cpp, gate_up_kind, H, n=2 * I, seed=11)
-    down, _ = experts(cpp, down_kind, I, n=H, seed=12)
+    H, inner, tokens, top = 256, 256, 30, 3  # inner: the experts' intermediate width
+    gate_up, _ = experts(cpp, gate_up_kind, H, n=2 * inner, seed=11)
+    down, _ = experts(cpp, down_kind, inner, n=H, seed=12)
     rng = np.random.default_rng(13)
     chosen = [e for e in range(E) if e not in UNCHOSEN]
     ids = torch.from_numpy(np.stack([rng.choice(chosen, size=top, replace=False) for _ in range(tokens)]))
@@ -188,14 +188,14 @@ def test_the_whole_feed_forward_in_one_call_gives_the_linears_bits(cpp, gate_up_
     spoiled_up, spoiled_down = gate_up.clone(), down.clone()
     spoiled_up[UNCHOSEN], spoiled_down[UNCHOSEN] = 0xFF, 0xFF
     for isa in vector_isas:
-        gate, up = cpp.expert_linear(x, row_x, row_expert, gate_up, 2 * I, gate_up_kind, isa).split(I, dim=-1)
+        gate, up = cpp.expert_linear(x, row_x, row_expert, gate_up, 2 * inner, gate_up_kind, isa).split(inner, dim=-1)
         expected = cpp.expert_linear(act(gate) * up, torch.arange(tokens * top), row_expert, down, H, down_kind, isa)
-        out = cpp.expert_mlp(x, ids, spoiled_up, gate_up_kind, spoiled_down, down_kind, I, gelu_tanh, isa)
+        out = cpp.expert_mlp(x, ids, spoiled_up, gate_up_kind, spoiled_down, down_kind, inner, gelu_tanh, isa)
         assert out.shape == (tokens * top, H) and torch.equal(out, expected), isa
         some = slice(4, 9)  # tokens 4..8 alone
         alone = cpp.expert_mlp(
-            x[some].contiguous(), ids[some].contiguous(), gate_up, gate_up_kind, down, down_kind, I, gelu_tanh, isa
+            x[some].contiguous(), ids[some].contiguous(), gate_up, gate_up_kind, down, down_kind, inner, gelu_tanh, isa
         )
         assert torch.equal(alone, expected[4 * top : 9 * top]), isa
     with pytest.raises(RuntimeError, match="outside the 8 experts"):
-        cpp.expert_mlp(x, torch.full((tokens, top), E), gate_up, gate_up_kind, down, down_kind, I)
+        cpp.expert_mlp(x, torch.full((tokens, top), E), gate_up, gate_up_kind, down, down_kind, inner)
