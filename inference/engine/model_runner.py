@@ -14,6 +14,7 @@ from .kv_cache.tensors import KVGroup, allocate_layer_caches
 from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
 from .layers.gated_deltanet import StateMetadata
 from .runner.decode_graphs import StaticDecode
+from .runner.host_memory import keep_step_buffers
 from .runner.transfers import to_device
 from .scheduler import ScheduledBatch, pools_after, samples_after
 from .sequence import Sequence
@@ -80,6 +81,8 @@ class ModelRunner:
         self.forward = cpu_step or model
         self.block_size = block_size
         self.device = torch.device(device)
+        if self.device.type == "cpu":
+            keep_step_buffers()  # a step's logits reused from the heap, not mapped afresh (runner/host_memory.py)
         kv_dtype = kv_dtype or dtype
         # One block past the coordinator's: where a static decode's padding rows write (runner/decode_graphs.py).
         self.padding_slot = num_blocks * block_size
