@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kernels import kernels
+from .linear.blocks import BLOCK_SHAPES  # the block kernel's kinds, which expert_mlp takes
 
 
 class ExpertLinear(nn.Module):
@@ -64,9 +65,6 @@ class ExpertParts(nn.Module):
         return torch.cat([part(x, row_x, row_expert) for part in self.parts], dim=-1)
 
 
-BLOCK_KINDS = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q5_0", "q5_1", "iq4_nl", "iq4_xs")  # expert_mlp's, as block_linear's
-
-
 def _fused_activation(activation) -> bool | None:
     """For expert_mlp: False for SiLU, True for GELU-tanh (Gemma 4's experts), None for another activation."""
     if activation is F.silu:
@@ -92,10 +90,10 @@ class Experts(nn.Module):
         if (
             gelu_tanh is not None
             and isinstance(gate_up, ExpertLinear)
-            and gate_up.kind in BLOCK_KINDS
-            and down.kind in BLOCK_KINDS
+            and gate_up.kind in BLOCK_SHAPES
+            and down.kind in BLOCK_SHAPES
         ):
-            # one C++ call: the rows sorted by expert once, each token's x quantized once, the same bits
+            # one C++ call: the rows sorted by expert once, each token's x quantized once
             return kernels().expert_mlp(
                 x.contiguous(),
                 expert_ids.contiguous(),

@@ -52,7 +52,11 @@ def _layer_weights(cpp, layer: nn.Module):
     projections = [_projection(cpp, m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
     if any(p is None for p in projections):
         return None
+    if not attn.use_rope or attn.rotary_dim != attn.head_dim:
+        return None  # the C++ rotates every head whole (SmolLM3's NoPE layers, Phi's partial rotary: the modules)
     qk_norms = (attn.q_norm, attn.k_norm) if hasattr(attn, "q_norm") else ()
+    if any(norm.weight.numel() != attn.head_dim for norm in qk_norms):
+        return None  # a norm over all heads at once (OLMoE's), not each head's
     before_attention, after_attention, before_mlp, after_mlp = _norms(layer)
     norms = [n for n in (before_attention, after_attention, before_mlp, after_mlp, *qk_norms) if n is not None]
     if any(n._cpp is None or n.eps != before_attention.eps for n in norms):

@@ -30,6 +30,7 @@ def keep_step_buffers() -> bool:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    done = all(mallopt(option, STEP_BUFFER_BYTES) == 1 for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD))
-    log.debug("malloc thresholds %s MiB: %s", STEP_BUFFER_BYTES >> 20, "set" if done else "refused")
-    return done
+    # each option on its own: an older glibc refuses an mmap threshold above 32 MiB (half its heap size)
+    done = [mallopt(option, STEP_BUFFER_BYTES) == 1 for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD)]
+    log.debug("malloc thresholds %s MiB: mmap %s, trim %s", STEP_BUFFER_BYTES >> 20, *("set" if d else "refused" for d in done))
+    return all(done)

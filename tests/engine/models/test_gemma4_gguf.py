@@ -126,3 +126,6 @@ def test_a_k_quant_file_is_read_in_place_and_agrees_with_llama_server(converted,
     truth = reference[torch.tensor([e["id"] for e in entries])]
     assert (ours - theirs).abs().max() < 1.0, (ours, theirs)
     assert (ours - truth).abs().mean() <= (theirs - truth).abs().mean() + 0.05, (ours, theirs, truth)
+    # ours are the same bits on every CPU (exact integer sums, one float order), so a bound at what
+    # they measure holds everywhere: a mean of 0.31 and at most 0.77 from float32 over these tokens
+    assert (ours - truth).abs().mean() < 0.35 and (ours - truth).abs().max() < 0.85, (ours, truth)

@@ -5,6 +5,7 @@ served context, as llama.cpp does), partial rotary, and a sliding window over ev
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from inference.engine.models.phi3 import Phi3ForCausalLM
@@ -39,8 +40,9 @@ def test_partial_rotary_keeps_the_modules(smollm_tokenizer):
     assert "RoPE on 12 of 16 dimensions" in partial.architecture
 
 
-def test_a_sliding_window_gives_hfs_greedy_tokens_batched_and_chunked(smollm_tokenizer):
-    hf = tiny_phi3_hf()
+@pytest.mark.parametrize("rotary", [0.75, 1.0], ids=["partial-rotary-modules", "whole-heads-fused-step"])
+def test_a_sliding_window_gives_hfs_greedy_tokens_batched_and_chunked(smollm_tokenizer, rotary):
+    hf = tiny_phi3_hf(partial_rotary_factor=rotary)
     hf.config.sliding_window = 6
     for layer in hf.model.layers:
         layer.self_attn.sliding_window = 6
@@ -49,6 +51,7 @@ def test_a_sliding_window_gives_hfs_greedy_tokens_batched_and_chunked(smollm_tok
     assert expected[0] != hf_greedy(tiny_phi3_hf(), smollm_tokenizer(prompts[0]).input_ids, 16)  # the window matters
     engine = engine_for(hf, smollm_tokenizer, block_size=4, max_num_batched_tokens=7)
     assert engine.bundle.model.cfg.sliding_window == 6
+    assert (engine.bundle.cpu_step is not None) == (rotary == 1.0)  # whole heads: the fused step, its window included
     for i, prompt in enumerate(prompts):
         engine.add_request(str(i), smollm_tokenizer(prompt).input_ids, greedy(16))
     results = run_to_completion(engine)
@@ -56,8 +59,8 @@ def test_a_sliding_window_gives_hfs_greedy_tokens_batched_and_chunked(smollm_tok
 
 
 def test_whole_head_longrope_runs_the_fused_cpu_step_with_its_scaled_tables(smollm_tokenizer):
-    """Phi-3-mini-128k's shape: RoPE on whole heads, no window: Llama's layers, so the C++ step runs
-    them, over LongRoPE's scaled and attention-factored tables."""
+    """Phi-3-mini-128k's shape: RoPE on whole heads: Llama's layers, so the C++ step runs them, over
+    LongRoPE's scaled and attention-factored tables."""
     hf = tiny_phi3_hf(original=128, partial_rotary_factor=1.0)
     engine = engine_for(hf, smollm_tokenizer, max_model_len=128)
     assert engine.bundle.cpu_step is not None

@@ -83,7 +83,7 @@ def test_a_converted_gguf_reads_its_experts_in_place_to_transformers_tokens(tmp_
     layer = engine.bundle.model.layers[0]
     assert layer.mlp.experts.gate_up.packed is not None and layer.linear_attn.tiled_heads  # read in place
     ids = smollm_tokenizer(PROMPTS["c"]).input_ids
-    engine.add_request("c", ids, greedy(12, logprobs=3))
+    engine.add_request("c", ids, greedy(12, logprobs=10))
     outputs = run_to_completion(engine)["c"]
     ours, tops = generated_ids(outputs), [dict((t, v) for t, _, v in lp.top) for out in outputs for lp in out.logprobs or []]
     theirs = llama_server_greedy(path, ids, 12)
@@ -91,12 +91,16 @@ def test_a_converted_gguf_reads_its_experts_in_place_to_transformers_tokens(tmp_
         pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
     # both servers quantize the activations their own way before the k-quant blocks (llama.cpp's AMX
     # kernels otherwise than its AVX-512 ones), and this random model's logits are flat: they may part
-    # where ours rank llama-server's token a near second; a wrong layout parts at once, and far. After
-    # 8 shared tokens a parting is the arithmetic's (llama.cpp's Zen 4 build parted at token 10, its
-    # token just outside our top 3 of logits within 0.2 of each other)
+    # where ours rank llama-server's token a near second; a wrong layout parts at once, and far. Where
+    # ours do not, the judge is the file's weights in float32 with float32 activations over the shared
+    # prefix: ours must be at least as likely there as llama-server's token, or nearly (llama.cpp's
+    # Zen 4 build parts at token 10 with a token outside our top 10, to which float32 gives 2.4 against
+    # our token's 4.7)
     agreed = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))
-    assert agreed >= 2, (ours, theirs)
-    if agreed < min(8, len(ours)):
+    if agreed < len(ours):
         top = tops[agreed]
-        assert agreed >= 2 and theirs[agreed] in top, (ours, theirs)
-        assert top[ours[agreed]] - top[theirs[agreed]] < 0.5, (ours, theirs, top)
+        assert agreed >= 2, (ours, theirs)
+        if theirs[agreed] not in top or top[ours[agreed]] - top[theirs[agreed]] >= 0.5:
+            exact = LLMEngine(EngineConfig(model=str(path), device="cpu", quantization="none"))
+            truth = prefill_logits(exact, ids + ours[:agreed])[-1]
+            assert truth[ours[agreed]] > truth[theirs[agreed]] - 0.5, (ours, theirs, truth[ours[agreed]], truth[theirs[agreed]])

@@ -69,7 +69,9 @@ torch::Tensor expert_linear(const torch::Tensor& x, const torch::Tensor& row_x, 
 // A whole expert feed-forward for block kinds: each (token, choice) row r = t * k + j of x [T, H]
 // and expert_ids [T, k] gives down(act(gate) * up) of its expert, [T * k, H]; gate_up [E, ...] packs
 // each expert's gate then up rows (2 * intermediate), down its [H, intermediate]; act SiLU, or
-// GELU-tanh. The bits of expert_linear, the activation and expert_linear again.
+// GELU-tanh. A row's bits are expert_linear's, the activation's and expert_linear's again, the
+// activation run on each slab of rows in one thread (torch alone may split a call mid-row between
+// threads, where a vector loop's scalar tail can round an element otherwise).
 torch::Tensor expert_mlp(const torch::Tensor& x, const torch::Tensor& expert_ids, const torch::Tensor& gate_up,
                          const std::string& gate_up_kind, const torch::Tensor& down, const std::string& down_kind, int64_t intermediate,
                          bool gelu_tanh, const std::string& isa);

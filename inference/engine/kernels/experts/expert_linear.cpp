@@ -5,8 +5,8 @@
 // expert's weight: never dependent on the rows beside it, the same on every ISA.
 //
 // expert_mlp is a whole expert feed-forward in one call (block kinds): gate/up, act(gate) * up and
-// down over the rows sorted by expert once, each token's x quantized once for its k experts, the
-// bits of expert_linear, the activation and expert_linear again.
+// down over the rows sorted by expert once, each token's x quantized once for its k experts; a
+// row's bits those of expert_linear, the activation (a slab of rows a thread) and expert_linear.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 

@@ -4,7 +4,7 @@
 // Why: at one stream a decode step is ~200 small ops, and Python plus nn.Module dispatch cost
 // more per op than most ops themselves. Each half calls the same kernels and aten ops as the
 // module path (models/llama.py), in the same order, so its results are the module path's bits.
-// Attention stays in Python between the halves (attention.py) where prefill chunks need SDPA;
+// Attention stays in Python between the halves (layers/attention/) where prefill chunks need SDPA;
 // a step of decodes only runs every layer, attention included, in one call.
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -158,7 +158,7 @@ torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const t
 }
 
 // Every layer of a decode-only step: each layer's halves with the paged decode attention
-// between them, the same calls attention.py's kernel path makes (the window's mask and softmax included).
+// between them, the same calls layers/attention/'s kernel path makes (the window's mask and softmax included).
 torch::Tensor llama_decode_layers(const std::vector<const LlamaLayerWeights*>& layers, torch::Tensor x, const torch::Tensor& cos,
                                   const torch::Tensor& sin, const std::vector<torch::Tensor>& k_caches,
                                   const std::vector<torch::Tensor>& v_caches, const torch::Tensor& write_rows,
