@@ -4,9 +4,9 @@ A step allocates and frees the same large tensors every time: the logits above a
 Gemma 3's 262,144-token vocabulary are 32 MiB). glibc serves a request at or above its mmap
 threshold with a fresh mapping and unmaps it on free; the threshold grows to a freed chunk's size,
 but only up to 32 MiB, so at 32 rows those logits were mapped, faulted in page by page and zeroed
-by the kernel at every step (8% of Gemma 3's 32-client engine time in a `perf` sample, Zen 4).
+by the kernel at every step (`clear_page_erms` among the top symbols of a `perf` sample, Zen 4).
 Fixed thresholds of 64 MiB serve such buffers from the heap and keep up to 64 MiB freed at its top
-for the next step: measured, Gemma 3's 32-client step 67 -> 61 ms. A process-wide setting, made once
+for the next step: measured, Gemma 3's 32-client engine step 71-76 -> 61-70 ms (alternating runs). A process-wide setting, made once
 by the first CPU model runner; elsewhere than glibc it does nothing.
 """
 
