@@ -12,13 +12,12 @@ kinds, gate/up, the activation and down are one C++ call (`expert_mlp`).
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..kernels import kernels
+from .activation import gelu_tanh
 from .linear.blocks import BLOCK_SHAPES  # the block kernel's kinds, which expert_mlp takes
 
 
@@ -65,15 +64,6 @@ class ExpertParts(nn.Module):
         return torch.cat([part(x, row_x, row_expert) for part in self.parts], dim=-1)
 
 
-def _fused_activation(activation) -> bool | None:
-    """For expert_mlp: False for SiLU, True for GELU-tanh (Gemma 4's experts), None for another activation."""
-    if activation is F.silu:
-        return False
-    if isinstance(activation, functools.partial) and activation.func is F.gelu and activation.keywords == {"approximate": "tanh"}:
-        return True
-    return None
-
-
 class Experts(nn.Module):
     """E gated experts: down(act(gate(x)) * up(x)), gate and up fused per expert."""
 
@@ -85,10 +75,10 @@ class Experts(nn.Module):
 
     def forward(self, x: torch.Tensor, expert_ids: torch.Tensor, activation) -> torch.Tensor:
         """x [T, H], expert_ids [T, k] -> each (token, choice)'s output [T * k, H]."""
-        gelu_tanh = _fused_activation(activation)
+        is_gelu_tanh = gelu_tanh(activation)
         gate_up, down = self.gate_up, self.down
         if (
-            gelu_tanh is not None
+            is_gelu_tanh is not None
             and isinstance(gate_up, ExpertLinear)
             and gate_up.kind in BLOCK_SHAPES
             and down.kind in BLOCK_SHAPES
@@ -102,7 +92,7 @@ class Experts(nn.Module):
                 down.packed,
                 down.kind,
                 self.intermediate,
-                gelu_tanh,
+                is_gelu_tanh,
             )
         tokens, k = expert_ids.shape
         row_expert = expert_ids.reshape(-1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..layers.activation import gelu_tanh
 from ..layers.attention import AttentionMetadata, attend
 from ..layers.attention.decode_kernels import KernelDecode
 from ..layers.cpu_kernels import cpu_kernels_for
@@ -42,13 +43,11 @@ def _norms(layer: nn.Module) -> tuple:
     return layer.input_layernorm, None, layer.post_attention_layernorm, None
 
 
-ACTIVATIONS = {"silu": False, "gelu_tanh": True}  # an MLP's activation_name: whether the C++ takes GELU-tanh
-
-
 def _layer_weights(cpp, layer: nn.Module):
     attn, mlp = layer.self_attn, layer.mlp
-    if getattr(mlp, "activation_name", None) not in ACTIVATIONS:
-        return None
+    is_gelu_tanh = gelu_tanh(getattr(mlp, "activation", None))
+    if is_gelu_tanh is None:
+        return None  # an activation the C++ does not compute
     projections = [_projection(cpp, m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
     if any(p is None for p in projections):
         return None
@@ -82,7 +81,7 @@ def _layer_weights(cpp, layer: nn.Module):
         k_norm=weight(qk_norms[1]) if qk_norms else None,
         attention_output_norm=weight(after_attention),
         mlp_output_norm=weight(after_mlp),
-        gelu_tanh=ACTIVATIONS[mlp.activation_name],
+        gelu_tanh=is_gelu_tanh,
         window=attn.window or 0,
         local_rope=getattr(layer, "sliding", False),  # Gemma 3's local layers turn by their own RoPE base
     )
@@ -95,8 +94,7 @@ class FusedCpuStep:
         self.cpp = cpp
         self.model = model
         self.layer_weights = layer_weights
-        self.windows = [layer.self_attn.window for layer in model.layers]
-        self.local_rope = [getattr(layer, "sliding", False) for layer in model.layers]
+        self.any_local_rope = any(w.local_rope for w in layer_weights)
         self.scale = model.layers[0].self_attn.scale
         self.one_call_decode = True  # tests turn it off to run decodes through the layer halves too
 
@@ -104,7 +102,7 @@ class FusedCpuStep:
         model, cpp = self.model, self.cpp
         x = model.embed(input_ids)
         rope = model.rotary.tables(positions, x.dtype)
-        local = model.local_rotary.tables(positions, x.dtype) if any(self.local_rope) else None
+        local = model.local_rotary.tables(positions, x.dtype) if self.any_local_rope else None
         pooled = meta.window  # the sliding-window layers' own pool, where the runner keeps one
         if self.one_call_decode and not meta.prefills and self._kernel_decode(meta):  # every layer in one call
             x = cpp.llama_decode_layers(
@@ -125,9 +123,9 @@ class FusedCpuStep:
                 window_lengths=pooled.decode.lengths if pooled else None,
             )
             return model.norm(x)
-        layers = zip(self.layer_weights, self.windows, self.local_rope, kv_caches)
-        for weights, window, local_rope, (k_cache, v_cache) in layers:  # two calls around attention
-            tables = local if local_rope else rope
+        for weights, (k_cache, v_cache) in zip(self.layer_weights, kv_caches):  # two calls around attention
+            tables = local if weights.local_rope else rope
+            window = weights.window or None
             layer_meta = pooled if window and pooled is not None else meta  # as paged_attention picks it
             q, k, v = cpp.llama_attention_inputs(weights, x, tables.cos, tables.sin, k_cache, v_cache, layer_meta.write_rows)
             attended = attend(q, k, v, k_cache, v_cache, layer_meta, self.scale, window)

@@ -87,7 +87,6 @@ class Gemma3Attention(Qwen3Attention):
 
 class Gemma3MLP(LlamaMLP):
     activation = staticmethod(functools.partial(F.gelu, approximate="tanh"))
-    activation_name = "gelu_tanh"
 
 
 class Gemma3DecoderLayer(nn.Module):

@@ -54,7 +54,6 @@ class LlamaAttention(nn.Module):
 
 class LlamaMLP(nn.Module):
     activation = staticmethod(F.silu)  # Gemma's is GELU-tanh
-    activation_name = "silu"  # what the fused C++ step computes for it (models/cpu_step.py)
 
     def __init__(self, cfg):
         super().__init__()
