@@ -12,6 +12,7 @@ writes for SmolLM2's and Gemma's fast tokenizers) convert without `sentencepiece
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -42,7 +43,32 @@ def converter_path() -> Path:
 
 
 def convert_to_gguf(hf_folder: Path, out_path: Path, outtype: str = "f32", extra_args=()) -> Path:
-    """`hf_folder` (save_pretrained's model + tokenizer) as a GGUF at `out_path`; the converter's log on failure."""
+    """`hf_folder` (save_pretrained's model + tokenizer) as a GGUF at `out_path`; the converter's log on
+    failure. Converted once per folder content: the converter's file is kept in CONVERTED under the
+    digest of the folder's files, the converter's version and its arguments (a Gemma 4 conversion
+    takes ~30 s; the same seed writes the same bytes), and later runs copy it."""
+    kept = CONVERTED / f"{_digest(hf_folder, outtype, extra_args)}.gguf"
+    if not kept.is_file():
+        CONVERTED.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(f"{kept.stem}.{os.getpid()}.partial")
+        _run_converter(hf_folder, partial, outtype, extra_args)
+        partial.replace(kept)  # whole or not at all: a converter killed midway leaves no file here
+    shutil.copyfile(kept, out_path)
+    return Path(out_path)
+
+
+CONVERTED = CACHE / "converted"
+
+
+def _digest(hf_folder: Path, outtype: str, extra_args) -> str:
+    digest = hashlib.sha256(f"{VERSION} {outtype} {list(extra_args)}".encode())
+    for file in sorted(Path(hf_folder).iterdir()):
+        if file.is_file():
+            digest.update(file.name.encode() + file.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def _run_converter(hf_folder: Path, out_path: Path, outtype: str, extra_args) -> None:
     script = converter_path()
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(script.parent / "gguf-py"), os.environ.get("PYTHONPATH")]))
@@ -51,7 +77,6 @@ def convert_to_gguf(hf_folder: Path, out_path: Path, outtype: str = "f32", extra
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"convert_hf_to_gguf.py failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
-    return Path(out_path)
 
 
 QWEN35_TINY = dict(
@@ -168,13 +193,22 @@ def quantize(source: Path, out_path: Path, kind: str) -> Path:
 def llama_server_greedy(path: Path, prompt_ids: list[int], tokens: int) -> list[int] | None:
     """llama-server's greedy continuation of `prompt_ids` on the file (one slot, 2 threads), as ids;
     None where llama-server is not built."""
+    answers = llama_server_greedies(path, [prompt_ids], tokens)
+    return None if answers is None else answers[0]
+
+
+def llama_server_greedies(path: Path, prompts: list[list[int]], tokens: int, context: int = 1024) -> list[list[int]] | None:
+    """llama_server_greedy of each prompt, from one server."""
     from bench.llama_server import LlamaServer, binary_path
 
     if not binary_path().is_file():
         return None
     import httpx
 
-    with LlamaServer(str(path), slots=1, context=1024) as server:
-        body = {"prompt": prompt_ids, "n_predict": tokens, "temperature": 0, "top_k": 1, "cache_prompt": False}
-        reply = httpx.post(f"{server.base_url}/completion", json={**body, "return_tokens": True}, timeout=120).json()
-    return reply["tokens"]
+    answers = []
+    with LlamaServer(str(path), slots=1, context=context) as server:
+        for prompt_ids in prompts:
+            body = {"prompt": prompt_ids, "n_predict": tokens, "temperature": 0, "top_k": 1, "cache_prompt": False}
+            reply = httpx.post(f"{server.base_url}/completion", json={**body, "return_tokens": True}, timeout=120).json()
+            answers.append(reply["tokens"])
+    return answers
