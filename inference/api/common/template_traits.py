@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from jinja2 import meta
 
+from ...engine.transformers_lock import TRANSFORMERS_LOCK
+
 TOOLS_VARIABLES = ("tools", "xml_tools")  # the name a template reads its tools from, in order of preference
 PROBE_FUNCTION = "probe_function"
 PROBE_TOOL = {
@@ -90,10 +92,11 @@ def _traits(tokenizer, template: str) -> TemplateTraits:
 def _variables(template: str) -> set[str]:
     """The names a template reads from its context (transformers' own environment parses it: its
     extensions' tags included); where it cannot, the tools variables its text names."""
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-
     try:
-        environment = _compile_jinja_template(template).environment
+        with TRANSFORMERS_LOCK:
+            from transformers.utils.chat_template_utils import _compile_jinja_template
+
+            environment = _compile_jinja_template(template).environment
         return meta.find_undeclared_variables(environment.parse(template))
     except Exception:  # a template transformers cannot parse (or a transformers without this helper)
         return {name for name in TOOLS_VARIABLES if re.search(rf"\b{name}\b", template)}

@@ -31,6 +31,7 @@ import torch
 from ..env import cache_home
 from ..kernels import kernels
 from ..kv_cache.tensors import MADV_HUGEPAGE
+from ..transformers_lock import TRANSFORMERS_LOCK
 from .config import fast_gguf_config
 
 log = logging.getLogger("minivllm.engine")
@@ -74,12 +75,12 @@ class GGUFCheckpoint:
                 return cls(path, config, _BACKGROUND.submit(_read_cached_tokenizer, cache, path), tensors, cache)
             except (OSError, ValueError, KeyError) as error:  # a damaged cache: parse again
                 log.warning("GGUF cache %s unreadable (%s): reading the file again", cache, error)
-        from transformers import AutoConfig
-
         metadata = {}
         tensors, architecture = _parse_index(path, metadata)  # first: a truncated file fails here, in a fraction of a second
         folder, name = os.path.split(os.path.abspath(path))
         with fast_gguf_config(architecture):  # not gguf-py's ~10 s parse of the whole file
+            from transformers import AutoConfig
+
             parsed = AutoConfig.from_pretrained(folder, gguf_file=name)
         # cached with the config: layers/pooling.py reads it
         parsed.gguf_pooling_type = metadata.get(f"{architecture}.pooling_type")
@@ -267,7 +268,12 @@ def _read_cached_tokenizer(cache: Path, path: str):
     of a start. Built straight from the files rather than by `from_pretrained`, which also parses the
     whole pipeline as JSON in Python: half of Gemma 3's 2.3 s and a third of its memory (262k
     tokens); the added tokens, with their special flags, are in tokenizer.json. A damaged cache: the
-    file's again."""
+    file's again. Read on the tokenizer's background thread, so inside the transformers lock."""
+    with TRANSFORMERS_LOCK:
+        return _tokenizer_from_cache(cache, path)
+
+
+def _tokenizer_from_cache(cache: Path, path: str):
     try:
         from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
@@ -291,18 +297,19 @@ def _read_cached_tokenizer(cache: Path, path: str):
 
 def _parse_tokenizer(path: str, cache: Path, architecture: str | None, hf_config, tensors: dict[str, TensorEntry]):
     """A new file's tokenizer, as transformers converts it, then the file's cache written (config,
-    tokenizer, index); the tokenizer is the one read back from the cache, what later starts get."""
-    from transformers import AutoTokenizer
-
+    tokenizer, index); the tokenizer is the one read back from the cache, what later starts get. On
+    the tokenizer's background thread, so inside the transformers lock (saving one calls into it too)."""
     folder, name = os.path.split(os.path.abspath(path))
-    with fast_gguf_config(architecture):
+    with fast_gguf_config(architecture):  # holds the transformers lock
+        from transformers import AutoTokenizer
+
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    if _write_cache(cache, hf_config, tokenizer, tensors):
-        try:
-            return _read_cached_tokenizer(cache, path)
-        except (OSError, ValueError, KeyError, ImportError) as error:  # keep the one in hand
-            log.warning("GGUF cache %s unreadable right after writing it (%s): using the parsed file", cache, error)
-    return tokenizer
+        if _write_cache(cache, hf_config, tokenizer, tensors):
+            try:
+                return _read_cached_tokenizer(cache, path)
+            except (OSError, ValueError, KeyError, ImportError) as error:  # keep the one in hand
+                log.warning("GGUF cache %s unreadable right after writing it (%s): using the parsed file", cache, error)
+        return tokenizer
 
 
 _BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gguf-tokenizer")

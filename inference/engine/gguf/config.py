@@ -15,7 +15,8 @@ one file, so the tokenizer class and its conversion stay transformers' own.
 from __future__ import annotations
 
 import contextlib
-import threading
+
+from ..transformers_lock import TRANSFORMERS_LOCK
 
 SERVED_ARCHITECTURES = (
     "llama",
@@ -31,7 +32,6 @@ SERVED_ARCHITECTURES = (
 )  # what our model classes run from a GGUF (a `llama` file with experts is Mixtral)
 # an architecture transformers has no GGUF table for (or names otherwise), read by the one its keys follow
 KEYS_AS = {"smollm3": "llama", "qwen3moe": "qwen3_moe", "olmoe": "llama"}
-_REGISTRY_LOCK = threading.Lock()
 
 
 def config_dict(metadata: dict, tensor_names: tuple[str, ...]) -> dict:
@@ -179,11 +179,12 @@ def _gemma4_fields(config: dict, metadata: dict, tensor_names: tuple[str, ...]) 
 def fast_gguf_config(architecture: str):
     """For the block's duration, transformers reads configs of `architecture` through `config_dict`
     (its fast path), where it would parse the whole file with gguf-py. Architectures we do not
-    serve keep transformers' own reading (and its errors)."""
-    from transformers.integrations import gguf
+    serve keep transformers' own reading (and its errors). Holds the transformers lock throughout:
+    the registry is transformers' process-wide state, and the block calls into transformers."""
+    with TRANSFORMERS_LOCK:
+        from transformers.integrations import gguf
 
-    registry = gguf.GGUF_CONFIG_ARCHS
-    with _REGISTRY_LOCK:
+        registry = gguf.GGUF_CONFIG_ARCHS
         added = architecture in SERVED_ARCHITECTURES and architecture not in registry
         if added:
             registry[architecture] = config_dict

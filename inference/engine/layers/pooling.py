@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..transformers_lock import TRANSFORMERS_LOCK
+
 
 @dataclass(frozen=True)
 class Pooling:
@@ -82,9 +84,10 @@ def _gguf_pooling(path: str) -> str | None:
     except (OSError, ValueError):
         pass
     try:
-        from transformers.integrations.gguf import read_gguf_metadata
+        with TRANSFORMERS_LOCK:
+            from transformers.integrations.gguf import read_gguf_metadata
 
-        metadata, _ = read_gguf_metadata(path)
+            metadata, _ = read_gguf_metadata(path)
     except Exception:
         return None
     architecture = metadata.get("general.architecture")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from ..transformers_lock import TRANSFORMERS_LOCK
 from .sampling_params import SamplingParams, SamplingParamsError
 
 log = logging.getLogger("minivllm.engine")
@@ -18,10 +19,11 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty
 
 def sampling_defaults(path: str) -> dict:
     """{field: value} from the checkpoint's generation_config.json, or {} when it has none."""
-    from transformers import GenerationConfig
-
     try:
-        config = GenerationConfig.from_pretrained(path)
+        with TRANSFORMERS_LOCK:
+            from transformers import GenerationConfig
+
+            config = GenerationConfig.from_pretrained(path)
     except (OSError, ValueError):
         return {}
     diff = config.to_diff_dict()

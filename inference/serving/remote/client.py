@@ -32,12 +32,12 @@ from ...engine.request_streams import RequestStream, check_can_submit, deliver, 
 from ...engine.resume import Progress
 from ...engine.sample.sampling_params import SamplingParams
 from ...engine.sample.structured import Grammars
+from ...engine.transformers_lock import TRANSFORMERS_LOCK
 from . import protocol as wire
 from .fleet import EngineFleet
 
 log = logging.getLogger("inference.serving.remote")
 
-_TOKENIZER_LOAD = threading.Lock()
 WATCH_INTERVAL_S = 0.25
 REJOIN_INTERVAL_S = 10.0  # group membership expires, and a Redis restart forgets it
 
@@ -272,7 +272,7 @@ class RemoteEngine:
         from ...engine.loader import resolve_source
 
         def load():
-            with _TOKENIZER_LOAD:  # several models' clients start at once: transformers' lazy imports are not thread-safe
+            with TRANSFORMERS_LOCK:  # several models' clients start at once (engine/transformers_lock.py)
                 from transformers import AutoTokenizer
 
                 source = resolve_source(self.config.model)
