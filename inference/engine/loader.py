@@ -26,6 +26,7 @@ from .models import model_class_for
 from .models.cpu_step import install_cpu_step
 from .models.no_init import WithoutWeightInit
 from .sample.generation_config import sampling_defaults
+from .transformers_lock import TRANSFORMERS_LOCK
 
 log = logging.getLogger("minivllm.engine")
 
@@ -280,13 +281,16 @@ def gguf_blocks_label(kernels_used) -> str:
 
 def _gguf_format(config: EngineConfig, gguf: GGUFCheckpoint, device: torch.device) -> FormatChoice:
     """choose_format for a GGUF, which under `auto` keeps the file's own tensors wherever our kernels
-    read them: a Q4_0 / Q8_0 file whose output layer llama.cpp wrote in Q6_K, and F16 / BF16 files
-    (which choose_format, seeing only a dtype, would give oneDNN's bf16 or float32), run as `gguf`."""
+    read them: a Q4_0 / Q8_0 file whose output layer llama.cpp wrote in Q6_K, and F32 / F16 / BF16
+    files (which choose_format, seeing only a dtype, would give oneDNN's bf16 or float32 through
+    transformers' reader), run as `gguf`: read in place, as float32 matrices."""
     choice = choose_format(config.quantization, checkpoint=gguf.weight_type, device=device)
     if config.quantization != "auto" or device.type != "cpu" or kernels() is None:
         return choice
     if choice.format in ("int4", "q8_0") and not gguf.only_grouped_types:
         return FormatChoice("gguf", f"the checkpoint's own blocks, {gguf.weight_type.upper()} beside other types")
+    if gguf.weight_type == "float32":
+        return FormatChoice("gguf", "the checkpoint's own float32 matrices, read in place")
     if gguf.weight_type in ("float16", "bfloat16"):
         return FormatChoice("gguf", f"the checkpoint's own {gguf.weight_type} matrices, widened to float32 as they load")
     return choice
@@ -334,23 +338,26 @@ def _gguf_tokenizer(gguf: GGUFCheckpoint, source: ModelSource):
 
 
 def _read_checkpoint(source: ModelSource):
-    from transformers import AutoConfig, AutoTokenizer
-
     kwargs = source.hf_kwargs()
     try:
-        hf_config = AutoConfig.from_pretrained(source.path, **kwargs)
-        model_class_for(hf_config)  # fail before reading gigabytes of weights
-        tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
+        with TRANSFORMERS_LOCK:
+            from transformers import AutoConfig, AutoTokenizer
+
+            hf_config = AutoConfig.from_pretrained(source.path, **kwargs)
+            model_class_for(hf_config)  # fail before reading gigabytes of weights
+            tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
     except OSError as exc:
         raise _load_error(source, exc) from exc
     return hf_config, tokenizer, _read_weights(source)
 
 
 def _read_weights(source: ModelSource) -> dict:
-    from transformers import AutoModelForCausalLM
-
+    """transformers' reader (the lock: a GGUF's tokenizer may be loading on its background thread)."""
     try:
-        reader = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch.float32, **source.hf_kwargs())
+        with TRANSFORMERS_LOCK:
+            from transformers import AutoModelForCausalLM
+
+            reader = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch.float32, **source.hf_kwargs())
     except OSError as exc:
         raise _load_error(source, exc) from exc
     state = reader.state_dict()
