@@ -58,7 +58,7 @@ class LLMEngine(RequestDecoding, ToolCallSteps):
         self.bundle = bundle = bundle or load_model(config)
         model, device = bundle.model, bundle.device
         self.tokenizer = bundle.tokenizer
-        self.kv_dtype = config.kv_dtype_for(bundle.dtype, device.type, bundle.weights_format)
+        self.kv_dtype = config.kv_dtype_for(bundle.dtype, device.type, bundle.exact_format)
         self.num_slots = config.slots_for(device.type)
         num_blocks = config.num_kv_blocks or plan_kv_blocks(
             config, bundle, self.kv_dtype, self.num_slots, engine_bytes(config, bundle, self.kv_dtype, self.num_slots)

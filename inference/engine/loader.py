@@ -70,6 +70,13 @@ class ModelBundle:
     sampling_defaults: dict = field(default_factory=dict)  # the checkpoint's generation_config (sample/generation_config.py)
     architecture: str = ""  # the family, as transformers names it ("llama", "gemma3_text", ...)
     weights_label: str = ""  # how the weights run, for people: "GGUF blocks: Q4_K ×27, Q6_K ×9", "int4 groups"
+    float32_file: bool = False  # a float32 GGUF read in place: exact weights, so a float32 KV cache (config.kv_dtype_for)
+
+    @property
+    def exact_format(self) -> str:
+        """The weights' format as the KV cache's choice sees it: "none" where they are the checkpoint's
+        float32 values, whatever route carries them."""
+        return "none" if self.float32_file else self.weights_format
 
     @property
     def attention_layout(self) -> str:
@@ -129,6 +136,21 @@ def cap_kernels(config: EngineConfig, device: torch.device) -> None:
 
 
 def load_model(config: EngineConfig) -> ModelBundle:
+    """The model the config names, or a ModelLoadError of one line saying why not: a config field our
+    model code needs and the checkpoint lacks is named, not left as an AttributeError's traceback."""
+    try:
+        return _load_model(config)
+    except AttributeError as exc:
+        owner = getattr(exc, "obj", None)
+        if owner is None or not hasattr(owner, "model_type") or exc.name is None:
+            raise
+        raise ModelLoadError(
+            f"the {owner.model_type} config of {config.model or EMBEDDED_GGUF} has no {exc.name!r}, which our "
+            f"{owner.model_type} code needs and cannot derive (a GGUF key its converter did not write)"
+        ) from exc
+
+
+def _load_model(config: EngineConfig) -> ModelBundle:
     source = resolve_source(config.model)
     device = resolve_device(config.device)
     cap_kernels(config, device)
@@ -169,6 +191,7 @@ def load_model(config: EngineConfig) -> ModelBundle:
                 f"from the GGUF's own blocks (tensors per type and kernel: {per_type})",
             )
             bundle.weights_label = gguf_blocks_label(kernels_used)
+            bundle.float32_file = gguf.weight_type == "float32" and dtype == torch.float32
             return bundle
         own_reader = device.type != "cpu" or kernels() is None or not getattr(model_class, "TRANSFORMERS_READS_GGUF", True)
         if own_reader and gguf_dense.can_build(model_class, gguf.hf_config, gguf):

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import UnsupportedModelError
 from ..layers.attention import AttentionMetadata, paged_attention
 from ..layers.norm import RMSNorm
 from ..layers.rotary import RopeTables, RotaryEmbedding, rope_parameters
@@ -57,6 +58,10 @@ class LlamaMLP(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
+        if cfg.intermediate_size is None:
+            raise UnsupportedModelError(
+                "the config gives no intermediate_size (a GGUF's feed_forward_length) for a dense feed-forward"
+            )
         self.intermediate = cfg.intermediate_size
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
@@ -87,7 +92,8 @@ class LlamaArgs:
     def __init__(self, hf_config, max_positions: int):
         self.vocab_size = hf_config.vocab_size
         self.hidden_size = hf_config.hidden_size
-        self.intermediate_size = hf_config.intermediate_size
+        # none in a config whose every feed-forward is experts (Qwen3.5-MoE's: the converter writes no feed_forward_length)
+        self.intermediate_size = getattr(hf_config, "intermediate_size", None)
         self.num_hidden_layers = hf_config.num_hidden_layers
         self.num_attention_heads = hf_config.num_attention_heads
         self.num_key_value_heads = getattr(hf_config, "num_key_value_heads", None) or self.num_attention_heads
