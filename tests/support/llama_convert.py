@@ -155,7 +155,7 @@ def tiny_gemma4_folder(path: Path, tokenizer=None, seed: int = 0, **overrides) -
     return _save(Gemma4ForCausalLM, Gemma4TextConfig(**{**GEMMA4_TINY, **overrides}), tokenizer, path, seed)
 
 
-def _save(model_class, config, tokenizer, path: Path, seed: int) -> Path:
+def _save(model_class, config, tokenizer, path: Path, seed: int, soften=None) -> Path:
     """Random weights, every 1-D parameter and saved buffer (norms, A_log, dt_bias, Gemma 4's layer
     scalars) moved off its initial value, so a loader that misses one of the converter's transforms
     (+1 norms, -exp(A_log), head reordering) or one of these tensors shows it."""
@@ -167,6 +167,8 @@ def _save(model_class, config, tokenizer, path: Path, seed: int) -> Path:
         for tensor in model.state_dict().values():  # (the tensors themselves: parameters and saved buffers)
             if tensor.ndim == 1 and tensor.is_floating_point():
                 tensor.add_(torch.randn_like(tensor) * 0.1)
+        if soften is not None:
+            soften(model)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return Path(path)

@@ -69,7 +69,8 @@ class Gemma4Args:
         act = getattr(c, "hidden_activation", None) or "gelu_pytorch_tanh"
         if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
             raise ValueError(f"hidden_activation {act!r} is not supported by our Gemma 4 code (only gelu_pytorch_tanh)")
-        if getattr(c, "use_bidirectional_attention", None):
+        # "vision" (26B, 31B as published): only an image's own tokens see each other both ways; text stays causal
+        if getattr(c, "use_bidirectional_attention", None) not in (None, False, "vision"):
             raise ValueError("bidirectional Gemma 4 attention is not supported: our attention is causal")
 
 
