@@ -124,3 +124,21 @@ def test_loading_the_embedded_gguf_imports_none_of_the_heavy_modules():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_a_config_field_the_model_needs_and_the_file_lacks_is_named_in_one_line(tmp_path):
+    """A GGUF whose converter left out a key our code cannot derive (here the norms' epsilon, taken
+    out of the file's cached config) stops the load with a ModelLoadError naming the field, not an
+    AttributeError's traceback."""
+    from inference.engine.gguf.checkpoint import cache_dir
+    from tests.support.gguf_files import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    load_model(EngineConfig(model=path, device="cpu"))  # caches the config
+    cached = cache_dir(path) / "config.json"
+    config = json.loads(cached.read_text())
+    del config["rms_norm_eps"]
+    cached.write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"^the llama config of .*tiny\.gguf has no 'rms_norm_eps'") as error:
+        load_model(EngineConfig(model=path, device="cpu"))
+    assert "\n" not in str(error.value)
