@@ -31,6 +31,12 @@ KV_MEMORY_FRACTION = 0.25
 KV_CAP_MB = 1024
 KV_CAP_TOKENS = 65536
 KV_CEILING_FRACTION = 0.5  # never more than this share of available memory, whatever is asked
+# The floor of one full context holds up to this many tokens unless MINIVLLM_MAX_MODEL_LEN asks for
+# more: a 262,144-token model (Qwen3.5, Gemma 3 and 4, Llama 3.2) otherwise reserved its whole
+# context (3 GB of K/V for Qwen3.5-2B's 6 attention layers; 4 GB for Llama-3.2-1B) before serving a
+# token. Above it, the context served is what the planned share holds, as llama-server's --fit and
+# Ollama's default context do, and the log says so.
+DEFAULT_FLOOR_TOKENS = 32768
 
 
 def fit_context(num_blocks: int, block_size: int, max_model_len: int) -> int:
@@ -41,7 +47,7 @@ def fit_context(num_blocks: int, block_size: int, max_model_len: int) -> int:
         return max_model_len
     log.warning(
         "the KV pool holds %d tokens, less than the model's %d-token context: max_model_len lowered to %d "
-        "(MINIVLLM_KV_CACHE_MB or MINIVLLM_NUM_KV_BLOCKS sets the pool)",
+        "(MINIVLLM_MAX_MODEL_LEN asks for a longer one, held whole; MINIVLLM_KV_CACHE_MB or MINIVLLM_NUM_KV_BLOCKS sets the pool)",
         capacity,
         max_model_len,
         capacity,
@@ -61,6 +67,7 @@ def plan_num_blocks(
     engine_bytes: int = 0,
     reserved_bytes: int = 0,
     share: float = 1.0,
+    floor_tokens: int | None = None,
 ) -> int:
     """How many blocks fit: MINIVLLM_KV_CACHE_MB on CPU, else planned from available memory (see
     above, never fewer than one `max_model_len` request where memory allows); on CUDA, what is left
@@ -68,7 +75,7 @@ def plan_num_blocks(
     use, nor more than exists. The engine lowers max_model_len to what the pool holds.
     `reserved_bytes`: what is sized apart (the sliding-window layers' pool, a hybrid's state slots), taken first.
     `share`: this engine's part of the planned budget where several models share the process (the
-    full-context floor stays whole)."""
+    full-context floor stays whole). `floor_tokens`: the floor's tokens, where not the whole `max_model_len`."""
     per_block = bytes_per_block(kv_shape, block_size, dtype)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
@@ -76,7 +83,8 @@ def plan_num_blocks(
     else:
         available = psutil.virtual_memory().available
         if kv_cache_mb is None:
-            full_context = -(-max_model_len // block_size) * per_block
+            floor = max_model_len if floor_tokens is None else min(floor_tokens, max_model_len)
+            full_context = -(-floor // block_size) * per_block
             cap = min(KV_CAP_MB * MB, KV_CAP_TOKENS // block_size * per_block + reserved_bytes)
             planned = int(min(int(available * KV_MEMORY_FRACTION), cap) * share)
             kv_cache_mb = max(planned, full_context + reserved_bytes) // MB + 1
@@ -136,10 +144,9 @@ def plan_kv_blocks(config, bundle, kv_dtype, num_slots: int, engine_bytes: int =
     if window_blocks and full_shape[0] == 0:  # every layer windowed: the full pool is bookkeeping only
         return num_slots * -(-bundle.max_model_len // config.block_size)
     checkpoints = checkpoint_rows(num_slots, config.enable_prefix_caching)
-    reserved = state_bytes(bundle.model, num_slots + checkpoints)  # a hybrid's state slots, before the blocks
-    if window_blocks:
-        reserved += (window_blocks + 1) * bytes_per_block(window_shape, config.block_size, kv_dtype)
-    return plan_num_blocks(
+    states = state_bytes(bundle.model, num_slots + checkpoints)  # a hybrid's state slots, before the blocks
+    windows = (window_blocks + 1) * bytes_per_block(window_shape, config.block_size, kv_dtype) if window_blocks else 0
+    num_blocks = plan_num_blocks(
         full_shape,
         config.block_size,
         kv_dtype,
@@ -149,6 +156,19 @@ def plan_kv_blocks(config, bundle, kv_dtype, num_slots: int, engine_bytes: int =
         bundle.max_model_len,
         num_slots,
         engine_bytes,
-        reserved_bytes=reserved,
+        reserved_bytes=states + windows,
         share=config.kv_share,
+        floor_tokens=None if config.max_model_len else DEFAULT_FLOOR_TOKENS,  # an asked-for context is held whole
     )
+    log.info(
+        "memory plan: K/V of %d tokens (%.0f MB, %d full-attention layers)%s%s",
+        num_blocks * config.block_size,
+        num_blocks * bytes_per_block(full_shape, config.block_size, kv_dtype) / MB,
+        full_shape[0],
+        f", a sliding-window pool of {windows / MB:.0f} MB" if windows else "",
+        f", {num_slots} + {checkpoints} recurrent-state rows of {states / (num_slots + checkpoints) / MB:.1f} MB "
+        "(backed as first written)"
+        if states
+        else "",
+    )
+    return num_blocks

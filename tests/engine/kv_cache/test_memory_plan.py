@@ -111,3 +111,29 @@ def test_a_float16_pool_holds_twice_the_tokens_of_a_float32_one(tiny_hf, smollm_
     assert engine.kv_dtype == torch.float16 and all(k.dtype == v.dtype == torch.float16 for k, v in engine.model_runner.kv_caches)
     wide = engine_for(tiny_hf, smollm_tokenizer, kv_cache_mb=4, quantization="int8", kv_cache_dtype="float32")
     assert engine.kv_cache.num_blocks == 2 * wide.kv_cache.num_blocks
+
+
+def test_a_long_native_context_reserves_its_whole_k_v_only_when_asked_for(smollm_tokenizer, caplog):
+    """A 262,144-token model (Qwen3.5, Gemma 4, Llama 3.2) served with no settings plans K/V for what
+    the memory share holds (at least 32,768 tokens), not its whole context: that was 3 GB before
+    Qwen3.5-2B served a token. MINIVLLM_MAX_MODEL_LEN asking for the whole context gets it whole."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    hf = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=49152,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=262144,
+        )
+    ).eval()
+    with caplog.at_level(logging.INFO, logger="minivllm.engine"):
+        default = engine_for(hf, smollm_tokenizer)
+    assert memory_plan.DEFAULT_FLOOR_TOKENS <= default.max_model_len < 262144
+    assert default.kv_cache.num_blocks * 16 < 262144
+    assert "memory plan: K/V of" in caplog.text and "max_model_len lowered" in caplog.text
+    asked = engine_for(hf, smollm_tokenizer, max_model_len=262144)
+    assert asked.max_model_len == 262144
