@@ -135,5 +135,9 @@ def test_a_long_native_context_reserves_its_whole_k_v_only_when_asked_for(smollm
     assert memory_plan.DEFAULT_FLOOR_TOKENS <= default.max_model_len < 262144
     assert default.kv_cache.num_blocks * 16 < 262144
     assert "memory plan: K/V of" in caplog.text and "max_model_len lowered" in caplog.text
+    from inference.engine.engine_stats import EngineStats
+
+    stats = EngineStats.of(default)  # /stats says the plan: the context served and the pool's size
+    assert stats.max_model_len == default.max_model_len and stats.kv_pool_mb > 0
     asked = engine_for(hf, smollm_tokenizer, max_model_len=262144)
     assert asked.max_model_len == 262144
