@@ -40,6 +40,7 @@ class EngineStats:
     kv_blocks_total: int | None = _summed()
     kv_cache_usage: float | None = None  # 0..1
     kv_pool_mb: float | None = None
+    state_pool_mb: float | None = None  # of kv_pool_mb, a hybrid's recurrent-state rows (backed as first written)
     max_model_len: int | None = None  # the context served: the model's, or what the planned pool holds (kv_cache/memory_plan.py)
     weights_mb: float | None = None
     prefix_cache_queries: int | None = _summed()
@@ -90,6 +91,7 @@ class EngineStats:
             kv_blocks_used=blocks.num_used_blocks,
             kv_blocks_total=blocks.num_blocks,
             kv_pool_mb=engine.model_runner.kv_pool_bytes / 2**20,
+            state_pool_mb=engine.model_runner.state_pool_bytes / 2**20,
             max_model_len=engine.max_model_len,
             weights_mb=engine.weights_mb,
             kv_cache_usage=blocks.num_used_blocks / blocks.num_blocks,

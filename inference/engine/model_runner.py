@@ -100,6 +100,10 @@ class ModelRunner:
         self.mixers = model.recurrent_mixers() if self.recurrent else {}  # layer index -> its recurrent mixer
         self.kv_sources = kv_sources(model)  # a KV-shared layer's cache is its source layer's (the same tensors)
         self.kv_pool_bytes = sum(k.nbytes + v.nbytes for i, (k, v) in enumerate(self.kv_caches) if self.kv_sources[i] == i)
+        # of which a hybrid's recurrent-state rows (backed only as first written: kv_cache/tensors.py)
+        self.state_pool_bytes = sum(
+            k.nbytes + v.nbytes for (k, v), kind in zip(self.kv_caches, self.layer_kinds) if kind == STATE
+        )
         # Each kv head's part of the head-major cache starts this many slots / blocks further on.
         self.head_slot_offsets, self.head_block_offsets = self.full.head_slot_offsets, self.full.head_block_offsets
         self.block_tables = self.full.tables
@@ -129,7 +133,7 @@ class ModelRunner:
     def release_kv_pool(self) -> None:
         """Drops the pool (this runner computes nothing after); on CUDA the allocator's cached
         blocks go back to the device, where the next plan can count them."""
-        self.kv_caches, self.kv_pool_bytes, self.static_decode = [], 0, None
+        self.kv_caches, self.kv_pool_bytes, self.state_pool_bytes, self.static_decode = [], 0, 0, None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 

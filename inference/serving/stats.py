@@ -69,6 +69,8 @@ def _build_snapshot(engine_client) -> dict:
         "kv_blocks_total": blocks_total,
         "kv_cache_usage_pct": _pct(blocks_used, blocks_total),
         "kv_pool_mb": _round(engine.kv_pool_mb, 1),
+        "state_pool_mb": _round(engine.state_pool_mb, 1),  # of kv_pool_mb: recurrent-state rows, backed as first written
+        "max_model_len": engine.max_model_len,  # the context served (the model's, or what the planned pool holds)
         "weights_mb": _round(engine.weights_mb, 1),
         "prefix_cache_queries": engine.prefix_cache_queries,
         "prefix_cache_hits": engine.prefix_cache_hits,

@@ -138,6 +138,6 @@ def test_a_long_native_context_reserves_its_whole_k_v_only_when_asked_for(smollm
     from inference.engine.engine_stats import EngineStats
 
     stats = EngineStats.of(default)  # /stats says the plan: the context served and the pool's size
-    assert stats.max_model_len == default.max_model_len and stats.kv_pool_mb > 0
+    assert stats.max_model_len == default.max_model_len and stats.kv_pool_mb > 0 and stats.state_pool_mb == 0
     asked = engine_for(hf, smollm_tokenizer, max_model_len=262144)
     assert asked.max_model_len == 262144

@@ -35,6 +35,10 @@ def test_a_converted_file_is_the_hybrid(converted):
     assert "hybrid: 3 Gated DeltaNet + 1 attention layers" in engine.architecture
     deltanet = engine.bundle.model.layers[0].linear_attn
     assert deltanet.num_v_heads == 2 * deltanet.num_k_heads  # so the order of the value heads matters
+    from inference.engine.engine_stats import EngineStats
+
+    stats = EngineStats.of(engine)  # /stats: the state rows' share of the pools, apart
+    assert 0 < stats.state_pool_mb < stats.kv_pool_mb
 
 
 def test_logits_match_transformers_on_the_folder_it_was_converted_from(converted):
