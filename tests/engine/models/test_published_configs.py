@@ -3,8 +3,8 @@ config as published, shrunk in width and depth only (tests/support/published_mod
 transformers with random weights and converted to an F32 GGUF (converted once and cached).
 
 From the file and from the folder, ours computes transformers' logits (float32, 1e-4) over a prompt
-longer than the sliding window, and its greedy tokens batched and chunked, and again from the prefix
-cache. llama-server on the same file is held to transformers by the file's own float32 arithmetic:
+longer than the sliding window, and its greedy tokens batched and chunked, again from the prefix
+cache, preempted, forked and resumed. llama-server on the same file is held to transformers by the file's own float32 arithmetic:
 these random models' next-token distributions are flat (logits' spread ~0.16 over 262k tokens), so
 where llama-server parts from transformers, transformers must rank its token among its first few
 (llama.cpp keeps K/V in float16). Gemma 4's Q/K norm weights are softened (published_models.py):
@@ -13,6 +13,9 @@ the logits by 1e-3, and llama-server's float16 K/V then picked tokens transforme
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,62 +36,82 @@ TOKENS = 8
 TOP = 5  # where llama-server parts, transformers ranks its token among its first TOP (most partings: 2nd, by ~0.001)
 
 
+@dataclass
+class Published:
+    name: str
+    folder: Path  # what transformers saved
+    hf: object  # transformers' model of it
+    path: Path  # the converter's F32 file
+    engine: LLMEngine  # ours on the file
+    prompts: dict[str, list[int]]  # PROMPTS' ids, by index
+    expected: dict[str, list[int]]  # transformers' greedy tokens after each
+
+
 @pytest.fixture(scope="module", params=NAMES)
-def published(request, tmp_path_factory):
-    """(name, the HF folder, transformers' model, the F32 GGUF, ours on it)."""
+def published(request, tmp_path_factory) -> Published:
     from transformers import AutoModelForCausalLM
 
     root = tmp_path_factory.mktemp(request.param)
     folder = save_folder(request.param, root / "hf")
     path = convert(folder, root / "f32.gguf")
     hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    engine = LLMEngine(
-        EngineConfig(
-            model=str(path), device="cpu", max_model_len=2048, kv_cache_dtype="float32", block_size=4, max_num_batched_tokens=9
-        )
-    )
-    return request.param, folder, hf, path, engine
+    engine = LLMEngine(EngineConfig(model=str(path), block_size=4, max_num_batched_tokens=9, **EXACT))
+    prompts = {str(i): engine.tokenize(text) for i, text in enumerate(PROMPTS)}
+    expected = {key: hf_greedy(hf, ids, TOKENS) for key, ids in prompts.items()}
+    return Published(request.param, folder, hf, path, engine, prompts, expected)
 
 
-def _window(hf) -> int:
-    return getattr(hf.config, "sliding_window", None) or 0
+EXACT = dict(device="cpu", max_model_len=2048, kv_cache_dtype="float32")  # float32 throughout, as transformers
 
 
 def test_logits_past_the_window_are_transformers_from_the_file_and_the_folder(published):
-    name, folder, hf, _, engine = published
-    ids = torch.randint(3, 100_000, (_window(hf) + 40 or 96,), generator=torch.Generator().manual_seed(1))
+    window = getattr(published.hf.config, "sliding_window", None) or 0
+    ids = torch.randint(3, 100_000, (window + 40 or 96,), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        reference = hf(ids[None]).logits[0]
-    torch.testing.assert_close(prefill_logits(engine, ids), reference, atol=1e-4, rtol=1e-4)
-    from_folder = LLMEngine(EngineConfig(model=str(folder), device="cpu", dtype="float32", max_model_len=2048))
+        reference = published.hf(ids[None]).logits[0]
+    torch.testing.assert_close(prefill_logits(published.engine, ids), reference, atol=1e-4, rtol=1e-4)
+    from_folder = LLMEngine(EngineConfig(model=str(published.folder), dtype="float32", **EXACT))
     torch.testing.assert_close(prefill_logits(from_folder, ids), reference, atol=1e-4, rtol=1e-4)
 
 
 def test_greedy_tokens_batched_chunked_and_prefix_cached_are_transformers(published):
-    _, _, hf, _, engine = published
-    prompts = {str(i): engine.tokenize(text) for i, text in enumerate(PROMPTS)}
-    expected = {key: hf_greedy(hf, ids, TOKENS) for key, ids in prompts.items()}
-    for key, ids in prompts.items():
+    engine = published.engine
+    for key, ids in published.prompts.items():
         engine.add_request(key, ids, greedy(TOKENS))
-    assert {key: generated_ids(outs) for key, outs in run_to_completion(engine).items()} == expected
-    for key, ids in prompts.items():  # again: their full blocks (and a hybrid's state checkpoints) come from the cache
+    assert {key: generated_ids(outs) for key, outs in run_to_completion(engine).items()} == published.expected
+    for key, ids in published.prompts.items():  # again: full blocks (and a hybrid's state checkpoints) from the cache
         engine.add_request("again" + key, ids, greedy(TOKENS))
     again = {key.removeprefix("again"): generated_ids(outs) for key, outs in run_to_completion(engine).items()}
-    assert again == expected
+    assert again == published.expected
+
+
+def test_preempted_forked_and_resumed_requests_keep_transformers_tokens(published):
+    """A pool too small for the batch (preempted sequences recompute their K/V and state), n=2 (a
+    fork copies its parent's cache), and a request resumed after its engine died (its delivered
+    tokens replayed)."""
+    engine = LLMEngine(EngineConfig(model=str(published.path), block_size=4, num_kv_blocks=12, **EXACT))
+    for key, ids in published.prompts.items():
+        engine.add_request(key, ids, greedy(TOKENS))
+    assert {key: generated_ids(outs) for key, outs in run_to_completion(engine).items()} == published.expected
+    assert engine.scheduler.num_preemptions > 0
+    ids, expected = published.prompts["2"], published.expected["2"]
+    engine.add_request("n2", ids, greedy(TOKENS, n=2))
+    outputs = run_to_completion(engine)["n2"]
+    assert {i: [t for out in outputs if out.index == i for t in out.token_ids] for i in (0, 1)} == {0: expected, 1: expected}
+    engine.add_request("resumed", ids, greedy(TOKENS), resume=[expected[:3]])
+    assert generated_ids(run_to_completion(engine)["resumed"]) == expected[3:]
 
 
 def test_llama_server_on_the_same_file_parts_from_transformers_only_at_near_ties(published):
-    name, _, hf, path, engine = published
-    prompts = [engine.tokenize(text) for text in PROMPTS]
-    answers = llama_server_greedies(path, prompts, TOKENS)
+    answers = llama_server_greedies(published.path, list(published.prompts.values()), TOKENS)
     if answers is None:
         pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
     ranks = []  # where they part, how many tokens transformers ranks above llama-server's
-    for ids, theirs in zip(prompts, answers):
-        ours = hf_greedy(hf, ids, TOKENS)
+    for (key, ids), theirs in zip(published.prompts.items(), answers):
+        ours = published.expected[key]
         at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
         if at is not None:
             with torch.no_grad():
-                logits = hf(torch.tensor([ids + ours[:at]])).logits[0, -1]
+                logits = published.hf(torch.tensor([ids + ours[:at]])).logits[0, -1]
             ranks.append(int((logits > logits[theirs[at]]).sum()))
-    assert max(ranks, default=0) < TOP, (name, ranks)
+    assert max(ranks, default=0) < TOP, (published.name, ranks)
