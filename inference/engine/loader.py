@@ -193,7 +193,12 @@ def _load_model(config: EngineConfig) -> ModelBundle:
             bundle.weights_label = gguf_blocks_label(kernels_used)
             bundle.float32_file = gguf.weight_type == "float32" and dtype == torch.float32
             return bundle
-        own_reader = device.type != "cpu" or kernels() is None or not getattr(model_class, "TRANSFORMERS_READS_GGUF", True)
+        own_reader = (
+            device.type != "cpu"
+            or kernels() is None
+            or not getattr(model_class, "TRANSFORMERS_READS_GGUF", True)
+            or not _transformers_reads_types(gguf)
+        )
         if own_reader and gguf_dense.can_build(model_class, gguf.hf_config, gguf):
             max_model_len = _context_length(gguf.hf_config, config.max_model_len)
             model = gguf_dense.build(model_class, gguf.hf_config, gguf, max_model_len, device, dtype)
@@ -317,6 +322,19 @@ def _gguf_format(config: EngineConfig, gguf: GGUFCheckpoint, device: torch.devic
     if gguf.weight_type in ("float16", "bfloat16"):
         return FormatChoice("gguf", f"the checkpoint's own {gguf.weight_type} matrices, widened to float32 as they load")
     return choice
+
+
+def _transformers_reads_types(gguf: GGUFCheckpoint) -> bool:
+    """Whether transformers' GGUF reader takes every tensor type in the file. It has no Q5_0 or Q5_1,
+    which llama-quantize's Q4_K_M writes where a row is no whole number of 256-weight blocks (a small
+    model's, or Qwen3.5's DeltaNet projections): such a file is read by ours (gguf/dense.py)."""
+    try:
+        with TRANSFORMERS_LOCK:
+            from transformers.integrations.gguf.dequant import GGML_NAME
+    except ImportError:  # a transformers laid out otherwise: let its reader say what it refuses
+        return True
+    readable = {name.lower() for name in GGML_NAME.values()} | {"f32", "f16", "bf16"}
+    return all(entry.type in readable for entry in gguf.tensors.values())
 
 
 def _dtype_for(model_class, dtype: torch.dtype, requested: str) -> torch.dtype:

@@ -53,7 +53,9 @@ def build(model_class, hf_config, checkpoint: GGUFCheckpoint, max_model_len: int
         put(path + ".weight", torch.cat([_tensor(checkpoint, name, None, device, dtype) for name in names], dim=1))
     for path, name in floats.items():
         owner = model.get_submodule(path.rpartition(".")[0])
-        put(path, _tensor(checkpoint, name, None, device, torch.float32 if getattr(owner, "keep_float32", False) else dtype))
+        value = _tensor(checkpoint, name, None, device, torch.float32 if getattr(owner, "keep_float32", False) else dtype)
+        # a one-row linear the file keeps 1-D (Qwen3.5-MoE's shared-expert gate) in the module's own shape
+        put(path, value.reshape(model.get_parameter(path).shape))
     missing = {name for name, _ in model.named_parameters(remove_duplicate=False)} - written
     if missing:
         raise ValueError(f"the GGUF file sets none of {sorted(missing)}")

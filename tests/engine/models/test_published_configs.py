@@ -115,3 +115,36 @@ def test_llama_server_on_the_same_file_parts_from_transformers_only_at_near_ties
                 logits = published.hf(torch.tensor([ids + ours[:at]])).logits[0, -1]
             ranks.append(int((logits > logits[theirs[at]]).sum()))
     assert max(ranks, default=0) < TOP, (published.name, ranks)
+
+
+K_QUANT_SIZES = ["qwen3.5-9b", "qwen3.5-35b-a3b", "gemma-4-e2b", "gemma-4-26b-a4b"]  # each layout once: dense, experts
+
+
+@pytest.mark.parametrize("name", K_QUANT_SIZES)
+def test_a_q4_k_m_file_runs_in_place_and_parts_from_llama_server_only_at_near_ties(name, tmp_path):
+    """The same sizes 256 wide (k-quant blocks need 256 columns), Q4_K_M by llama-quantize: our block
+    kernels read its matrices in place; where llama-server's greedy tokens part from ours, the file's
+    weights in float32 (ours de-quantized, MINIVLLM_QUANT=none) rank both tokens among their first
+    TOP: each server rounds its activations to int8 its own way before the blocks."""
+    from tests.support.llama_convert import quantize, quantizer_path
+
+    if quantizer_path() is None:
+        pytest.skip("llama.cpp's llama-quantize is not built here (`make llama-cpp` builds it)")
+    path = quantize(convert(save_folder(name, tmp_path / "hf", hidden=256), tmp_path / "f32.gguf"), tmp_path / "q.gguf", "Q4_K_M")
+    blocks = LLMEngine(EngineConfig(model=str(path), device="cpu", max_model_len=2048))
+    assert "Q4_K" in blocks.weights
+    prompts = [blocks.tokenize(text) for text in PROMPTS]
+    ours = []
+    for i, ids in enumerate(prompts):
+        blocks.add_request(str(i), ids, greedy(TOKENS))
+    ours = [generated_ids(outs) for _, outs in sorted(run_to_completion(blocks).items())]
+    answers = llama_server_greedies(path, prompts, TOKENS)
+    if answers is None:
+        pytest.skip("llama.cpp's llama-server is not built here (`make llama-cpp` builds it)")
+    exact = LLMEngine(EngineConfig(model=str(path), quantization="none", **EXACT))
+    for ids, mine, theirs in zip(prompts, ours, answers):
+        at = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+        if at is not None:
+            logits = prefill_logits(exact, ids + mine[:at])[-1]
+            ranks = [int((logits > logits[token]).sum()) for token in (mine[at], theirs[at])]
+            assert max(ranks) < TOP, (name, at, ranks)
