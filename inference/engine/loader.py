@@ -447,3 +447,5 @@ def _keep_rope_tables_float32(model: torch.nn.Module) -> None:
         if hasattr(module, "cos") and hasattr(module, "sin"):
             module.cos = module.cos.float()
             module.sin = module.sin.float()
+            if hasattr(module, "ensure"):  # the rows filled so far, computed again at full precision
+                module.scale_frequencies(torch.ones_like(module.inv_freq))
