@@ -140,7 +140,8 @@ class EngineServer:
 
     def resident_after_load_mb(self) -> float:
         """Resident memory once the weights are loaded and the KV pool backed (issue 19's measure)."""
-        return settled_resident_mb(self._process, self.stats.get("weights_mb", 0) + self.stats.get("kv_pool_mb", 0))
+        backed = self.stats.get("kv_pool_mb", 0) - (self.stats.get("state_pool_mb") or 0)  # state rows: as first written
+        return settled_resident_mb(self._process, self.stats.get("weights_mb", 0) + backed)
 
     def __exit__(self, *exc) -> None:
         stop(self._process, timeout=60)

@@ -89,8 +89,13 @@ class ModelBundle:
 
     @property
     def weight_bytes(self) -> int:
-        """Every parameter and buffer the model holds, in its serving format (a tied table counted once)."""
+        """Every parameter and buffer the model holds, in its serving format (a tied table counted once);
+        of the rotary tables, the rows filled so far (layers/rotary.py fills the rest as steps reach them)."""
         tensors = {t.data_ptr(): t.nbytes for t in (*self.model.parameters(), *self.model.buffers())}
+        for module in self.model.modules():
+            if hasattr(module, "ensure"):  # a RotaryEmbedding
+                for table in (module.cos, module.sin):
+                    tensors[table.data_ptr()] = table.nbytes * module.filled // max(module.max_positions, 1)
         return sum(tensors.values())
 
 

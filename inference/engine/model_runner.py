@@ -13,6 +13,7 @@ from .kv_cache.layout import kind_head_shape, kv_sources, model_window
 from .kv_cache.tensors import KVGroup, allocate_layer_caches
 from .layers.attention import AttentionMetadata, PrefillChunk, choose_decode_attention
 from .layers.gated_deltanet import StateMetadata
+from .layers.rotary import RotaryEmbedding
 from .runner.decode_graphs import StaticDecode
 from .runner.host_memory import keep_step_buffers
 from .runner.transfers import to_device
@@ -96,6 +97,7 @@ class ModelRunner:
             model, self.full, self.window, kv_dtype, self.device, num_state_slots
         )  # each layer's cache, and which kind of cache it is
         self.recurrent = STATE in self.layer_kinds
+        self.rotaries = [module for module in model.modules() if isinstance(module, RotaryEmbedding)]
         self.replay_inputs: dict = {}  # verifications' recurrent inputs, until replayed (layers/gated_deltanet.py)
         self.mixers = model.recurrent_mixers() if self.recurrent else {}  # layer index -> its recurrent mixer
         self.kv_sources = kv_sources(model)  # a KV-shared layer's cache is its source layer's (the same tensors)
@@ -194,6 +196,10 @@ class ModelRunner:
         """Every row's hidden state: the decodes at a static shape where one fits (a CUDA graph's
         replay), else eagerly; prefill chunks always eagerly."""
         input_ids, positions, slots, decode_rows = inp.input_ids, inp.positions, inp.slots[FULL], inp.decode_rows
+        if positions:  # the rotary tables' rows this step reaches (layers/rotary.py), from the host's list
+            furthest = max(positions) + 1
+            for rotary in self.rotaries:
+                rotary.ensure(furthest)
         lengths = [position + 1 for _, position in decode_rows]
         static, decodes = self.static_decode, len(decode_rows)
         if static is not None and decodes and static.fits(decodes, max(lengths)):

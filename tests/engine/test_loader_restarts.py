@@ -13,6 +13,7 @@ route through transformers' reader, so the race is there to be lost. The routes:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -46,6 +47,11 @@ print("ANSWERS " + json.dumps(answers))
 
 
 ROUTES = {"transformers": "none", "dense": "none", "in place": "gguf"}  # the weights format each route reports
+ROUTE_LOG = {  # what the load's `weights:` line says of each route (loader._bundle)
+    "transformers": lambda line: "GGUF's own" not in line and "de-quantized" not in line,
+    "dense": lambda line: "de-quantized one by one" in line,
+    "in place": lambda line: "from the GGUF's own blocks" in line,
+}
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +81,15 @@ def files(tmp_path_factory):
 
 
 @pytest.mark.parametrize("route", list(ROUTES))
-def test_each_route_loads_again_with_its_config_cached(files, route):
+def test_each_route_loads_again_with_its_config_cached(files, route, caplog):
     path, quantization, ids, expected = files[route]
     assert (cache_dir(str(path)) / "index.json").is_file()  # the first start cached it
     for start in range(2):
-        engine = LLMEngine(EngineConfig(model=str(path), device="cpu", quantization=quantization))
-        assert engine.bundle.weights_format == ROUTES[route]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="minivllm.engine"):
+            engine = LLMEngine(EngineConfig(model=str(path), device="cpu", quantization=quantization))
+        line = next(r.message for r in caplog.records if r.message.startswith("weights: "))
+        assert engine.bundle.weights_format == ROUTES[route] and ROUTE_LOG[route](line), line
         engine.add_request("c", ids, greedy(TOKENS))
         assert generated_ids(run_to_completion(engine)["c"]) == expected, f"start {start + 2}"
 

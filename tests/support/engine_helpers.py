@@ -121,6 +121,8 @@ def prefill_logits(engine: LLMEngine, token_ids: list[int] | torch.Tensor, fused
 
         meta.state = StateMetadata(None, [0], [True])
     model = engine.bundle.model
+    for rotary in engine.model_runner.rotaries:  # the rows this prefill reaches, as the runner's steps ensure them
+        rotary.ensure(n)
     with torch.inference_mode():
         step = (engine.bundle.cpu_step if fused else None) or model
         return model.compute_logits(step(ids, torch.arange(n), engine.model_runner.kv_caches, meta)[-last:])

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from jinja2 import meta
 
-from ...engine.transformers_lock import TRANSFORMERS_LOCK
+from ...engine.transformers_lock import imported
 
 TOOLS_VARIABLES = ("tools", "xml_tools")  # the name a template reads its tools from, in order of preference
 PROBE_FUNCTION = "probe_function"
@@ -93,10 +93,8 @@ def _variables(template: str) -> set[str]:
     """The names a template reads from its context (transformers' own environment parses it: its
     extensions' tags included); where it cannot, the tools variables its text names."""
     try:
-        with TRANSFORMERS_LOCK:
-            from transformers.utils.chat_template_utils import _compile_jinja_template
-
-            environment = _compile_jinja_template(template).environment
+        compile_template = imported("transformers.utils.chat_template_utils")._compile_jinja_template
+        environment = compile_template(template).environment
         return meta.find_undeclared_variables(environment.parse(template))
     except Exception:  # a template transformers cannot parse (or a transformers without this helper)
         return {name for name in TOOLS_VARIABLES if re.search(rf"\b{name}\b", template)}

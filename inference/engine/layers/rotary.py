@@ -59,9 +59,10 @@ class RotaryEmbedding(torch.nn.Module):
     """cos/sin for every position, each row computed once; a step only indexes them.
 
     On the CPU the tables are allocated whole (untouched pages cost nothing) and filled to
-    FIRST_ROWS at load, then in place, doubling, as steps reach further (`tables` looks at the
-    step's positions, a CPU tensor there): a 131,072-token context's tables, computed at load, took
-    ~4 s of Gemma 4 E2B's 6 s. Elsewhere (CUDA) every row is filled when the kernels are bound."""
+    FIRST_ROWS at load, then in place, doubling, as steps reach further: the model runner calls
+    `ensure` with each step's furthest position, known on the host (a caller of the model outside
+    the runner does too): a 131,072-token context's tables, computed at load, took ~4 s of Gemma 4
+    E2B's 6 s. Elsewhere (CUDA) every row is filled when the kernels are bound."""
 
     def __init__(self, head_dim: int, max_positions: int, params: dict):
         super().__init__()
@@ -110,8 +111,6 @@ class RotaryEmbedding(torch.nn.Module):
 
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeTables:
         """cos/sin rows for this step's positions: looked up once per step, shared by every layer."""
-        if self.filled < self.max_positions and positions.device.type == "cpu" and len(positions):
-            self.ensure(int(positions.max()) + 1)
         cos, sin = self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
         if self._cpp is not None:
             cos, sin = cos.contiguous(), sin.contiguous()

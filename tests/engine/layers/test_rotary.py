@@ -23,6 +23,7 @@ def test_a_load_fills_the_first_rows_and_a_step_fills_what_it_reaches():
     embedding = RotaryEmbedding(64, 100_000, PARAMS)
     assert embedding.filled == rotary.FIRST_ROWS
     positions = torch.tensor([3, 70_000, 5])
+    embedding.ensure(70_001)  # what the model runner does with a step's furthest position
     tables = embedding.tables(positions, torch.float32)
     assert 70_001 <= embedding.filled <= 100_000
     cos, sin = whole_tables(64, 100_000, PARAMS)
@@ -43,15 +44,21 @@ def test_scaled_frequencies_recompute_the_filled_rows():
     assert torch.all(embedding.cos[:, 8:] == 1) and math.isclose(float(embedding.sin[:, 8:].abs().max()), 0.0, abs_tol=1e-20)
 
 
-def test_an_engine_serving_past_the_first_rows_gives_the_same_logits_as_one_computed_whole(
+def test_an_engine_serving_past_the_first_rows_gives_the_same_tokens_as_one_computed_whole(
     monkeypatch, tiny_hf, smollm_tokenizer
 ):
-    """A prompt longer than FIRST_ROWS, chunked: the step that first reaches a row computes it."""
-    from tests.support.engine_helpers import engine_for, prefill_logits
+    """A prompt longer than FIRST_ROWS, chunked, then decodes past it: the model runner fills the
+    rows each step reaches before the step reads them."""
+    from tests.support.engine_helpers import engine_for, generated_ids, greedy, run_to_completion
 
-    ids = torch.randint(3, 49152, (300,), generator=torch.Generator().manual_seed(0))
-    whole = prefill_logits(engine_for(tiny_hf, smollm_tokenizer), ids)
-    monkeypatch.setattr(rotary, "FIRST_ROWS", 16)
-    grown = engine_for(tiny_hf, smollm_tokenizer)
-    assert grown.bundle.model.rotary.filled == 16
-    torch.testing.assert_close(prefill_logits(grown, ids), whole, atol=0, rtol=0)
+    ids = torch.randint(3, 49152, (300,), generator=torch.Generator().manual_seed(0)).tolist()
+    answers = []
+    for first_rows in (rotary.FIRST_ROWS, 16):
+        monkeypatch.setattr(rotary, "FIRST_ROWS", first_rows)
+        engine = engine_for(tiny_hf, smollm_tokenizer, max_num_batched_tokens=64)
+        assert engine.bundle.model.rotary.filled == min(first_rows, engine.bundle.model.rotary.max_positions)
+        engine.add_request("r", ids, greedy(12, logprobs=2))
+        outputs = run_to_completion(engine)["r"]
+        answers.append((generated_ids(outputs), [lp.top for out in outputs for lp in out.logprobs or []]))
+    assert engine.bundle.model.rotary.filled >= 312
+    assert answers[0] == answers[1]
