@@ -20,6 +20,7 @@ import json
 import os
 
 from .llama_server import LlamaServer, build, build_that_runs
+from .raw import raw_path
 from .server import EngineServer
 
 TARGETS = {"ready": 1.5, "memory": 1.0}  # ours / llama-server, at most
@@ -90,7 +91,7 @@ def main(argv=None) -> None:
     for name, gguf in files().items():
         result["models"][name] = [one_round(gguf, name, r, args.results_dir) for r in range(args.rounds)]
     if args.docs_dir:
-        path = os.path.join(args.docs_dir, "raw", "start_memory.json")
+        path = raw_path(args.docs_dir, "start_memory")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as out:
             json.dump(result, out, indent=1)

@@ -19,9 +19,11 @@ from .device import dtype_name, resolve_device, resolve_dtype
 from .gguf import dense as gguf_dense
 from .gguf import weights as gguf_weights
 from .gguf.checkpoint import GGUFCheckpoint
+from .gguf.route import gguf_format, transformers_reads_types
 from .kernels import kernels
 from .layers.cpu_kernels import bind_cpu_kernels
 from .layers.linear import GGUF_BLOCK_TYPES, FormatChoice, choose_format, prepare_linears
+from .layers.rotary import RotaryEmbedding
 from .models import model_class_for
 from .models.cpu_step import install_cpu_step
 from .models.no_init import WithoutWeightInit
@@ -93,7 +95,7 @@ class ModelBundle:
         of the rotary tables, the rows filled so far (layers/rotary.py fills the rest as steps reach them)."""
         tensors = {t.data_ptr(): t.nbytes for t in (*self.model.parameters(), *self.model.buffers())}
         for module in self.model.modules():
-            if hasattr(module, "ensure"):  # a RotaryEmbedding
+            if isinstance(module, RotaryEmbedding):
                 for table in (module.cos, module.sin):
                     tensors[table.data_ptr()] = table.nbytes * module.filled // max(module.max_positions, 1)
         return sum(tensors.values())
@@ -165,7 +167,7 @@ def _load_model(config: EngineConfig) -> ModelBundle:
         gguf = _open_gguf(source)
         model_class = model_class_for(gguf.hf_config)
         dtype = _dtype_for(model_class, dtype, config.dtype)
-        choice = _gguf_format(config, gguf, device)
+        choice = gguf_format(config, gguf, device)
 
         def from_gguf(model, max_model_len: int, how: str) -> ModelBundle:
             """The bundle of a model built from the GGUF's own tensors (both in-place paths below)."""
@@ -202,7 +204,7 @@ def _load_model(config: EngineConfig) -> ModelBundle:
             device.type != "cpu"
             or kernels() is None
             or not getattr(model_class, "TRANSFORMERS_READS_GGUF", True)
-            or not _transformers_reads_types(gguf)
+            or not transformers_reads_types(gguf)
         )
         if own_reader and gguf_dense.can_build(model_class, gguf.hf_config, gguf):
             max_model_len = _context_length(gguf.hf_config, config.max_model_len)
@@ -310,36 +312,6 @@ def gguf_blocks_label(kernels_used) -> str:
         kind = key.split()[0].upper()
         per_type[kind] = per_type.get(kind, 0) + n
     return "GGUF blocks: " + ", ".join(f"{kind} ×{n}" for kind, n in sorted(per_type.items()))
-
-
-def _gguf_format(config: EngineConfig, gguf: GGUFCheckpoint, device: torch.device) -> FormatChoice:
-    """choose_format for a GGUF, which under `auto` keeps the file's own tensors wherever our kernels
-    read them: a Q4_0 / Q8_0 file whose output layer llama.cpp wrote in Q6_K, and F32 / F16 / BF16
-    files (which choose_format, seeing only a dtype, would give oneDNN's bf16 or float32 through
-    transformers' reader), run as `gguf`: read in place, as float32 matrices."""
-    choice = choose_format(config.quantization, checkpoint=gguf.weight_type, device=device)
-    if config.quantization != "auto" or device.type != "cpu" or kernels() is None:
-        return choice
-    if choice.format in ("int4", "q8_0") and not gguf.only_grouped_types:
-        return FormatChoice("gguf", f"the checkpoint's own blocks, {gguf.weight_type.upper()} beside other types")
-    if gguf.weight_type == "float32":
-        return FormatChoice("gguf", "the checkpoint's own float32 matrices, read in place")
-    if gguf.weight_type in ("float16", "bfloat16"):
-        return FormatChoice("gguf", f"the checkpoint's own {gguf.weight_type} matrices, widened to float32 as they load")
-    return choice
-
-
-def _transformers_reads_types(gguf: GGUFCheckpoint) -> bool:
-    """Whether transformers' GGUF reader takes every tensor type in the file. It has no Q5_0 or Q5_1,
-    which llama-quantize's Q4_K_M writes where a row is no whole number of 256-weight blocks (a small
-    model's, or Qwen3.5's DeltaNet projections): such a file is read by ours (gguf/dense.py)."""
-    try:
-        with TRANSFORMERS_LOCK:
-            from transformers.integrations.gguf.dequant import GGML_NAME
-    except ImportError:  # a transformers laid out otherwise: let its reader say what it refuses
-        return True
-    readable = {name.lower() for name in GGML_NAME.values()} | {"f32", "f16", "bf16"}
-    return all(entry.type in readable for entry in gguf.tensors.values())
 
 
 def _dtype_for(model_class, dtype: torch.dtype, requested: str) -> torch.dtype:
@@ -452,5 +424,5 @@ def _keep_rope_tables_float32(model: torch.nn.Module) -> None:
         if hasattr(module, "cos") and hasattr(module, "sin"):
             module.cos = module.cos.float()
             module.sin = module.sin.float()
-            if hasattr(module, "ensure"):  # the rows filled so far, computed again at full precision
-                module.scale_frequencies(torch.ones_like(module.inv_freq))
+            if isinstance(module, RotaryEmbedding):  # the rows filled so far, at full precision again
+                module.refill()

@@ -100,6 +100,10 @@ class RotaryEmbedding(torch.nn.Module):
                 f"rope_freqs has {tuple(factors.shape)} factors, the rotary {tuple(self.inv_freq.shape)} frequencies"
             )
         self.inv_freq = self.inv_freq / factors.double().cpu()
+        self.refill()
+
+    def refill(self) -> None:
+        """The rows filled so far computed again (new frequencies, or tables a dtype cast rounded)."""
         self._fill(0, self.filled)
 
     def bind_kernels(self, device: torch.device, dtype: torch.dtype) -> None:
