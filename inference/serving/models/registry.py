@@ -24,13 +24,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from ...engine.engine_state import EngineState, ModelInfo
+from ...engine.engine_state import EngineState
 from ...engine.loader import return_freed_memory
 from ..engine_client import EngineClient
 from . import memory_budget
 from .catalogue import ModelSpec
+from .slot import Lease, ModelNotFound, ModelSlot, ModelUnavailable, memory_bytes
 
 log = logging.getLogger("inference.serving.models")
 
@@ -41,84 +41,6 @@ LOAD_WAIT_S = 600.0  # how long a request waits for its model's load (or restart
 UNLOAD_TIMEOUT_S = 30.0
 COLLECT_INTERVAL_S = 1.0  # how often an unloaded engine still referenced is looked for again
 COLLECT_GIVE_UP_S = 120.0
-
-
-class ModelNotFound(LookupError):
-    """No model in the catalogue answers to the requested name."""
-
-
-class ModelUnavailable(RuntimeError):
-    """The model exists but cannot serve now: its load failed, no room could be made for it, or
-    the server is stopping (`code` says which, for the API's error)."""
-
-    def __init__(self, message: str, code: str = "model_unavailable"):
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass
-class ModelSlot:
-    spec: ModelSpec
-    keep_alive: float  # seconds idle before it unloads (FOREVER: never); a request may change it
-    client: EngineClient | None = None
-    error: str | None = None  # why its last load failed or its engine died
-    leases: int = 0
-    last_used: float = field(default_factory=time.monotonic)
-    loaded_at: float | None = None  # wall clock
-    load_seconds: float | None = None
-    unload_when_idle: bool = False
-    loading: bool = False  # a load thread owns the slot until it ends
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def status(self) -> str:
-        """llama-server's router values: unloaded, loading, loaded, failed."""
-        client = self.client
-        if client is None:
-            return "failed" if self.error else "unloaded"
-        if client.state in (EngineState.NEW, EngineState.LOADING):
-            return "loading"
-        if client.state in (EngineState.READY, EngineState.RESTARTING):
-            return "loaded"
-        if client.state == EngineState.DEAD:
-            return "failed"
-        return "unloaded"
-
-    @property
-    def in_flight(self) -> int:
-        client = self.client
-        return self.leases + (client.num_in_flight() if client is not None else 0)
-
-    def answers_to(self, requested: str) -> bool:
-        if self.spec.answers_to(requested):
-            return True
-        info = self.client.model_info if self.client is not None else None
-        return info is not None and requested == info.model_name
-
-
-@dataclass
-class Lease:
-    """A request's hold on a ready model; `release()` once its prompts are submitted (or refused)."""
-
-    slot: ModelSlot
-    client: EngineClient
-    info: ModelInfo
-    registry: ModelRegistry
-    released: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.slot.name
-
-    def release(self, keep_alive: float | None = None) -> None:
-        """`keep_alive` (seconds; a request's, once it was accepted): the model's idle time from
-        now on (Ollama's rule), in place of its default."""
-        if not self.released:
-            self.released = True
-            self.registry._release(self.slot, keep_alive)
 
 
 class ModelRegistry:
@@ -329,7 +251,7 @@ class ModelRegistry:
             slot.load_seconds = time.monotonic() - began
             slot.loaded_at = time.time()
             slot.last_used = time.monotonic()
-            log.info("model %s loaded in %.1fs (%.0f MB)", slot.name, slot.load_seconds, (_memory_bytes(client) or 0) / 2**20)
+            log.info("model %s loaded in %.1fs (%.0f MB)", slot.name, slot.load_seconds, (memory_bytes(client) or 0) / 2**20)
 
     async def _make_room(self, slot: ModelSlot) -> None:
         """Unloads the least recently used idle models until one more fits; waits while all are busy."""
@@ -355,7 +277,7 @@ class ModelRegistry:
                     why = "MINIVLLM_MODELS_MAX"
             if victim is not None:
                 log.info("unloading model %s (least recently used; %s) to load %s", victim.name, why, slot.name)
-                held = _memory_bytes(victim.client) if victim.status == "loaded" else 0
+                held = memory_bytes(victim.client) if victim.status == "loaded" else 0
                 if await asyncio.to_thread(self.unload_now, victim):
                     freed += held or 0
                 continue
@@ -485,27 +407,7 @@ class ModelRegistry:
 
     def describe(self) -> list[dict]:
         with self._lock:
-            return [self._describe(slot) for slot in self.slots.values()]
-
-    def _describe(self, slot: ModelSlot) -> dict:
-        status = slot.status
-        entry = {
-            "id": slot.name,
-            "status": status,
-            "path": slot.spec.config.model,
-            "in_flight": slot.in_flight,
-            "keep_alive": slot.keep_alive,
-            "idle_seconds": max(0.0, time.monotonic() - slot.last_used),
-            "memory_bytes": _memory_bytes(slot.client) if status == "loaded" else None,
-            "loaded_at": slot.loaded_at if status == "loaded" else None,
-            "load_seconds": slot.load_seconds if status == "loaded" else None,
-            "default": slot.name == self.default_name,
-            "managed": self.managed,
-            "info": slot.client.model_info if status == "loaded" else None,
-        }
-        if status == "failed":
-            entry["error"] = slot.error or (slot.client.error if slot.client is not None else None)
-        return entry
+            return [slot.describe(default=slot.name == self.default_name, managed=self.managed) for slot in self.slots.values()]
 
 
 class _Pending:
@@ -522,14 +424,3 @@ class _Pending:
 
 def _not_reloadable(spec: ModelSpec) -> EngineClient:
     raise RuntimeError(f"the model {spec.name} was given to the server ready-made and cannot be loaded again")
-
-
-def _memory_bytes(client) -> int | None:
-    """What a loaded model holds: its weights and its KV pool, as its engine counts them."""
-    try:
-        stats = client.stats()
-    except Exception:  # a dying engine: no figure
-        return None
-    if stats.weights_mb is None and stats.kv_pool_mb is None:
-        return None
-    return int(((stats.weights_mb or 0) + (stats.kv_pool_mb or 0)) * 2**20)
