@@ -19,39 +19,43 @@ With tool_choice "auto" (and MINIVLLM_TOOL_CALL_GRAMMAR on) the reply is free un
 call (engine/sample/tool_trigger.py): one of the family's `tags` anywhere, or, for families whose
 models write bare calls (`bare_start`), a JSON object or a ```json fence at the start of the
 answer. From there `trigger_grammar` constrains it: the tagged calls, a bare call object or a
-fenced one (the shapes the near-miss readers below accept), then the end of the turn.
+fenced one (the shapes the near-miss readers, near_miss_calls.py, accept), then the end of the turn.
 
 Small models miss their format in a handful of ways: a fenced ```json block, a bare JSON object,
 a list of calls, `parameters` for `arguments`, a `<tool_call>` never closed. Every parser reads
-these near misses too (`near_miss_calls`), but only where the reply, or its tail after some text,
+these near misses too (`near_miss_calls.py`), but only where the reply, or its tail after some text,
 is exactly such a call to an offered function whose arguments validate against its parameters;
 anything else (ordinary JSON, another function, arguments that do not fit) stays content.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-import jsonschema
-import regex
 from django.conf import settings
-from referencing import Registry
 
 from ...engine.sample.json_schemas import grammar_schema
 from . import gemma4_tool_calls, xml_tool_calls
+from .near_miss_calls import (
+    Call,
+    Functions,
+    before_blanks,
+    call_object,
+    call_value,
+    exact_calls,
+    held_split,
+    near_miss_calls,
+    near_miss_start,
+    tail_that_may_begin,
+)
 
 # JSON as the grammars write it: compact where a call is forced (no padding forever), and for a call
 # a reply opened by itself the few blanks models put between tokens (`{"name": "f", ...}` or indented).
 COMPACT = {"whitespace_flexible": False}
 TRIGGER_STYLE = {"whitespace_flexible": True, "whitespace_pattern": "[ \\t\\n]{0,8}"}
-# (name, arguments) of one call as read from a reply
-Call = tuple[str, dict]
-# The request's functions: name -> parameters schema (None: any object)
-Functions = Mapping[str, dict | None]
 
 
 class _AnyFunction(Mapping):
@@ -206,14 +210,6 @@ def _object_schema(function: dict, arguments_key: str) -> dict:
     )
 
 
-def _tail_that_may_begin(text: str, marker: str) -> int:
-    """How many trailing characters of `text` are a proper prefix of `marker`."""
-    for n in range(min(len(text), len(marker) - 1), 0, -1):
-        if marker.startswith(text[-n:]):
-            return n
-    return 0
-
-
 class HermesToolParser(ToolParser):
     """`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one per line (SmolLM2, Qwen, Hermes)."""
 
@@ -240,13 +236,13 @@ class HermesToolParser(ToolParser):
     def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
         calls, content = [], text
         for block, inside in self._blocks(text):
-            call = _call_object(inside, functions, "arguments")
+            call = call_object(inside, functions, "arguments")
             if call is not None:
                 calls.append(call)
                 content = content.replace(block, "", 1)
         last = content.rfind(self.OPEN)
         if last != -1 and self.CLOSE not in content[last:]:  # a call never closed, at the end of the reply
-            unclosed = _exact_calls(content[last + len(self.OPEN) :], functions)
+            unclosed = exact_calls(content[last + len(self.OPEN) :], functions)
             if unclosed:
                 calls, content = calls + unclosed, content[:last]
         if not calls:
@@ -280,9 +276,9 @@ class HermesToolParser(ToolParser):
     def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
         at = text.find(self.OPEN, shown)  # what was shown holds no start of a call: search on from there
         if at != -1:
-            return _before_blanks(text, at, shown), True
+            return before_blanks(text, at, shown), True
         held = near_miss_start(text, shown)
-        return min(held, _before_blanks(text, len(text) - _tail_that_may_begin(text, self.OPEN), shown)), False
+        return min(held, before_blanks(text, len(text) - tail_that_may_begin(text, self.OPEN), shown)), False
 
 
 class Llama3JsonToolParser(ToolParser):
@@ -323,7 +319,7 @@ class Llama3JsonToolParser(ToolParser):
                 value, end = decoder.raw_decode(rest)
             except (ValueError, RecursionError):
                 return text, []  # not wholly calls: the reply is content, as vLLM reads it
-            call = _call_value(value, functions, ("parameters",))
+            call = call_value(value, functions, ("parameters",))
             if call is None:
                 return text, []
             calls.append(call)
@@ -340,160 +336,6 @@ class Llama3JsonToolParser(ToolParser):
             if self.TAG.startswith(start):
                 return 0, False
         return near_miss_start(text, shown), False
-
-
-def _call_object(text: str, functions: Functions, *argument_keys: str) -> Call | None:
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return _call_value(value, functions, argument_keys)
-
-
-def _names_an_offered_function(value, functions: Functions) -> bool:
-    return isinstance(value, dict) and isinstance(value.get("name"), str) and value["name"] in functions
-
-
-def _call_value(value, functions: Functions, argument_keys) -> Call | None:
-    """(name, arguments) when `value` is a call to an offered function with an object of arguments
-    under one of `argument_keys` (the format's own: not checked against the parameters)."""
-    if not _names_an_offered_function(value, functions):
-        return None
-    key = next((k for k in argument_keys if k in value), None)
-    if key is None and any(k in value for k in ("arguments", "parameters")):
-        return _valid_call(value, functions)  # the other key than the format's: a near miss, checked
-    arguments = value[key] if key else {}
-    return (value["name"], arguments) if isinstance(arguments, dict) else None
-
-
-def _valid_call(value, functions: Functions) -> Call | None:
-    """A near-miss call: exactly {"name", "arguments" or "parameters"} naming an offered function,
-    whose arguments (an object, or a string holding one) validate against its parameters."""
-    if not _names_an_offered_function(value, functions):
-        return None
-    keys = set(value) - {"name"}
-    if len(keys) > 1 or not keys <= {"arguments", "parameters"}:
-        return None
-    arguments = value[keys.pop()] if keys else {}
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except (ValueError, RecursionError):
-            return None
-    if not isinstance(arguments, dict):
-        return None
-    return (value["name"], arguments) if _arguments_fit(functions[value["name"]] or {"type": "object"}, arguments) else None
-
-
-PATTERN_TIMEOUT_S = 0.05  # a client's pattern is matched on the event loop: never for long
-NO_RETRIEVAL = Registry()  # a client's $ref to a URL or a file is never fetched: it is unresolvable
-
-
-def _pattern(validator, pattern, instance, schema):
-    """jsonschema's `pattern`, matched by `regex` with a timeout (a client's pattern could
-    backtrack for ever under `re`; `regex` also reads the \\p{...} classes JSON schemas use)."""
-    if not validator.is_type(instance, "string"):
-        return
-    try:
-        matched = regex.search(pattern, instance, timeout=PATTERN_TIMEOUT_S) is not None
-    except (regex.error, TimeoutError):
-        matched = False
-    if not matched:
-        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-@functools.cache
-def _validator_class(base):
-    return jsonschema.validators.extend(base, {"pattern": _pattern})
-
-
-def _arguments_fit(schema: dict, arguments: dict) -> bool:
-    """Whether a near miss's arguments validate against the function's parameters. Any failure to
-    check (a schema jsonschema refuses, an unknown type, a ref it may not fetch) means no: a near
-    miss is never taken on trust."""
-    try:
-        validator = _validator_class(jsonschema.validators.validator_for(schema))
-        return validator(schema, registry=NO_RETRIEVAL).is_valid(arguments)
-    except Exception:
-        return False
-
-
-FENCE = re.compile(r"```[\w-]*[ \t]*\n?(.*?)\n?[ \t]*```\s*\Z", re.S)
-# where a near-miss call may begin: a fence, an object, a list, or the start of a fence at the very end
-CANDIDATE = re.compile(r"```|[{\[]|`{1,2}\Z")
-
-
-def _exact_calls(text: str, functions: Functions) -> list[Call]:
-    """The calls when `text` (trimmed) is exactly a call, a list of calls, or either fenced; else []."""
-    text = text.strip()
-    fenced = FENCE.fullmatch(text)
-    if fenced:
-        text = fenced.group(1).strip()
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return []
-    values = value if isinstance(value, list) else [value]
-    calls = [_valid_call(item, functions) for item in values]
-    return calls if calls and all(calls) else []
-
-
-def near_miss_calls(text: str, functions: Functions) -> tuple[str | None, list[Call]] | None:
-    """(the text before, the calls) where the reply or its tail is exactly a near-miss call; else None."""
-    for candidate in CANDIDATE.finditer(text):
-        calls = _exact_calls(text[candidate.start() :], functions)
-        if calls:
-            return text[: candidate.start()].strip() or None, calls
-    return None
-
-
-def _may_become_calls(tail: str) -> bool:
-    """Whether a stream's tail, from a candidate start, may still end up exactly a near-miss call:
-    JSON that is unfinished, or finished with nothing after it (but a fence's close)."""
-    if tail.startswith("`"):
-        opening = re.match(r"`{1,3}[\w-]*[ \t]*\n?", tail)
-        inner = tail[opening.end() :]
-        if not tail.startswith("```"):
-            return True  # a fence still being opened
-        closing = inner.find("```")
-        if closing != -1:
-            return not inner[closing + 3 :].strip() and _may_become_calls(inner[:closing].strip())
-        return not inner.strip() or _may_become_calls(inner.lstrip())
-    try:
-        _, end = json.JSONDecoder().raw_decode(tail)
-    except json.JSONDecodeError as error:
-        return error.pos >= len(tail.rstrip()) or error.msg.startswith("Unterminated string")  # unfinished, not wrong
-    except RecursionError:
-        return False
-    rest = tail[end:].strip()
-    return not rest or "```".startswith(rest)
-
-
-def near_miss_start(text: str, shown: int = 0) -> int:
-    """For a stream: where, at or after `shown`, the first candidate that may still become a
-    near-miss call begins (held back until the reply ends); len(text) if none."""
-    for candidate in CANDIDATE.finditer(text, shown):
-        if _may_become_calls(text[candidate.start() :]):
-            return _before_blanks(text, candidate.start(), shown)
-    return _before_blanks(text, len(text), shown)
-
-
-def _before_blanks(text: str, at: int, shown: int) -> int:
-    """`at`, moved back over the blanks before it: a stream holds them until it knows whether a
-    call follows (the reply's content is trimmed around its calls), so both end the same."""
-    while at > shown and text[at - 1].isspace():
-        at -= 1
-    return at
-
-
-def _held_split(text: str, shown: int, opens: tuple[str, ...]) -> tuple[int, bool]:
-    """`split` for a tagged format: a call has begun at the first of `opens`; else content runs
-    to a near-miss candidate or to a tail that may be the start of one of them."""
-    found = [at for at in (text.find(tag, shown) for tag in opens) if at != -1]
-    if found:
-        return _before_blanks(text, min(found), shown), True
-    tail = max(_tail_that_may_begin(text, tag) for tag in opens)
-    return min(near_miss_start(text, shown), _before_blanks(text, len(text) - tail, shown)), False
 
 
 class Qwen3CoderToolParser(ToolParser):
@@ -520,10 +362,10 @@ class Qwen3CoderToolParser(ToolParser):
         return ["calls", "function"]  # `function`: one block opened without the <tool_call> tag
 
     def parse_format(self, text: str, functions: Functions) -> tuple[str | None, list[Call]]:
-        return xml_tool_calls.read(text, functions, lambda inside: _exact_calls(inside, functions))
+        return xml_tool_calls.read(text, functions, lambda inside: exact_calls(inside, functions))
 
     def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
-        return _held_split(text, shown, self.tags)
+        return held_split(text, shown, self.tags)
 
 
 class Gemma4ToolParser(ToolParser):
@@ -551,7 +393,7 @@ class Gemma4ToolParser(ToolParser):
         return gemma4_tool_calls.read(text, functions)
 
     def split(self, text: str, shown: int = 0) -> tuple[int, bool]:
-        return _held_split(text, shown, self.tags)
+        return held_split(text, shown, self.tags)
 
 
 PARSERS: dict[str, type[ToolParser]] = {
