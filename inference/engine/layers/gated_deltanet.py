@@ -12,8 +12,11 @@ beta = sigmoid(b) the per-head write strength. Each key head serves several valu
 consecutive ones in transformers' order, every `key heads`-th one in llama.cpp's (`tiled_heads`). The output goes through an
 RMSNorm gated by silu(z) and the output projection.
 
-Two forms compute the rule. A decode step (one token per sequence) runs the recurrence once, batched
-over every decoding sequence's state. A prefill chunk runs the chunked form: within chunks of 64
+Two forms compute the rule. A decode step (one token per sequence) runs the recurrence once for
+every decoding row: on CPU one C++ call per layer (kernels/layers/gated_deltanet.cpp: convolution,
+rule and gated norm, each row's slot of the state pools read and written in place), elsewhere torch's
+batched products over the states gathered by slot. Speculative verifications step their rows the same
+way, so a verified token is the token a plain decode would have made. A prefill chunk runs the chunked form: within chunks of 64
 tokens the updates are condensed into triangular solves and matmuls (the UT transform of the
 DeltaNet papers), and the state is carried from chunk to chunk. Both are held to transformers'
 torch reference (tests/engine/layers/test_gated_deltanet.py).
@@ -32,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .cpu_kernels import cpu_kernels_for
+
 CHUNK = 64
 
 
@@ -47,7 +52,7 @@ class StateMetadata:
     # verifications (after the plain decodes): (slot, rows); their rows read the slot's state but
     # leave it as it was, keeping their inputs in `replay_inputs` until the accepted ones are replayed
     verifies: list[tuple[int, int]] = field(default_factory=list)
-    replay_inputs: dict = field(default_factory=dict)  # (layer, slot) -> the verification's (inputs, g, beta)
+    replay_inputs: dict = field(default_factory=dict)  # (layer, slot) -> the verification's in_proj outputs
 
 
 def l2_normalized(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -150,71 +155,111 @@ class GatedDeltaNet(nn.Module):
         self.tiled_heads = bool(getattr(cfg, "gguf_tiled_value_heads", False))
         self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps)
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False)
+        self._cpp = None  # the kernels, once bind_kernels found they apply
 
     @property
     def state_shapes(self) -> tuple[tuple[int, int], tuple[int, int, int]]:
         """One sequence's conv state and recurrent state."""
         return (self.kernel - 1, self.conv_dim), (self.num_v_heads, self.head_k_dim, self.head_v_dim)
 
+    def bind_kernels(self, device: torch.device, dtype: torch.dtype) -> None:
+        """At load: decode rows through the C++ step (kernels/layers/gated_deltanet.cpp) where it runs."""
+        self._cpp = cpu_kernels_for(device, dtype)
+
     def forward(self, x: torch.Tensor, state, meta) -> torch.Tensor:
         conv_states, rec_states = state
-        mixed, z, b, a = self.in_proj(x).split(self.split, dim=-1)
-        beta = b.float().sigmoid()
-        g = self.decay_rate.float() * F.softplus(a.float() + self.dt_bias.float())
-        weight = self.conv_weight.to(x.dtype)
-        out = torch.empty(x.shape[0], self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
+        projected = self.in_proj(x)
+        mixed, z, b, a = projected.split(self.split, dim=-1)
+        normed = torch.empty(x.shape[0], self.value_dim, dtype=x.dtype, device=x.device)
         info = meta.state
         plain = 0 if info.decode_slots is None else len(info.decode_slots)
         if plain:
-            slots = info.decode_slots
-            conv_out, conv_states[slots] = conv_step(mixed[:plain], weight, conv_states[slots])
-            q, k, v = self._heads(conv_out)
-            out[:plain], rec_states[slots] = delta_rule_step(q, k, v, g[:plain], beta[:plain], rec_states[slots])
+            rows = slice(0, plain)
+            normed[rows] = self._decode_rows(mixed[rows], z[rows], b[rows], a[rows], conv_states, rec_states, info.decode_slots)
         row = plain
         for slot, count in info.verifies:
             rows = slice(row, row + count)
             row += count
-            out[rows] = self._steps(mixed[rows], g[rows], beta[rows], weight, conv_states[slot], rec_states[slot])[0]
-            info.replay_inputs[(self, slot)] = (mixed[rows].clone(), g[rows], beta[rows])
+            kept = projected[rows].clone()
+            normed[rows] = self._steps(kept, conv_states[slot], rec_states[slot])[0]
+            info.replay_inputs[(self, slot)] = kept
         checkpoints = info.prefill_checkpoints or [[]] * len(meta.prefills)
+        weight = self.conv_weight.to(x.dtype)
         for chunk, slot, fresh, kept in zip(meta.prefills, info.prefill_slots, info.prefill_fresh, checkpoints):
             if fresh:
                 conv_states[slot].zero_()
                 rec_states[slot].zero_()
+            out = torch.empty(chunk.end - chunk.start, self.num_v_heads, self.head_v_dim, dtype=torch.float32, device=x.device)
             start = chunk.start
-            for end, row in [*((chunk.start + rows, row) for rows, row in kept), (chunk.end, None)]:
+            for end, kept_row in [*((chunk.start + rows, row) for rows, row in kept), (chunk.end, None)]:
                 if end > start:
                     rows = slice(start, end)
                     conv_out, conv_states[slot] = causal_conv(mixed[rows], weight, conv_states[slot])
                     q, k, v = (t.transpose(0, 1) for t in self._heads(conv_out))
-                    part, rec_states[slot] = chunked_delta_rule(q, k, v, g[rows].T, beta[rows].T, rec_states[slot])
-                    out[rows] = part.transpose(0, 1)
+                    g, beta = self._decay(a[rows]).T, b[rows].float().sigmoid().T
+                    part, rec_states[slot] = chunked_delta_rule(q, k, v, g, beta, rec_states[slot])
+                    out[start - chunk.start : end - chunk.start] = part.transpose(0, 1)
                     start = end
-                if row is not None:  # a prefix checkpoint: the state after the chunk's rows so far
-                    conv_states[row], rec_states[row] = conv_states[slot], rec_states[slot]
-        normed = self.norm(out.to(x.dtype).reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
-        return self.out_proj(normed.reshape(x.shape[0], self.value_dim))
+                if kept_row is not None:  # a prefix checkpoint: the state after the chunk's rows so far
+                    conv_states[kept_row], rec_states[kept_row] = conv_states[slot], rec_states[slot]
+            rows = slice(chunk.start, chunk.end)
+            normed[rows] = self._gated_norm(out, z[rows])
+        return self.out_proj(normed)
 
-    def _steps(self, mixed, g, beta, weight, conv_state, rec_state):
-        """One sequence's rows one token at a time, as decode steps compute them, from copies of its
-        states: (out [rows, heads, value dim], conv state, recurrent state) after the last row."""
-        conv_state, rec_state, outs = conv_state[None], rec_state[None], []
-        for i in range(mixed.shape[0]):
-            conv_out, conv_state = conv_step(mixed[i : i + 1], weight, conv_state)
-            q, k, v = self._heads(conv_out)
-            row_out, rec_state = delta_rule_step(q, k, v, g[i : i + 1], beta[i : i + 1], rec_state)
-            outs.append(row_out)
-        return torch.cat(outs), conv_state[0], rec_state[0]
+    def _decode_rows(self, mixed, z, b, a, conv_states, rec_states, slots: torch.Tensor) -> torch.Tensor:
+        """One token for each row, its slot's states (rows of the pools) advanced in place: the
+        rule's output under the gated norm, [rows, value dim]. The C++ step where it runs, else torch's
+        (the CUDA path): the states gathered by slot, stepped and put back."""
+        if self._cpp is not None:
+            return self._cpp.gated_deltanet_decode(
+                mixed,
+                z,
+                b,
+                a,
+                self.conv_weight.contiguous(),
+                self.dt_bias.contiguous(),
+                self.decay_rate.contiguous(),
+                self.norm.weight.contiguous(),
+                self.norm.eps,
+                conv_states,
+                rec_states,
+                slots,
+                self.num_k_heads,
+                self.tiled_heads,
+            )
+        conv_out, conv_states[slots] = conv_step(mixed, self.conv_weight.to(mixed.dtype), conv_states[slots])
+        q, k, v = self._heads(conv_out)
+        out, rec_states[slots] = delta_rule_step(q, k, v, self._decay(a), b.float().sigmoid(), rec_states[slots])
+        return self._gated_norm(out, z)
 
-    def replay(self, state, slot: int, rows: int, inputs) -> None:
+    def _decay(self, a: torch.Tensor) -> torch.Tensor:
+        """g, the log of each row's per-head decay: -exp(A_log) softplus(a + dt_bias), float32."""
+        return self.decay_rate.float() * F.softplus(a.float() + self.dt_bias.float())
+
+    def _gated_norm(self, out: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """[rows, value heads, value dim] float32 -> [rows, value dim] in z's dtype, each head normed and gated."""
+        rows = out.shape[0]
+        return self.norm(out.to(z.dtype).reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim)).reshape(
+            rows, self.value_dim
+        )
+
+    def _steps(self, projected, conv_state, rec_state):
+        """One sequence's rows (their in_proj outputs) one token at a time, as decode steps compute
+        them, from copies of its states: (normed outputs [rows, value dim], conv state, recurrent
+        state) after the last row."""
+        conv_pool, rec_pool = conv_state[None].clone(), rec_state[None].clone()
+        slot = torch.zeros(1, dtype=torch.long, device=projected.device)
+        outs = []
+        for i in range(projected.shape[0]):
+            mixed, z, b, a = projected[i : i + 1].split(self.split, dim=-1)
+            outs.append(self._decode_rows(mixed, z, b, a, conv_pool, rec_pool, slot))
+        return torch.cat(outs), conv_pool[0], rec_pool[0]
+
+    def replay(self, state, slot: int, rows: int, projected) -> None:
         """After a verification: the slot's state advanced over its first `rows` rows, the ones
         accepted (and the token before them), as if the rejected guesses had never been computed."""
         conv_states, rec_states = state
-        mixed, g, beta = inputs
-        weight = self.conv_weight.to(mixed.dtype)
-        _, conv_states[slot], rec_states[slot] = self._steps(
-            mixed[:rows], g[:rows], beta[:rows], weight, conv_states[slot], rec_states[slot]
-        )
+        _, conv_states[slot], rec_states[slot] = self._steps(projected[:rows], conv_states[slot], rec_states[slot])
 
     def _heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """[rows, conv channels] -> q, k [rows, value heads, key dim] (normalised, q scaled; each key

@@ -40,6 +40,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_attention_scores", &paged_attention_scores, nogil(), "decode q.k scores read from the paged cache");
   m.def("paged_attention_values", &paged_attention_values, nogil(), "decode probs @ V read from the paged cache");
   m.def("rms_norm", &rms_norm, nogil(), "RMSNorm over float32 rows, HF's order of operations");
+  m.def("gated_deltanet_decode", &gated_deltanet_decode, nogil(),
+        "a Gated DeltaNet layer's decode rows: conv, rule and gated norm, the state pools advanced in place", py::arg("mixed"),
+        py::arg("z"), py::arg("b"), py::arg("a"), py::arg("conv_weight"), py::arg("dt_bias"), py::arg("decay_rate"),
+        py::arg("norm_weight"), py::arg("eps"), py::arg("conv_states"), py::arg("rec_states"), py::arg("slots"),
+        py::arg("key_heads"), py::arg("tiled_heads"));
   m.def("rotary_inplace", &rotary_inplace, nogil(), "rotate-half RoPE in place over [T, heads, D]");
 
   // One constructor per kind, so a projection always says which weights it holds.

@@ -85,6 +85,16 @@ torch::Tensor paged_attention_values(const torch::Tensor& probs, const torch::Te
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 void rotary_inplace(torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
+// A Gated DeltaNet layer's decode rows (layers/gated_deltanet.py): from each row's convolution
+// input `mixed`, gate z and the b and a of its write strength and decay, its slot's conv and
+// recurrent states advanced in place (rows of the pools [slots, kernel - 1, channels] and
+// [slots, value heads, key dim, value dim]), and the rule's output under the gated RMSNorm
+// returned, float32 [rows, value heads * value dim].
+torch::Tensor gated_deltanet_decode(const torch::Tensor& mixed, const torch::Tensor& z, const torch::Tensor& b, const torch::Tensor& a,
+                                    const torch::Tensor& conv_weight, const torch::Tensor& dt_bias, const torch::Tensor& decay_rate,
+                                    const torch::Tensor& norm_weight, double eps, torch::Tensor& conv_states, torch::Tensor& rec_states,
+                                    const torch::Tensor& slots, int64_t key_heads, bool tiled_heads);
+
 // One projection as the loader left it (layers/linear/: each format builds its own kind): int8
 // levels with their scales, packed 4- or 8-bit groups, packed GGUF blocks, or a packed float32
 // weight for oneDNN, for oneDNN in bf16 (rows go in as bf16, outputs come back float32), or for
