@@ -54,6 +54,7 @@ class Qwen35Attention(Qwen3Attention):
     """Qwen3's attention with a sigmoid output gate carried in q_proj, and 1 + weight Q/K norms."""
 
     norm_class = GemmaRMSNorm
+    output_gate = True  # the fused C++ step's flag for the gate (models/cpu_step.py)
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -92,7 +93,7 @@ class Qwen35DecoderLayer(nn.Module):
 
 class Qwen35ForCausalLM(LlamaForCausalLM):
     args_class = Qwen35Args
-    FUSED_CPU_STEP = False  # the C++ layer is Llama's
+    FUSED_CPU_STEP = True  # Llama's C++ layer, with the gate, partial RoPE and DeltaNet mixers (models/cpu_step.py)
     GGUF_ARCHITECTURES = ("qwen3_5_text",)  # llama.cpp's `qwen35` files (gguf/config.py)
 
     def make_layer(self, cfg, index: int) -> nn.Module:

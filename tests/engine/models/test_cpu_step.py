@@ -1,6 +1,7 @@
 """The C++ layer halves (kernels/layers/llama_layer.cpp) compute exactly what the modules compute:
 for Llama, Qwen2 (a QKV bias), Qwen3 (Q/K norms), Gemma 3 (norms after each sublayer, GELU-tanh,
-sliding-window layers in their own pool with their own RoPE) and Mistral (a window on every layer)."""
+sliding-window layers in their own pool with their own RoPE), Mistral (a window on every layer) and
+the Qwen3.5 hybrid (a sigmoid-gated attention with partial RoPE; Gated DeltaNet layers in the one-call decode)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from inference.engine.layers.linear import bf16_weights_run_natively
 from inference.engine.layers.linear import packed as packed_linear
 from inference.engine.loader import build_bundle
 from tests.conftest import tiny_gemma3_hf, tiny_llama_hf, tiny_mistral_hf, tiny_qwen2_hf, tiny_qwen3_hf
+from tests.engine.models.test_qwen3_5 import tiny_qwen35_hf
 from tests.support.engine_helpers import engine_for, greedy, run_to_completion
 
 
@@ -33,7 +35,13 @@ PROJECTIONS = (
 )
 
 
-FAMILIES = {"llama": tiny_llama_hf, "qwen2-bias": tiny_qwen2_hf, "qwen3": tiny_qwen3_hf, "gemma3": tiny_gemma3_hf}
+FAMILIES = {
+    "llama": tiny_llama_hf,
+    "qwen2-bias": tiny_qwen2_hf,
+    "qwen3": tiny_qwen3_hf,
+    "gemma3": tiny_gemma3_hf,
+    "qwen3.5-hybrid": tiny_qwen35_hf,  # gated attention, partial RoPE, DeltaNet layers
+}
 
 
 @pytest.mark.parametrize("make_model", list(FAMILIES.values()), ids=list(FAMILIES))
@@ -47,6 +55,8 @@ def test_compiled_paths_give_the_modules_bits(make_model, projection, smollm_tok
     engines = [engine_for(hf, smollm_tokenizer, quantization=quantization, max_num_batched_tokens=48) for _ in range(3)]
     whole = engines[0].bundle.model
     assert all(engine.model_runner.forward is engine.bundle.cpu_step is not None for engine in engines)
+    hybrid = [w.is_deltanet for w in engines[0].bundle.cpu_step.layer_weights]
+    assert hybrid == ([True, True, True, False] if make_model is tiny_qwen35_hf else [False] * len(hybrid))
     if projection in ("int8", "int4"):
         assert type(whole.layers[0].mlp.gate_up_proj).__name__ == {"int8": "Int8Linear", "int4": "GroupLinear"}[projection]
     else:

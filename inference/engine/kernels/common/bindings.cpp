@@ -129,30 +129,44 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         }
         return "unknown";
       });
+  py::class_<DeltaNetMixer>(m, "DeltaNetMixer")
+      .def(py::init([](torch::Tensor conv_weight, torch::Tensor dt_bias, torch::Tensor decay_rate, torch::Tensor norm_weight,
+                       double norm_eps, int64_t key_heads, int64_t conv_channels, bool tiled_heads) {
+             return DeltaNetMixer{std::move(conv_weight), std::move(dt_bias), std::move(decay_rate), std::move(norm_weight),
+                                  norm_eps, key_heads, conv_channels, tiled_heads};
+           }),
+           py::arg("conv_weight"), py::arg("dt_bias"), py::arg("decay_rate"), py::arg("norm_weight"), py::arg("norm_eps"),
+           py::arg("key_heads"), py::arg("conv_channels"), py::arg("tiled_heads"));
   py::class_<LlamaLayerWeights>(m, "LlamaLayerWeights")
       .def(py::init([](torch::Tensor input_norm, torch::Tensor post_attention_norm, double eps, Projection qkv, Projection o,
                        Projection gate_up, Projection down, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t intermediate,
                        std::optional<torch::Tensor> q_norm, std::optional<torch::Tensor> k_norm,
                        std::optional<torch::Tensor> attention_output_norm, std::optional<torch::Tensor> mlp_output_norm,
-                       bool gelu_tanh, int64_t window, bool local_rope) {
+                       bool gelu_tanh, int64_t window, bool local_rope, int64_t rotary_dim, bool output_gate,
+                       std::optional<DeltaNetMixer> deltanet) {
              TORCH_CHECK(q_norm.has_value() == k_norm.has_value(), "Q and K norms: both or neither");
+             TORCH_CHECK(rotary_dim >= 0 && rotary_dim <= head_dim && rotary_dim % 2 == 0, "rotary_dim: even, at most head_dim");
              return LlamaLayerWeights{std::move(input_norm), std::move(post_attention_norm), eps, std::move(qkv), std::move(o),
                                       std::move(gate_up), std::move(down), heads, kv_heads, head_dim, intermediate,
                                       std::move(q_norm), std::move(k_norm), std::move(attention_output_norm),
-                                      std::move(mlp_output_norm), gelu_tanh, window, local_rope};
+                                      std::move(mlp_output_norm), gelu_tanh, window, local_rope, rotary_dim, output_gate,
+                                      std::move(deltanet)};
            }),
            py::arg("input_norm"), py::arg("post_attention_norm"), py::arg("eps"), py::arg("qkv"), py::arg("o"),
            py::arg("gate_up"), py::arg("down"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("intermediate"),
            py::arg("q_norm") = py::none(), py::arg("k_norm") = py::none(), py::arg("attention_output_norm") = py::none(),
            py::arg("mlp_output_norm") = py::none(), py::arg("gelu_tanh") = false, py::arg("window") = 0,
-           py::arg("local_rope") = false)
+           py::arg("local_rope") = false, py::arg("rotary_dim") = 0, py::arg("output_gate") = false,
+           py::arg("deltanet") = py::none())
       .def_readonly("window", &LlamaLayerWeights::window)
-      .def_readonly("local_rope", &LlamaLayerWeights::local_rope);
+      .def_readonly("local_rope", &LlamaLayerWeights::local_rope)
+      .def_property_readonly("is_deltanet", [](const LlamaLayerWeights& w) { return w.deltanet.has_value(); });
   m.def("llama_attention_inputs", &llama_attention_inputs, nogil(), "norm, QKV, RoPE and the cache write of a Llama layer");
-  m.def("llama_attention_output_and_mlp", &llama_attention_output_and_mlp, nogil(), "o_proj, residual, norm and MLP of a Llama layer");
+  m.def("llama_attention_output_and_mlp", &llama_attention_output_and_mlp, nogil(), "o_proj, residual, norm and MLP of a Llama layer",
+        py::arg("weights"), py::arg("x"), py::arg("attended"), py::arg("gate") = py::none());
   m.def("llama_decode_layers", &llama_decode_layers, nogil(), "every Llama-family layer of a decode-only step, paged attention included",
         py::arg("layers"), py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("k_caches"), py::arg("v_caches"), py::arg("write_rows"),
         py::arg("block_tables"), py::arg("lengths"), py::arg("scale"), py::arg("local_cos") = py::none(),
         py::arg("local_sin") = py::none(), py::arg("window_write_rows") = py::none(), py::arg("window_block_tables") = py::none(),
-        py::arg("window_lengths") = py::none());
+        py::arg("window_lengths") = py::none(), py::arg("state_slots") = py::none());
 }

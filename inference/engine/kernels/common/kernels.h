@@ -113,9 +113,21 @@ struct Projection {
   torch::Tensor operator()(const torch::Tensor& x) const;
 };
 
+// A Gated DeltaNet token mixer's own weights (a hybrid's linear layer, layers/gated_deltanet.py):
+// its in_proj gives [conv channels | z (value heads * value dim) | b (value heads) | a (value heads)].
+struct DeltaNetMixer {
+  torch::Tensor conv_weight, dt_bias, decay_rate, norm_weight;
+  double norm_eps;
+  int64_t key_heads, conv_channels;
+  bool tiled_heads;
+};
+
 // A Llama-family decoder layer's weights and shape, built once at load (models/cpu_step.py). The
 // families' extras are optional: Qwen3's and Gemma 3's per-head Q/K norms, Gemma's norms after
-// attention and after the MLP (its "sandwich"), its GELU-tanh gate and its sliding window.
+// attention and after the MLP (its "sandwich"), its GELU-tanh gate and its sliding window;
+// Qwen3.5's partial RoPE and sigmoid output gate, and its Gated DeltaNet layers: where `deltanet`
+// is set the layer mixes tokens through it instead of attention, qkv and o are its input and
+// output projections and heads x head_dim its value heads x value dim.
 struct LlamaLayerWeights {
   torch::Tensor input_norm, post_attention_norm;  // post_attention_norm: the norm before the MLP
   double eps;
@@ -126,15 +138,21 @@ struct LlamaLayerWeights {
   bool gelu_tanh = false;                                               // the gate's activation: GELU-tanh, else SiLU
   int64_t window = 0;                                                   // keys a query sees (itself included); 0: all
   bool local_rope = false;                                              // rotates with the model's local RoPE tables
+  int64_t rotary_dim = 0;                                               // the leading dims RoPE turns; 0: the whole head
+  bool output_gate = false;  // q_proj carries a gate beside each query head; attention's output times its sigmoid
+  std::optional<DeltaNetMixer> deltanet;
 };
 
+// q, k, v ([T, heads or kv_heads, D] views), and the output gate's [T, heads, D] where the layer has one.
 std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& cos,
                                                   const torch::Tensor& sin, torch::Tensor& k_cache, torch::Tensor& v_cache,
                                                   const torch::Tensor& write_rows);
-torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& attended);
+torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& attended,
+                                             const std::optional<torch::Tensor>& output_gate);
 // A decode-only step's every layer in one call. A layer with a window reads the window pool's
 // rows and tables where the runner keeps one (window_*), else the whole pool's, and masks the keys
 // before its window; a layer with local_rope rotates with the local tables (Gemma 3's local layers).
+// A DeltaNet layer's "caches" are its conv and recurrent state pools, each row's slot in `state_slots`.
 torch::Tensor llama_decode_layers(const std::vector<const LlamaLayerWeights*>& layers, torch::Tensor x, const torch::Tensor& cos,
                                   const torch::Tensor& sin, const std::vector<torch::Tensor>& k_caches,
                                   const std::vector<torch::Tensor>& v_caches, const torch::Tensor& write_rows,
@@ -142,6 +160,7 @@ torch::Tensor llama_decode_layers(const std::vector<const LlamaLayerWeights*>& l
                                   const std::optional<torch::Tensor>& local_cos, const std::optional<torch::Tensor>& local_sin,
                                   const std::optional<torch::Tensor>& window_write_rows,
                                   const std::optional<torch::Tensor>& window_block_tables,
-                                  const std::optional<torch::Tensor>& window_lengths);
+                                  const std::optional<torch::Tensor>& window_lengths,
+                                  const std::optional<torch::Tensor>& state_slots);
 
 }  // namespace minivllm

@@ -1,5 +1,6 @@
 // A Llama-family decoder layer's two halves around attention, one C++ call each (CPU, float32):
-// Llama, Mistral, Qwen2/3, Phi-3 and Gemma 3 (its Q/K norms, sandwich norms, GELU-tanh and windows).
+// Llama, Mistral, Qwen2/3, Phi-3 and Gemma 3 (its Q/K norms, sandwich norms, GELU-tanh and windows),
+// and Qwen3.5 (partial RoPE, a sigmoid output gate, and its Gated DeltaNet layers in decode steps).
 //
 // Why: at one stream a decode step is ~200 small ops, and Python plus nn.Module dispatch cost
 // more per op than most ops themselves. Each half calls the same kernels and aten ops as the
@@ -87,6 +88,19 @@ torch::Tensor onednn_rows(const torch::Tensor& x, const torch::Tensor& packed, c
   return bf16 ? out.to(torch::kFloat) : out;
 }
 
+// A DeltaNet layer's token mixing for decode rows: norm, in_proj, the decode step over the state
+// pools (gated_deltanet.cpp), as the module computes it; o (its out_proj) and the MLP follow as any layer's.
+torch::Tensor deltanet_mix(const LlamaLayerWeights& w, const torch::Tensor& x, torch::Tensor& conv_states, torch::Tensor& rec_states,
+                           const torch::Tensor& slots) {
+  const DeltaNetMixer& d = *w.deltanet;
+  const int64_t value = w.heads * w.head_dim;
+  const auto projected = w.qkv(rms_norm(x.contiguous(), w.input_norm, w.eps));
+  return gated_deltanet_decode(projected.narrow(1, 0, d.conv_channels), projected.narrow(1, d.conv_channels, value),
+                               projected.narrow(1, d.conv_channels + value, w.heads),
+                               projected.narrow(1, d.conv_channels + value + w.heads, w.heads), d.conv_weight, d.dt_bias,
+                               d.decay_rate, d.norm_weight, d.norm_eps, conv_states, rec_states, slots, d.key_heads, d.tiled_heads);
+}
+
 }  // namespace
 
 torch::Tensor Projection::operator()(const torch::Tensor& x) const {
@@ -127,26 +141,40 @@ std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, co
                                                   const torch::Tensor& sin, torch::Tensor& k_cache, torch::Tensor& v_cache,
                                                   const torch::Tensor& write_rows) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "x: float32 [T, hidden]");
+  TORCH_CHECK(!w.deltanet, "a DeltaNet layer has no attention inputs");
   const int64_t T = x.size(0);
-  auto qkv = w.qkv(rms_norm(x.contiguous(), w.input_norm, w.eps)).view({T, w.heads + 2 * w.kv_heads, w.head_dim});
+  const int64_t query_rows = w.output_gate ? 2 * w.heads : w.heads;  // Qwen3.5: [q head 0, gate head 0, q head 1, ...]
+  auto qkv = w.qkv(rms_norm(x.contiguous(), w.input_norm, w.eps)).view({T, query_rows + 2 * w.kv_heads, w.head_dim});
   auto qk = qkv.narrow(1, 0, w.heads + w.kv_heads);
+  std::optional<torch::Tensor> gate;
+  if (w.output_gate) {
+    const auto query_gate = qkv.narrow(1, 0, query_rows).view({T, w.heads, 2 * w.head_dim});
+    gate = query_gate.narrow(2, w.head_dim, w.head_dim);
+    qk = at::cat({query_gate.narrow(2, 0, w.head_dim), qkv.narrow(1, query_rows, w.kv_heads)}, 1);
+  }
   if (w.q_norm)  // as the modules: each half made contiguous, normed, the halves side by side again
     qk = at::cat({rms_norm(qk.narrow(1, 0, w.heads).contiguous(), *w.q_norm, w.eps),
                   rms_norm(qk.narrow(1, w.heads, w.kv_heads).contiguous(), *w.k_norm, w.eps)},
                  1);
-  rotary_inplace(qk, cos, sin);
+  auto turned = w.rotary_dim > 0 && w.rotary_dim < w.head_dim ? qk.narrow(2, 0, w.rotary_dim) : qk;
+  rotary_inplace(turned, cos, sin);
   auto q = qk.narrow(1, 0, w.heads);
   auto k = qk.narrow(1, w.heads, w.kv_heads);
-  auto v = qkv.narrow(1, w.heads + w.kv_heads, w.kv_heads);
+  auto v = qkv.narrow(1, query_rows + w.kv_heads, w.kv_heads);
   write_kv(k, v, k_cache, v_cache, write_rows);
+  if (gate) return {q, k, v, *gate};
   return {q, k, v};
 }
 
 // o_proj (Gemma: normed) and the residual; then norm, gate/up, act(gate) * up, down (Gemma: normed)
 // and the residual.
-torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& attended) {
+torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& attended,
+                                             const std::optional<torch::Tensor>& output_gate) {
   const int64_t T = x.size(0);
-  auto attention = w.o(attended.reshape({T, w.heads * w.head_dim}));
+  TORCH_CHECK(output_gate.has_value() == w.output_gate, "the output gate: given exactly where the layer has one");
+  auto mixed = attended.reshape({T, w.heads * w.head_dim});
+  if (output_gate) mixed = mixed * at::sigmoid(output_gate->reshape({T, w.heads * w.head_dim}));
+  auto attention = w.o(mixed);
   if (w.attention_output_norm) attention = rms_norm(attention.contiguous(), *w.attention_output_norm, w.eps);
   auto h = x + attention;
   auto gate_up = w.gate_up(rms_norm(h.contiguous(), w.post_attention_norm, w.eps));
@@ -166,13 +194,20 @@ torch::Tensor llama_decode_layers(const std::vector<const LlamaLayerWeights*>& l
                                   const std::optional<torch::Tensor>& local_cos, const std::optional<torch::Tensor>& local_sin,
                                   const std::optional<torch::Tensor>& window_write_rows,
                                   const std::optional<torch::Tensor>& window_block_tables,
-                                  const std::optional<torch::Tensor>& window_lengths) {
+                                  const std::optional<torch::Tensor>& window_lengths,
+                                  const std::optional<torch::Tensor>& state_slots) {
   TORCH_CHECK(k_caches.size() == layers.size() && v_caches.size() == layers.size(), "one K and one V cache per layer");
   TORCH_CHECK(local_cos.has_value() == local_sin.has_value(), "local RoPE: both tables or neither");
   TORCH_CHECK(window_write_rows.has_value() == window_block_tables.has_value() && window_block_tables.has_value() == window_lengths.has_value(),
               "the window pool's view: rows, tables and lengths, or none");
   for (size_t i = 0; i < layers.size(); ++i) {
     const LlamaLayerWeights& w = *layers[i];
+    if (w.deltanet) {
+      TORCH_CHECK(state_slots, "layer ", i, " is a DeltaNet: the call must give each row's state slot");
+      torch::Tensor conv_states = k_caches[i], rec_states = v_caches[i];  // handles: the pools are written in place
+      x = llama_attention_output_and_mlp(w, x, deltanet_mix(w, x, conv_states, rec_states, *state_slots), std::nullopt);
+      continue;
+    }
     TORCH_CHECK(!w.local_rope || local_cos, "layer ", i, " rotates with local RoPE tables the call did not give");
     const bool pooled = w.window > 0 && window_write_rows;  // the window pool where the runner keeps one
     const torch::Tensor& rows = pooled ? *window_write_rows : write_rows;
@@ -186,7 +221,7 @@ torch::Tensor llama_decode_layers(const std::vector<const LlamaLayerWeights*>& l
       scores.masked_fill_((keys < (lens.unsqueeze(1) - w.window)).unsqueeze(1), -std::numeric_limits<float>::infinity());
     }
     const auto attended = paged_attention_values(at::softmax(scores, -1), v_cache, tables, lens);
-    x = llama_attention_output_and_mlp(w, x, attended);
+    x = llama_attention_output_and_mlp(w, x, attended, qkv.size() == 4 ? std::optional<torch::Tensor>(qkv[3]) : std::nullopt);
   }
   return x;
 }
