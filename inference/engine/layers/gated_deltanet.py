@@ -194,7 +194,7 @@ class GatedDeltaNet(nn.Module):
             for end, kept_row in [*((chunk.start + rows, row) for rows, row in kept), (chunk.end, None)]:
                 if end > start:
                     rows = slice(start, end)
-                    conv_out, conv_states[slot] = causal_conv(mixed[rows], weight, conv_states[slot])
+                    conv_out = self._conv(mixed[rows], weight, conv_states, slot)
                     q, k, v = (t.transpose(0, 1) for t in self._heads(conv_out))
                     g, beta = self._decay(a[rows]).T, b[rows].float().sigmoid().T
                     part, rec_states[slot] = chunked_delta_rule(q, k, v, g, beta, rec_states[slot])
@@ -231,6 +231,14 @@ class GatedDeltaNet(nn.Module):
         q, k, v = self._heads(conv_out)
         out, rec_states[slots] = delta_rule_step(q, k, v, self._decay(a), b.float().sigmoid(), rec_states[slots])
         return self._gated_norm(out, z)
+
+    def _conv(self, mixed: torch.Tensor, weight: torch.Tensor, conv_states: torch.Tensor, slot: int) -> torch.Tensor:
+        """A prefill chunk's convolution (then SiLU), its slot's conv state carried in place: in C++
+        where it runs (torch's took ~20x its arithmetic), else causal_conv."""
+        if self._cpp is not None:
+            return self._cpp.gated_deltanet_conv(mixed, weight.contiguous(), conv_states[slot])
+        out, conv_states[slot] = causal_conv(mixed, weight, conv_states[slot])
+        return out
 
     def _decay(self, a: torch.Tensor) -> torch.Tensor:
         """g, the log of each row's per-head decay: -exp(A_log) softplus(a + dt_bias), float32."""

@@ -45,6 +45,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("z"), py::arg("b"), py::arg("a"), py::arg("conv_weight"), py::arg("dt_bias"), py::arg("decay_rate"),
         py::arg("norm_weight"), py::arg("eps"), py::arg("conv_states"), py::arg("rec_states"), py::arg("slots"),
         py::arg("key_heads"), py::arg("tiled_heads"));
+  m.def("gated_deltanet_conv", &gated_deltanet_conv, nogil(), "a prefill chunk's causal convolution and SiLU, its state carried in place",
+        py::arg("x"), py::arg("conv_weight"), py::arg("state"));
   m.def("rotary_inplace", &rotary_inplace, nogil(), "rotate-half RoPE in place over [T, heads, D]");
 
   // One constructor per kind, so a projection always says which weights it holds.

@@ -95,6 +95,10 @@ torch::Tensor gated_deltanet_decode(const torch::Tensor& mixed, const torch::Ten
                                     const torch::Tensor& norm_weight, double eps, torch::Tensor& conv_states, torch::Tensor& rec_states,
                                     const torch::Tensor& slots, int64_t key_heads, bool tiled_heads);
 
+// A prefill chunk's causal convolution then SiLU: x [T, channels] after the K-1 inputs in `state`
+// ([K-1, channels], replaced in place by the last K-1 inputs), float32 [T, channels].
+torch::Tensor gated_deltanet_conv(const torch::Tensor& x, const torch::Tensor& conv_weight, torch::Tensor& state);
+
 // One projection as the loader left it (layers/linear/: each format builds its own kind): int8
 // levels with their scales, packed 4- or 8-bit groups, packed GGUF blocks, or a packed float32
 // weight for oneDNN, for oneDNN in bf16 (rows go in as bf16, outputs come back float32), or for

@@ -8,6 +8,9 @@
 // its slot's rows of the state pools in place, and the rule makes two passes over a state where
 // the batched products made three (plus the gather's and the scatter's copies).
 //
+// A prefill chunk's convolution (gated_deltanet_conv) runs here too: torch's unfold-and-einsum (or its
+// depthwise conv1d) took ~140 ms for 1,000 tokens of 6,144 channels, ~20x its arithmetic.
+//
 // Rows are independent and each (row, value head) is summed in one fixed order, so a row's bits
 // never depend on the batch it decodes in.
 #include <torch/extension.h>
@@ -160,6 +163,40 @@ torch::Tensor gated_deltanet_decode(const torch::Tensor& mixed, const torch::Ten
     }
   });
   return out;
+}
+
+torch::Tensor gated_deltanet_conv(const torch::Tensor& x, const torch::Tensor& conv_weight, torch::Tensor& state) {
+  const int64_t T = x.size(0), C = x.size(1), K = conv_weight.size(1);
+  check_rows(x, T, C, "x");
+  TORCH_CHECK(conv_weight.scalar_type() == torch::kFloat && conv_weight.is_contiguous() && conv_weight.size(0) == C && K >= 2,
+              "conv_weight: contiguous float32 [channels, kernel]");
+  TORCH_CHECK(state.scalar_type() == torch::kFloat && state.is_contiguous() && state.dim() == 2 && state.size(0) == K - 1 &&
+                  state.size(1) == C,
+              "state: contiguous float32 [kernel - 1, channels]");
+  // The taps by position in the window ([K, C]), so the channel loop reads them as it reads the inputs.
+  const auto taps = conv_weight.t().contiguous();
+  auto out = torch::empty({T, C}, x.options().memory_format(at::MemoryFormat::Contiguous));
+  const float* tp = taps.data_ptr<float>();
+  const float* xp = x.data_ptr<float>();
+  const float* sp = state.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t stride = x.stride(0);
+  at::parallel_for(0, T, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* y = op + t * C;
+      for (int64_t c = 0; c < C; ++c) y[c] = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t at = t - (K - 1) + k;  // the input this tap reads: a kept one before the chunk where negative
+        const float* in = at < 0 ? sp + (K - 1 + at) * C : xp + at * stride;
+        const float* tap = tp + k * C;
+        for (int64_t c = 0; c < C; ++c) y[c] += tap[c] * in[c];
+      }
+    }
+  });
+  // The last K-1 inputs, the chunk's and (where it is shorter) the state's before them, kept for the next.
+  const auto kept = T >= K - 1 ? x.narrow(0, T - (K - 1), K - 1).clone() : at::cat({state.narrow(0, T, K - 1 - T), x}, 0);
+  state.copy_(kept);
+  return at::silu_(out);
 }
 
 }  // namespace minivllm

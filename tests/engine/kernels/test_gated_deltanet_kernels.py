@@ -1,7 +1,8 @@
 """The Gated DeltaNet's C++ decode step (kernels/layers/gated_deltanet.cpp) against the layer's torch
 form (layers/gated_deltanet.py, itself held to transformers' reference): outputs and both states
 over many steps, rows scattered over a pool, grouped value heads in either order; each row's bits
-independent of its batch; the other slots untouched; bad slots refused."""
+independent of its batch; the other slots untouched; bad slots refused. And its prefill chunks'
+convolution against transformers' over a prompt split anywhere, chunks shorter than the kernel included."""
 
 from __future__ import annotations
 
@@ -88,3 +89,17 @@ def test_bad_slots_are_refused(cpp):
         net._decode_rows(mixed, z, b, a, *pools(net), torch.tensor([1, 1]))
     with pytest.raises(RuntimeError, match="outside the pool"):
         net._decode_rows(mixed, z, b, a, *pools(net), torch.tensor([0, POOL]))
+
+
+def test_prefill_convolution_split_anywhere_is_transformers_whole(cpp):
+    from transformers.models.qwen3_5.modeling_qwen3_5 import causal_conv1d_fn
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(50, 64, generator=gen)[:, :40]  # rows of a wider in_proj output, as the layer hands them
+    weight = torch.randn(40, KERNEL, generator=gen)
+    reference = causal_conv1d_fn(x.T.contiguous()[None], weight, None, activation="silu")[0].T
+    state, parts = torch.zeros(KERNEL - 1, 40), []
+    for start, end in [(0, 1), (1, 3), (3, 20), (20, 22), (22, 50)]:  # chunks of 1 and 2 rows: the state's rows carried
+        parts.append(cpp.gated_deltanet_conv(x[start:end], weight, state))
+        assert torch.equal(state, torch.cat([torch.zeros(KERNEL - 1, 40), x[:end]])[-(KERNEL - 1) :])  # the last inputs
+    torch.testing.assert_close(torch.cat(parts), reference, atol=1e-5, rtol=1e-5)
