@@ -6,8 +6,6 @@ each tensor de-quantized by torch on the device, to exactly transformers' values
 from __future__ import annotations
 
 import copy
-import os
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -20,25 +18,10 @@ from inference.engine.engine import LLMEngine
 from inference.engine.kernels import kernels
 from inference.engine.layers.norm import RMSNorm
 from inference.engine.sample.sampling_params import SamplingParams
-from tests.support.engine_helpers import generated_ids, greedy, run_to_completion
+from tests.support.engine_helpers import generated_ids, greedy, run_to_completion, without_cpu_kernels
 from tests.support.host_syncs import HostSyncCounter
 
 PROMPTS = ["The future of AI inference is", "def fibonacci(n):", "Paris is the capital of", "Water boils at a temperature of"]
-
-
-@contextmanager
-def without_cpu_kernels():
-    before = os.environ.get("MINIVLLM_CPU_KERNELS")
-    os.environ["MINIVLLM_CPU_KERNELS"] = "0"
-    kernels.cache_clear()  # kernels() answers once per process: ask it again under the switch
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("MINIVLLM_CPU_KERNELS")
-        else:
-            os.environ["MINIVLLM_CPU_KERNELS"] = before
-        kernels.cache_clear()
 
 
 @pytest.fixture(scope="module", params=["float32", "bfloat16"])

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
+from inference.engine.kernels import kernels
 from inference.engine.layers.linear.groups import GROUP
 from inference.engine.loader import build_bundle
 from inference.engine.sample.sampling_params import SamplingParams
@@ -126,3 +129,19 @@ def prefill_logits(engine: LLMEngine, token_ids: list[int] | torch.Tensor, fused
     with torch.inference_mode():
         step = (engine.bundle.cpu_step if fused else None) or model
         return model.compute_logits(step(ids, torch.arange(n), engine.model_runner.kv_caches, meta)[-last:])
+
+
+@contextmanager
+def without_cpu_kernels():
+    """MINIVLLM_CPU_KERNELS=0 for what is built inside: no C++ kernel bound, the torch forms (CUDA's path)."""
+    before = os.environ.get("MINIVLLM_CPU_KERNELS")
+    os.environ["MINIVLLM_CPU_KERNELS"] = "0"
+    kernels.cache_clear()  # kernels() answers once per process: ask it again under the switch
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("MINIVLLM_CPU_KERNELS")
+        else:
+            os.environ["MINIVLLM_CPU_KERNELS"] = before
+        kernels.cache_clear()

@@ -18,8 +18,9 @@ rule and gated norm, each row's slot of the state pools read and written in plac
 batched products over the states gathered by slot. Speculative verifications step their rows the same
 way, so a verified token is the token a plain decode would have made. A prefill chunk runs the chunked form: within chunks of 64
 tokens the updates are condensed into triangular solves and matmuls (the UT transform of the
-DeltaNet papers), and the state is carried from chunk to chunk. Both are held to transformers'
-torch reference (tests/engine/layers/test_gated_deltanet.py).
+DeltaNet papers), and the state is carried from chunk to chunk. The torch forms are held to
+transformers' reference (tests/engine/layers/test_gated_deltanet.py), the C++ ones to the torch
+forms (tests/engine/kernels/test_gated_deltanet_kernels.py).
 
 Where the states live is the runner's business (kv_cache/recurrent_state.py): a layer is handed its
 (conv, recurrent) state tensors, one row per state slot, and the step's `meta.state` says which slot

@@ -96,8 +96,8 @@ def _layer_weights(cpp, layer: nn.Module):
     projections = [_projection(cpp, m) for m in (attn.qkv_proj, attn.o_proj, *_mlp_linears(mlp))]
     if any(p is None for p in projections):
         return None
-    if not attn.use_rope:
-        return None  # the C++ rotates every head (SmolLM3's NoPE layers: the modules)
+    if not attn.use_rope or attn.rotary_dim % 2:
+        return None  # the C++ rotates every head, in halves (SmolLM3's NoPE layers: the modules)
     qk_norms = (attn.q_norm, attn.k_norm) if hasattr(attn, "q_norm") else ()
     if any(norm.weight.numel() != attn.head_dim for norm in qk_norms):
         return None  # a norm over all heads at once (OLMoE's), not each head's
@@ -175,7 +175,7 @@ class FusedCpuStep:
             )
             return model.norm(x)
         for layer, weights, cache in zip(model.layers, self.layer_weights, kv_caches):  # two calls around attention
-            if weights.is_deltanet:  # prefill chunks and verifications: the module (its decode rows in C++ too)
+            if weights.is_deltanet:  # steps not made in one call: the module (its decode rows in C++ too)
                 x = layer(x, rope, cache, meta)
                 continue
             k_cache, v_cache = cache

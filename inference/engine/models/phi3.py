@@ -11,8 +11,8 @@
   short. A GGUF carries the factors as tensors (`rope_factors_long` / `_short`), set at load.
 - An optional sliding window over every layer (Phi-3-mini-4k's config names one).
 
-Where rotation covers whole heads, the layers are exactly Llama's (a window included) and the
-fused C++ CPU step runs them.
+The layers are exactly Llama's (a window and partial rotary included), so the fused C++ CPU step
+runs them.
 """
 
 from __future__ import annotations
@@ -50,11 +50,6 @@ class Phi3Args(LlamaArgs):
 class Phi3ForCausalLM(LlamaForCausalLM):
     args_class = Phi3Args  # Llama's layers read the rotary width and the window from it
     GGUF_ARCHITECTURES = ("phi3",)
-
-    def __init__(self, hf_config, max_positions: int):
-        super().__init__(hf_config, max_positions)
-        cfg = self.cfg
-        self.FUSED_CPU_STEP = cfg.rotary_dim == cfg.head_dim
 
     @property
     def attention_layout(self) -> str:

@@ -1,7 +1,9 @@
 """The C++ layer halves (kernels/layers/llama_layer.cpp) compute exactly what the modules compute:
 for Llama, Qwen2 (a QKV bias), Qwen3 (Q/K norms), Gemma 3 (norms after each sublayer, GELU-tanh,
 sliding-window layers in their own pool with their own RoPE), Mistral (a window on every layer) and
-the Qwen3.5 hybrid (a sigmoid-gated attention with partial RoPE; Gated DeltaNet layers in the one-call decode)."""
+the Qwen3.5 hybrid (a sigmoid-gated attention with partial RoPE; Gated DeltaNet layers in the one-call
+decode: their wiring here; the DeltaNet kernel itself runs on both sides, and is judged against the torch
+forms in tests/engine/kernels/test_gated_deltanet_kernels.py and against transformers in test_qwen3_5.py)."""
 
 from __future__ import annotations
 

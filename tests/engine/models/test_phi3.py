@@ -34,13 +34,14 @@ def test_longrope_uses_the_long_factors_for_a_context_past_the_original(smollm_t
     torch.testing.assert_close(prefill_logits(engine, ids)[-1], reference, atol=1e-4, rtol=0)
 
 
-def test_partial_rotary_keeps_the_modules(smollm_tokenizer):
+def test_partial_rotary_runs_the_fused_step(smollm_tokenizer):
     partial = engine_for(tiny_phi3_hf(), smollm_tokenizer)
-    assert isinstance(partial.bundle.model, Phi3ForCausalLM) and partial.bundle.cpu_step is None
+    assert isinstance(partial.bundle.model, Phi3ForCausalLM) and partial.bundle.cpu_step is not None
+    assert [w.rotary_dim for w in partial.bundle.cpu_step.layer_weights] == [12] * len(partial.bundle.model.layers)
     assert "RoPE on 12 of 16 dimensions" in partial.architecture
 
 
-@pytest.mark.parametrize("rotary", [0.75, 1.0], ids=["partial-rotary-modules", "whole-heads-fused-step"])
+@pytest.mark.parametrize("rotary", [0.75, 1.0], ids=["partial-rotary", "whole-heads"])
 def test_a_sliding_window_gives_hfs_greedy_tokens_batched_and_chunked(smollm_tokenizer, rotary):
     hf = tiny_phi3_hf(partial_rotary_factor=rotary)
     hf.config.sliding_window = 6
@@ -51,7 +52,7 @@ def test_a_sliding_window_gives_hfs_greedy_tokens_batched_and_chunked(smollm_tok
     assert expected[0] != hf_greedy(tiny_phi3_hf(), smollm_tokenizer(prompts[0]).input_ids, 16)  # the window matters
     engine = engine_for(hf, smollm_tokenizer, block_size=4, max_num_batched_tokens=7)
     assert engine.bundle.model.cfg.sliding_window == 6
-    assert (engine.bundle.cpu_step is not None) == (rotary == 1.0)  # whole heads: the fused step, its window included
+    assert engine.bundle.cpu_step is not None  # the fused step, its window and partial rotary included
     for i, prompt in enumerate(prompts):
         engine.add_request(str(i), smollm_tokenizer(prompt).input_ids, greedy(16))
     results = run_to_completion(engine)

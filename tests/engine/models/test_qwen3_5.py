@@ -13,7 +13,15 @@ import torch
 from inference.engine.kv_cache.recurrent_state import RecurrentStateSlots
 from inference.engine.models.qwen3_5 import Qwen35ForCausalLM
 from tests.conftest import TINY_COMMON, _peaked
-from tests.support.engine_helpers import engine_for, generated_ids, greedy, hf_greedy, prefill_logits, run_to_completion
+from tests.support.engine_helpers import (
+    engine_for,
+    generated_ids,
+    greedy,
+    hf_greedy,
+    prefill_logits,
+    run_to_completion,
+    without_cpu_kernels,
+)
 
 SHAPE = dict(
     hidden_size=64,
@@ -87,12 +95,25 @@ def test_greedy_tokens_alone_batched_and_chunked_are_transformers(hf, smollm_tok
     assert generated_ids(run_to_completion(alone)["c"]) == expected["c"]
 
 
-def test_preempted_forked_and_speculating_requests_keep_their_tokens(hf, smollm_tokenizer):
+@pytest.fixture(params=["cpp", "torch"])
+def kernels_bound(request):
+    """Whether engines built in the test bind the C++ kernels (CPU float32's path) or none (the torch
+    forms of the DeltaNet's steps, convolution and verifications: CUDA's path)."""
+    if request.param == "cpp":
+        yield True
+        return
+    with without_cpu_kernels():
+        yield False
+
+
+def test_preempted_forked_and_speculating_requests_keep_their_tokens(hf, smollm_tokenizer, kernels_bound):
     """A pool too small for the batch (a preempted sequence recomputes its state), n=2 (the fork
     copies its parent's state: both completions go on from the prompt's), and n-gram speculation
-    on a prompt that repeats (guesses made, some accepted, some rejected)."""
+    on a prompt that repeats (guesses made, some accepted, some rejected); with the C++ kernels and
+    with the torch forms."""
     expected = {key: hf_greedy(hf, smollm_tokenizer(text).input_ids, 16) for key, text in PROMPTS.items()}
     engine = engine_for(hf, smollm_tokenizer, block_size=4, num_kv_blocks=14, speculative="ngram")
+    assert (engine.bundle.model.layers[0].linear_attn._cpp is not None) == kernels_bound
     for key, text in PROMPTS.items():
         engine.add_request(key, smollm_tokenizer(text).input_ids, greedy(16))
     assert {key: generated_ids(outs) for key, outs in run_to_completion(engine).items()} == expected

@@ -45,6 +45,7 @@ def test_logits_and_greedy_tokens_are_transformers(hf, smollm_tokenizer):
     engine = engine_for(hf, smollm_tokenizer, block_size=4, max_num_batched_tokens=7, speculative="ngram")
     model = engine.bundle.model
     assert isinstance(model, Qwen35MoeForCausalLM) and isinstance(model.layers[0].mlp, SharedExpertMoE)
+    assert engine.bundle.cpu_step is None  # experts: the fused C++ step computes dense MLPs only (the modules run)
     assert "hybrid: 3 Gated DeltaNet + 1 attention layers" in engine.architecture and "MoE, 2 of 8 experts" in engine.architecture
     ids = torch.randint(3, 49152, (90,), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():

@@ -162,6 +162,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("deltanet") = py::none())
       .def_readonly("window", &LlamaLayerWeights::window)
       .def_readonly("local_rope", &LlamaLayerWeights::local_rope)
+      .def_readonly("rotary_dim", &LlamaLayerWeights::rotary_dim)
       .def_property_readonly("is_deltanet", [](const LlamaLayerWeights& w) { return w.deltanet.has_value(); });
   m.def("llama_attention_inputs", &llama_attention_inputs, nogil(), "norm, QKV, RoPE and the cache write of a Llama layer");
   m.def("llama_attention_output_and_mlp", &llama_attention_output_and_mlp, nogil(), "o_proj, residual, norm and MLP of a Llama layer",

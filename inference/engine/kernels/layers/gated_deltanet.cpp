@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "common/kernels.h"
-#include "common/simd.h"
 
 namespace minivllm {
 namespace {

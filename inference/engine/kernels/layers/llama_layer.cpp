@@ -136,7 +136,8 @@ torch::Tensor Projection::operator()(const torch::Tensor& x) const {
 }
 
 // Norm, Q/K/V projection, the per-head Q/K norms where the family has them, RoPE on Q and K, and
-// K/V written into the cache. Returns q, k, v: [T, heads or kv_heads, D] views.
+// K/V written into the cache. Returns q, k, v: [T, heads or kv_heads, D] views, and the output
+// gate's [T, heads, D] view where the layer has one (Qwen3.5).
 std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& cos,
                                                   const torch::Tensor& sin, torch::Tensor& k_cache, torch::Tensor& v_cache,
                                                   const torch::Tensor& write_rows) {
@@ -166,8 +167,8 @@ std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, co
   return {q, k, v};
 }
 
-// o_proj (Gemma: normed) and the residual; then norm, gate/up, act(gate) * up, down (Gemma: normed)
-// and the residual.
+// The output gate where the layer has one (attention's output times its sigmoid), o_proj (Gemma:
+// normed) and the residual; then norm, gate/up, act(gate) * up, down (Gemma: normed) and the residual.
 torch::Tensor llama_attention_output_and_mlp(const LlamaLayerWeights& w, const torch::Tensor& x, const torch::Tensor& attended,
                                              const std::optional<torch::Tensor>& output_gate) {
   const int64_t T = x.size(0);
