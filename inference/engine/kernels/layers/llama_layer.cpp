@@ -146,17 +146,19 @@ std::vector<torch::Tensor> llama_attention_inputs(const LlamaLayerWeights& w, co
   const int64_t T = x.size(0);
   const int64_t query_rows = w.output_gate ? 2 * w.heads : w.heads;  // Qwen3.5: [q head 0, gate head 0, q head 1, ...]
   auto qkv = w.qkv(rms_norm(x.contiguous(), w.input_norm, w.eps)).view({T, query_rows + 2 * w.kv_heads, w.head_dim});
-  auto qk = qkv.narrow(1, 0, w.heads + w.kv_heads);
   std::optional<torch::Tensor> gate;
+  auto q_rows = qkv.narrow(1, 0, w.heads);
+  const auto k_rows = qkv.narrow(1, query_rows, w.kv_heads);
   if (w.output_gate) {
     const auto query_gate = qkv.narrow(1, 0, query_rows).view({T, w.heads, 2 * w.head_dim});
+    q_rows = query_gate.narrow(2, 0, w.head_dim);
     gate = query_gate.narrow(2, w.head_dim, w.head_dim);
-    qk = at::cat({query_gate.narrow(2, 0, w.head_dim), qkv.narrow(1, query_rows, w.kv_heads)}, 1);
   }
+  torch::Tensor qk;
   if (w.q_norm)  // as the modules: each half made contiguous, normed, the halves side by side again
-    qk = at::cat({rms_norm(qk.narrow(1, 0, w.heads).contiguous(), *w.q_norm, w.eps),
-                  rms_norm(qk.narrow(1, w.heads, w.kv_heads).contiguous(), *w.k_norm, w.eps)},
-                 1);
+    qk = at::cat({rms_norm(q_rows.contiguous(), *w.q_norm, w.eps), rms_norm(k_rows.contiguous(), *w.k_norm, w.eps)}, 1);
+  else  // Q and K side by side already, except where gates sit between the query heads
+    qk = w.output_gate ? at::cat({q_rows, k_rows}, 1) : qkv.narrow(1, 0, w.heads + w.kv_heads);
   auto turned = w.rotary_dim > 0 && w.rotary_dim < w.head_dim ? qk.narrow(2, 0, w.rotary_dim) : qk;
   rotary_inplace(turned, cos, sin);
   auto q = qk.narrow(1, 0, w.heads);
