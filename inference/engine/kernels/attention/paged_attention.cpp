@@ -96,6 +96,20 @@ inline void score_eight(const float* query, const PagedView<T>& keys, int64_t h,
 // Up to 32 output floats of up to 3 heads of a group, accumulated in registers over every token
 // in order: each output is p[0] * v[0] + p[1] * v[1] + ..., one fused multiply-add per token.
 // Several heads per pass share each V load and keep 4-12 independent accumulator chains busy.
+// Below this many multiply-adds a call's tasks run on the calling thread: at one sequence of a
+// short context the whole call is a few microseconds, less than waking the other threads costs.
+constexpr int64_t kInlineWork = 1 << 17;
+
+// at::parallel_for's grain for `tasks` tasks of `work` multiply-adds in all: every task inline
+// where the work is small, else one task a thread at the least.
+inline int64_t task_grain(int64_t tasks, int64_t work) { return work < kInlineWork ? tasks + 1 : 1; }
+
+inline int64_t total_keys(const int64_t* lens, int64_t batch) {
+  int64_t keys = 0;
+  for (int64_t b = 0; b < batch; ++b) keys += lens[b];
+  return keys;
+}
+
 constexpr int64_t kValueSlice = 32;
 constexpr int64_t kValueHeads = 3;
 
@@ -154,7 +168,8 @@ torch::Tensor scores_over(const torch::Tensor& q, const torch::Tensor& k_cache, 
   const int64_t* tables = block_tables.data_ptr<int64_t>();
   float* sp = scores.data_ptr<float>();
   const float s = static_cast<float>(scale);
-  at::parallel_for(0, batch * keys.kv_heads, 1, [&](int64_t begin, int64_t end) {
+  const int64_t tasks = batch * keys.kv_heads;
+  at::parallel_for(0, tasks, task_grain(tasks, total_keys(lens, batch) * heads * dim), [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / keys.kv_heads, h = task % keys.kv_heads;
       const int64_t* table = tables + b * block_tables.size(1);
@@ -185,7 +200,8 @@ torch::Tensor values_over(const torch::Tensor& probs, const torch::Tensor& v_cac
   const float* pp = probs.data_ptr<float>();
   const int64_t* tables = block_tables.data_ptr<int64_t>();
   float* op = out.data_ptr<float>();
-  at::parallel_for(0, batch * values.kv_heads, 1, [&](int64_t begin, int64_t end) {
+  const int64_t tasks = batch * values.kv_heads;
+  at::parallel_for(0, tasks, task_grain(tasks, total_keys(lens, batch) * heads * dim), [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / values.kv_heads, h = task % values.kv_heads;
       const int64_t* table = tables + b * block_tables.size(1);
