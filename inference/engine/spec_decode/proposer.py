@@ -14,10 +14,13 @@ constants tuned on one machine:
   B x (marginal time of a row) / (step time without drafts): one more row costs its time and
   yields that chance of a token, against B tokens per step. At one stream that threshold is a few
   percent; once a step is compute-bound it nears one and speculation switches itself off.
-- acceptance: each sequence keeps a running estimate `alpha` of how often its guesses are right; the
-  i-th guessed token is proposed while alpha^i exceeds the threshold. A sequence whose guesses stop
-  paying stops guessing, save one guess after a wait (in its own tokens) that doubles each time, by
-  which it notices when its text turns repetitive again.
+- acceptance: each sequence keeps a running estimate `alpha` of how often its first guess is right;
+  the i-th guessed token is proposed while alpha^i exceeds the threshold. The estimate learns
+  from every verification and, for free, from every step the sequence does not guess: its lookup
+  is made anyway (a few dict reads) and scored against the token the step then writes. So a
+  sequence guesses only once its own text has shown that guesses land (MIN_EVIDENCE outcomes),
+  stops as soon as they stop landing, and starts again when its text turns repetitive, without
+  a verification spent to find out. Prose, whose lookups rarely land, never pays for guesses.
 A request's prediction is the client's own guess, asked for by name (and billed for when
 rejected): its sequence guesses from it whatever the cost model says, as far as the prediction
 goes. The cost model rules the n-gram guesses only.
@@ -33,14 +36,15 @@ from .ngram_index import NgramIndex
 
 SPEC_MODES = ("auto", "off", "ngram")
 
-PRIOR_ACCEPTANCE = 0.5  # a new sequence's estimate before its first verification
-ACCEPTANCE_RATE = 0.15  # weight of each verified position in the running estimate
+PRIOR_ACCEPTANCE = 0.3  # a new sequence's estimate before its first outcome
+ACCEPTANCE_RATE = 0.15  # weight of each outcome (a verified position or a scored lookup) in the estimate
+MIN_EVIDENCE = 3  # outcomes a sequence's estimate needs before its n-grams are guessed from
+PROBE_THRESHOLD = 0.2  # the threshold a drafted probe guesses under, before a draft row is priced
 COST_RATE = 0.2  # weight of each step's time in the per-bucket averages
 SAMPLES_BEFORE_TRUSTED = 4  # steps each arm of a bucket needs before its cost is used
 OUTLIER_FACTOR = 2.0  # a step counts for at most this many times its arm's average
 REFRESH_EVERY = 256  # a bucket's steps between re-measurements of the arm it does not use
 PREDICTION_SLACK = 256  # prediction tokens kept beyond twice max_tokens
-BACKOFF_MIN, BACKOFF_MAX = 8, 256  # tokens a sequence writes before a probing guess, doubling
 
 
 @dataclass
@@ -51,8 +55,9 @@ class SequenceSpeculation:
     prediction: list[int] | None = None
     prediction_index: NgramIndex | None = None
     acceptance: float = PRIOR_ACCEPTANCE
-    idle_until: int = 0  # the step before which it does not guess (its guesses stopped paying)
-    backoff: int = BACKOFF_MIN
+    evidence: int = 0  # outcomes the estimate has learned from
+    shadow: int | None = None  # the lookup's guess at the next token, made on a step without guesses
+    shadow_at: int = 0  # where that token will stand in the sequence
     draft: list[int] = field(default_factory=list)  # this step's guesses
     draft_from_prediction: bool = False
     proposed: int = 0
@@ -162,14 +167,22 @@ class Speculator:
         bucket_id = len(decoding).bit_length()
         bucket = self.buckets.setdefault(bucket_id, _Bucket())
         probe = bucket.probe() if self.mode == "auto" else None
-        threshold = 0.0 if probe == "drafted" or self.mode == "ngram" else bucket.threshold(len(decoding))
+        if self.mode == "ngram":
+            threshold = 0.0
+        else:
+            threshold = PROBE_THRESHOLD if probe == "drafted" else bucket.threshold(len(decoding))
         drafted = False
-        if probe != "plain":  # (a plain probe measures a step without drafts)
-            for seq in decoding:
-                if _has_prediction(seq) and self._propose_one(seq, 0.0, max_model_len, prediction_only=True):
-                    drafted = True  # the client's guess: verified whatever the cost model says
-                elif threshold < 1.0:
-                    drafted |= self._propose_one(seq, threshold, max_model_len)
+        for seq in decoding:
+            if self.mode == "auto":
+                _score_shadow(seq)
+            guessed = probe != "plain" and (  # (a plain probe measures a step without drafts)
+                # the client's guess first: verified whatever the cost model says
+                (_has_prediction(seq) and self._propose_one(seq, 0.0, max_model_len, prediction_only=True))
+                or (threshold < 1.0 and self._propose_one(seq, threshold, max_model_len))
+            )
+            drafted |= guessed
+            if self.mode == "auto" and not guessed:
+                _make_shadow(seq)
         if probe == "plain" or (probe == "drafted" and drafted):
             bucket.probes[probe] += 1
         self._step_kind = (bucket_id, drafted)
@@ -187,15 +200,13 @@ class Speculator:
         if wanted <= 0:
             return False
         if self.mode == "auto" and not prediction_only:
+            if spec.evidence < MIN_EVIDENCE:
+                return False
             worth = 0
             while worth < wanted and spec.acceptance ** (worth + 1) > threshold:
                 worth += 1
-            if worth == 0:  # its guesses do not pay now: one guess now and then, to notice when they would
-                if len(seq) < spec.idle_until or threshold >= PRIOR_ACCEPTANCE:
-                    return False
-                spec.idle_until = len(seq) + spec.backoff
-                spec.backoff = min(spec.backoff * 2, BACKOFF_MAX)
-                worth = 1
+            if worth == 0:  # its guesses do not pay now (its lookups are still scored: `_score_shadow`)
+                return False
             wanted = min(wanted, worth)
         draft, from_prediction = (self._from_prediction(seq, wanted), True) if prediction_only else self._lookup(seq, wanted)
         if draft and seq.active_matcher is not None:
@@ -244,11 +255,8 @@ class Speculator:
         self.num_accepted_tokens += taken
         self.verification_steps += 1
         self.verified_tokens += written
-        outcomes = [1.0] * accepted + ([0.0] if accepted < proposed else [])
-        for outcome in outcomes:
-            spec.acceptance += ACCEPTANCE_RATE * (outcome - spec.acceptance)
-        if accepted == proposed:
-            spec.backoff = BACKOFF_MIN  # right again: a later lull is probed soon
+        for outcome in [1.0] * accepted + ([0.0] if accepted < proposed else []):
+            _learn(spec, outcome)
         spec.draft = []
 
     def observe_step(self, seconds: float, had_prefill: bool, draft_rows: int) -> None:
@@ -263,6 +271,31 @@ class Speculator:
             bucket.drafted.add(seconds, draft_rows)
         elif not drafted:
             bucket.plain.add(seconds, 0)
+
+
+def _learn(spec: SequenceSpeculation, outcome: float) -> None:
+    spec.acceptance += ACCEPTANCE_RATE * (outcome - spec.acceptance)
+    spec.evidence += 1
+
+
+def _score_shadow(seq) -> None:
+    """The last step's unverified lookup against the token that step wrote: an outcome for free."""
+    spec = seq.spec
+    if spec is None or spec.shadow is None:
+        return
+    if len(seq.token_ids) > spec.shadow_at:
+        _learn(spec, 1.0 if seq.token_ids[spec.shadow_at] == spec.shadow else 0.0)
+    spec.shadow = None
+
+
+def _make_shadow(seq) -> None:
+    """What the lookup would guess next, on a step where the sequence does not guess: scored next step."""
+    spec = seq.spec
+    if spec is None or _has_prediction(seq) or not _may_speculate(seq):
+        return
+    guess = spec.index.propose(1)
+    if guess:
+        spec.shadow, spec.shadow_at = guess[0], len(seq.token_ids)
 
 
 def _has_prediction(seq) -> bool:
