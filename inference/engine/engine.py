@@ -36,6 +36,7 @@ from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
 from .spec_decode.proposer import Speculator
 from .spec_decode.verification import Verifier, verify_contexts
+from .step_times import StepTimes
 
 log = logging.getLogger("minivllm.engine")
 
@@ -111,6 +112,7 @@ class LLMEngine(RequestDecoding, ToolCallSteps):
         self._pending: list[RequestOutput] = []  # outputs of aborts, delivered by the next step
         self.started_at = time.monotonic()
         self.num_steps = 0
+        self.step_times = StepTimes()  # where decode steps' time goes (the dashboard's overhead per step)
         self.total_prompt_tokens = 0
         self.test_faults = FaultHooks()  # test-only: its step hook (engine/fault_hooks.py)
         self._grammars: Grammars | None = None
@@ -209,6 +211,8 @@ class LLMEngine(RequestDecoding, ToolCallSteps):
     def step(self) -> list[RequestOutput]:
         """One pass of the loop: schedule -> run the model -> sample and verify -> the outputs."""
         outputs, self._pending = self._pending, []
+        times = self.step_times
+        times.begin()
         started = time.perf_counter()
         self.speculator.propose(self.scheduler.running, self.max_model_len)
         batch = self.scheduler.schedule()
@@ -218,12 +222,21 @@ class LLMEngine(RequestDecoding, ToolCallSteps):
         draft_rows = batch.num_verify_rows - len(batch.verifies)
         # constrained rows' masks are computed on the mask thread while the model runs
         masks = self._grammars.start_masks(batch.sampling) if self._grammars is not None else NO_MASKS
+        counted = not batch.prefills  # a prefill chunk's forward would swamp the loop's own time
         try:
             self.test_faults.fire("step")
-            step = self.model_runner.run(batch)
+            times.lap("schedule")
+            inputs = self.model_runner.prepare(batch)
+            times.lap("inputs")
+            step = self.model_runner.compute(inputs)
+            times.lap("forward")
             outputs.extend(self._computed(batch, step))
             sampled = self._sample(batch, step, masks)
+            times.lap("sample")
+            detokenizing = self.output_processor.detokenize_seconds
             outputs.extend(self._process(sampled) if sampled is not None else [])
+            times.lap("outputs")
+            times.move(self.output_processor.detokenize_seconds - detokenizing, "outputs", "detokenize")
         except Exception as exc:  # a failed forward pass fails its requests, not the engine
             masks.settle()
             if is_fatal_device_error(exc):  # ... unless it broke the device: then no later step would run
@@ -231,6 +244,8 @@ class LLMEngine(RequestDecoding, ToolCallSteps):
                 raise FatalDeviceError(f"{type(exc).__name__}: {exc}") from exc
             log.exception("model step failed")
             outputs.extend(self.output_processor.failed(batch, exc))
+            counted = False
+        times.end(counted)
         self.speculator.observe_step(time.perf_counter() - started, bool(batch.prefills), draft_rows)
         return outputs
 

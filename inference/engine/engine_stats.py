@@ -61,6 +61,7 @@ class EngineStats:
     spec_accepted_tokens: int | None = _summed()  # of those, accepted by verification
     spec_verifications: int | None = _summed()  # sequence-steps that verified guesses
     spec_verified_tokens: int | None = _summed()  # tokens those steps wrote (accepted guesses + one sampled each)
+    step_times: dict | None = None  # where decode steps' time goes (engine/step_times.py): recent ms, overhead, totals
     last_step_at: float | None = None  # the loop's last pass, on the reader's monotonic clock
     gpu_memory_used_mb: float | None = _summed()  # measured where the GPU is: remote workers only
     gpu_memory_total_mb: float | None = _summed()
@@ -113,6 +114,7 @@ class EngineStats:
             spec_accepted_tokens=speculator.num_accepted_tokens,
             spec_verifications=speculator.verification_steps,
             spec_verified_tokens=speculator.verified_tokens,
+            step_times=engine.step_times.snapshot(),
         )
 
     @classmethod
@@ -134,21 +136,25 @@ class EngineStats:
 
 class TokenRate:
     """Tokens written: the total since the engine started, and the rate over the last
-    THROUGHPUT_WINDOW_S seconds (EngineStats.tokens_per_second)."""
+    THROUGHPUT_WINDOW_S seconds (EngineStats.tokens_per_second). The window's sum is kept as
+    tokens come and go: the snapshot reads it every step, and a sum over a busy window's
+    thousands of entries cost more than the rest of the snapshot."""
 
     def __init__(self):
         self.total = 0
         self._recent: deque[tuple[float, int]] = deque()
+        self._in_window = 0
 
     def add(self, now: float, count: int) -> None:
         self._recent.append((now, count))
+        self._in_window += count
         self.total += count
 
     def per_second(self) -> float:
         now = time.monotonic()
         while self._recent and now - self._recent[0][0] > THROUGHPUT_WINDOW_S:
-            self._recent.popleft()
+            self._in_window -= self._recent.popleft()[1]
         if not self._recent:
             return 0.0
         span = max(now - self._recent[0][0], 1.0)
-        return sum(n for _, n in self._recent) / span
+        return self._in_window / span

@@ -149,9 +149,18 @@ class ModelRunner:
         the cache up to itself, so each row computes exactly what a plain decode at that position
         would; all k+1 rows' logits come back in `verify`.
         """
+        return self.compute(self.prepare(batch))
+
+    @torch.inference_mode()
+    def prepare(self, batch: ScheduledBatch) -> StepInputs:
+        """`run`'s first half, the loop's own work: replays and block copies made, the rows laid out."""
         self.replay(batch.replays)
         self.copy_blocks(batch.copies)
-        inputs = self.prepare_inputs(batch)
+        return self.prepare_inputs(batch)
+
+    @torch.inference_mode()
+    def compute(self, inputs: StepInputs) -> StepLogits:
+        """`run`'s second half, the model's: the forward and the logits the step reads."""
         return self._logits(inputs, self.forward_pass(inputs))
 
     def prepare_inputs(self, batch: ScheduledBatch) -> StepInputs:

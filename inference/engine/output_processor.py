@@ -8,6 +8,8 @@ Aborts, failed steps and pooled embeddings end requests here too. Plain bookkeep
 
 from __future__ import annotations
 
+import time
+
 from .engine_stats import TokenRate
 from .outputs import RequestOutput, TokenLogprob
 from .scheduler import ScheduledBatch, Scheduler
@@ -22,6 +24,7 @@ class OutputProcessor:
         self.bundle = bundle  # its eos_token_ids are read at each token (tests change them)
         self.max_model_len = max_model_len
         self.generated = TokenRate()  # tokens written: the total and the recent rate
+        self.detokenize_seconds = 0.0  # spent in the detokenizers (engine/step_times.py)
 
     def advance(self, seq: Sequence, token_id: int) -> str:
         """Writes one token to the sequence, its grammar, reasoning state and detokenizer; its text.
@@ -32,7 +35,10 @@ class OutputProcessor:
         if seq.reasoning is not None and seq.reasoning.observe(seq.output_token_ids) and seq.matcher is not None:
             for written in seq.output_token_ids:  # no reasoning after all: the grammar reads the reply from its start
                 seq.matcher.consume_token(written)
-        return seq.detokenizer.add_tokens([token_id])
+        started = time.perf_counter()
+        text = seq.detokenizer.add_tokens([token_id])
+        self.detokenize_seconds += time.perf_counter() - started
+        return text
 
     def append_token(self, seq: Sequence, token_id: int, logprob, now: float) -> RequestOutput:
         first = seq.first_token_time is None

@@ -79,6 +79,8 @@ def _build_snapshot(engine_client) -> dict:
         "num_requests_resumed": engine.num_requests_resumed,
         "total_prompt_tokens": engine.total_prompt_tokens,
         "steps": engine.steps,
+        # a decode step's phases: recent averages (ms), their overhead (all but the forward), the run's totals
+        "step_times": engine.step_times,
         "speculative": engine.speculative,
         "spec_draft_tokens": engine.spec_draft_tokens,
         "spec_accepted_tokens": engine.spec_accepted_tokens,

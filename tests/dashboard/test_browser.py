@@ -110,6 +110,9 @@ def test_chat_streams_a_reply(page, server):
     assert wait_until(lambda: server.row(request_id).get("status") == "completed", timeout=30)
     assert server.row(request_id)["output_text"] == text
     page.wait_for_selector(f"#recent-requests tr[data-request-id='{request_id}'][data-status=completed]")
+    # the reply's decode steps: their time outside the model, and the model's beside it
+    page.wait_for_function("/^[0-9]+[.][0-9]{2} ms$/.test(document.getElementById('step-overhead').textContent)")
+    assert page.text_content("#step-split").startswith("model ")
     assert page.errors == [] and page.exceptions == []
 
 

@@ -13,7 +13,15 @@ export function renderEngineInfo(stats) {
   byId("running").textContent = stats.batch_size === null ? DASH : `${num(stats.batch_size)} / ${num(stats.num_slots)}`;
   byId("total-tokens").textContent = num(stats.total_tokens_generated);
   byId("resumed").textContent = num(stats.num_requests_resumed);
+  renderStepOverhead(stats.step_times);
   byId("uptime").textContent = stats.engine_state === "ready" ? duration(stats.uptime_seconds) : (stats.engine_state ?? DASH).replace("_", " ");
+}
+
+// A decode step's time outside the model (engine/step_times.py), and the model's own beside it.
+function renderStepOverhead(times) {
+  const counted = times && times.steps > 0;
+  byId("step-overhead").textContent = counted ? `${times.overhead_ms.toFixed(2)} ms` : DASH;
+  byId("step-split").textContent = counted ? `model ${times.recent_ms.forward.toFixed(2)} ms` : "";
 }
 
 export function renderKvCache(stats) {
