@@ -10,7 +10,7 @@ clients. Judged per round: the embedded model at one client >= 1.2x llama-server
 every load; ready <= 1.5x on the 0.5B.
 
 The step split: over ours' one-client load with speculation off (every step one token), the engine's decode steps by phase from `/stats`'s
-`step_times` (engine/step_times.py: schedule, inputs, forward, sample, outputs, detokenize,
+`step_times` (engine/timing/step_times.py: schedule, inputs, forward, sample, outputs, detokenize,
 handoff), and "serving": the client's mean inter-token gap less the engine's mean step, which
 is the event loop's share (the SSE frames, the GIL they hold) and any wait for the next step.
 

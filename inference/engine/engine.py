@@ -36,7 +36,7 @@ from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
 from .spec_decode.proposer import Speculator
 from .spec_decode.verification import Verifier, verify_contexts
-from .step_times import StepTimes
+from .timing.step_times import StepTimes
 
 log = logging.getLogger("minivllm.engine")
 
@@ -127,6 +127,10 @@ class LLMEngine(RequestDecoding, ToolCallSteps):
             "engine ready: %s on %s (%s), %d KV blocks of %d tokens (%s), %d slots",
             *(self.model_name, self.device, self.dtype, num_blocks, config.block_size, kv_dtype, self.num_slots),
         )
+        if bundle.start_phases is not None:  # the load's first engine: what the start spent, part by part
+            bundle.start_phases.lap("KV pool and runner")
+            log.info("start-up: %s", bundle.start_phases.line())
+            bundle.start_phases = None
 
     def fresh_copy(self) -> LLMEngine:
         """A new engine over the same loaded weights: empty cache, queues and counters. This one's

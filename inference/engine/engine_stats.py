@@ -61,7 +61,7 @@ class EngineStats:
     spec_accepted_tokens: int | None = _summed()  # of those, accepted by verification
     spec_verifications: int | None = _summed()  # sequence-steps that verified guesses
     spec_verified_tokens: int | None = _summed()  # tokens those steps wrote (accepted guesses + one sampled each)
-    step_times: dict | None = None  # where decode steps' time goes (engine/step_times.py): recent ms, overhead, totals
+    step_times: dict | None = None  # where decode steps' time goes (engine/timing/step_times.py): recent ms, overhead, totals
     last_step_at: float | None = None  # the loop's last pass, on the reader's monotonic clock
     gpu_memory_used_mb: float | None = _summed()  # measured where the GPU is: remote workers only
     gpu_memory_total_mb: float | None = _summed()

@@ -28,6 +28,7 @@ from .models import model_class_for
 from .models.cpu_step import install_cpu_step
 from .models.no_init import WithoutWeightInit
 from .sample.generation_config import sampling_defaults
+from .timing.start_phases import StartPhases
 from .transformers_lock import TRANSFORMERS_LOCK
 
 log = logging.getLogger("minivllm.engine")
@@ -73,6 +74,7 @@ class ModelBundle:
     architecture: str = ""  # the family, as transformers names it ("llama", "gemma3_text", ...)
     weights_label: str = ""  # how the weights run, for people: "GGUF blocks: Q4_K ×27, Q6_K ×9", "int4 groups"
     float32_file: bool = False  # a float32 GGUF read in place: exact weights, so a float32 KV cache (config.kv_dtype_for)
+    start_phases: object = None  # timing/start_phases.StartPhases of the load, until the engine logs them
 
     @property
     def exact_format(self) -> str:
@@ -145,8 +147,9 @@ def cap_kernels(config: EngineConfig, device: torch.device) -> None:
 def load_model(config: EngineConfig) -> ModelBundle:
     """The model the config names, or a ModelLoadError of one line saying why not: a config field our
     model code needs and the checkpoint lacks is named, not left as an AttributeError's traceback."""
+    phases = StartPhases()
     try:
-        return _load_model(config)
+        bundle = _load_model(config, phases)
     except AttributeError as exc:
         owner = getattr(exc, "obj", None)
         if owner is None or not hasattr(owner, "model_type") or exc.name is None:
@@ -155,9 +158,13 @@ def load_model(config: EngineConfig) -> ModelBundle:
             f"the {owner.model_type} config of {config.model or EMBEDDED_GGUF} has no {exc.name!r}, which our "
             f"{owner.model_type} code needs and cannot derive (a GGUF key its converter did not write)"
         ) from exc
+    if not phases.phases:
+        phases.lap("model and tokenizer")
+    bundle.start_phases = phases  # the engine ends the line once its KV pool is allocated
+    return bundle
 
 
-def _load_model(config: EngineConfig) -> ModelBundle:
+def _load_model(config: EngineConfig, phases: StartPhases) -> ModelBundle:
     source = resolve_source(config.model)
     device = resolve_device(config.device)
     cap_kernels(config, device)
@@ -165,16 +172,20 @@ def _load_model(config: EngineConfig) -> ModelBundle:
     log.info("loading model %s onto %s as %s", source.display_name, device, dtype_name(dtype))
     if source.gguf_file:
         gguf = _open_gguf(source)
+        phases.lap("GGUF header")
         model_class = model_class_for(gguf.hf_config)
         dtype = _dtype_for(model_class, dtype, config.dtype)
         choice = gguf_format(config, gguf, device)
 
         def from_gguf(model, max_model_len: int, how: str) -> ModelBundle:
             """The bundle of a model built from the GGUF's own tensors (both in-place paths below)."""
+            phases.lap("weights")
+            tokenizer = _gguf_tokenizer(gguf, source)
+            phases.lap("tokenizer (the wait for it)")
             return _bundle(
                 model=model,
                 hf_config=gguf.hf_config,
-                tokenizer=_gguf_tokenizer(gguf, source),
+                tokenizer=tokenizer,
                 name=source.display_name,
                 device=device,
                 dtype=dtype,
@@ -197,6 +208,7 @@ def _load_model(config: EngineConfig) -> ModelBundle:
                 max_model_len,
                 f"from the GGUF's own blocks (tensors per type and kernel: {per_type})",
             )
+            phases.lap("C++ step")
             bundle.weights_label = gguf_blocks_label(kernels_used)
             bundle.float32_file = gguf.weight_type == "float32" and dtype == torch.float32
             return bundle

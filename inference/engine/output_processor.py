@@ -24,7 +24,7 @@ class OutputProcessor:
         self.bundle = bundle  # its eos_token_ids are read at each token (tests change them)
         self.max_model_len = max_model_len
         self.generated = TokenRate()  # tokens written: the total and the recent rate
-        self.detokenize_seconds = 0.0  # spent in the detokenizers (engine/step_times.py)
+        self.detokenize_seconds = 0.0  # spent in the detokenizers (engine/timing/step_times.py)
 
     def advance(self, seq: Sequence, token_id: int) -> str:
         """Writes one token to the sequence, its grammar, reasoning state and detokenizer; its text.

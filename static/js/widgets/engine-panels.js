@@ -17,7 +17,7 @@ export function renderEngineInfo(stats) {
   byId("uptime").textContent = stats.engine_state === "ready" ? duration(stats.uptime_seconds) : (stats.engine_state ?? DASH).replace("_", " ");
 }
 
-// A decode step's time outside the model (engine/step_times.py), and the model's own beside it.
+// A decode step's time outside the model (engine/timing/step_times.py), and the model's own beside it.
 function renderStepOverhead(times) {
   const counted = times && times.steps > 0;
   byId("step-overhead").textContent = counted ? `${times.overhead_ms.toFixed(2)} ms` : DASH;

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from inference.engine.engine_thread import EngineThread
-from inference.engine.step_times import PHASES, StepTimes
+from inference.engine.timing.step_times import PHASES, StepTimes
 from tests.support.engine_helpers import engine_for, greedy
 
 
