@@ -117,6 +117,7 @@ class RequestMetrics:
     def __init__(self, model_name: str):
         self.model_name = model_name
         self._last_token_at: dict[int, float] = {}  # by choice: n completions stream side by side
+        self._inter_token = INTER_TOKEN_LATENCY.labels(model_name)  # looked up once: on_tokens runs per token
 
     def on_tokens(self, now: float, choice: int = 0, count: int = 1) -> None:
         """An output carrying `count` tokens reached this process; the gap since its choice's
@@ -125,7 +126,7 @@ class RequestMetrics:
         if last is not None:
             gap = max(0.0, now - last) / count
             for _ in range(count):
-                INTER_TOKEN_LATENCY.labels(self.model_name).observe(gap)
+                self._inter_token.observe(gap)
         self._last_token_at[choice] = now
 
     def on_finish(
