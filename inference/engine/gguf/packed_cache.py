@@ -25,6 +25,7 @@ import os
 import shutil
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -69,14 +70,17 @@ class PackedCache:
             with open(self.folder / self.file_name, "rb") as file:
                 if os.fstat(file.fileno()).st_size != manifest["bytes"]:
                     return None
-                # copy-on-write, as the GGUF's own map: torch takes views without a read-only warning; nothing writes them
-                mapped = mmap.mmap(file.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+                # read-only: mlock (below) write-faults every page of a writable private map to break its
+                # copy-on-write, which copied the weights into anonymous 4 KB pages (their 2 MB mapping split)
+                mapped = mmap.mmap(file.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
             populate(mapped, huge=True)  # one call, and in 2 MB pages where the page cache holds (or reads) them so
             data = np.frombuffer(mapped, dtype=np.uint8)
-            weights = [
-                torch.from_numpy(data[offset : offset + rows * width]).view(rows, width)
-                for rows, width, offset in manifest["tensors"]
-            ]
+            with warnings.catch_warnings():  # torch warns of a read-only buffer; nothing writes the weights
+                warnings.simplefilter("ignore", UserWarning)
+                weights = [
+                    torch.from_numpy(data[offset : offset + rows * width]).view(rows, width)
+                    for rows, width, offset in manifest["tensors"]
+                ]
             huge = _huge_mapped_bytes(data.ctypes.data)
         except (OSError, ValueError, KeyError, TypeError, RuntimeError):
             return None

@@ -139,3 +139,19 @@ def test_weights_in_4kb_pages_or_unlockable_are_copied_else_mapped(tmp_path, mon
         second, again = started(path)
     assert mapped(caplog) and copied(caplog) is not (in_huge_pages and lockable)
     assert all(torch.equal(a, b) for a, b in zip(first, second)) and torch.equal(logits, again)
+
+
+def test_locked_weights_stay_mapped_in_the_page_caches_2mb_pages(monkeypatch):
+    """Locking a writable private map write-faulted every page to break its copy-on-write: the
+    weights were copied into anonymous 4 KB pages and their 2 MB mapping split, which the load
+    had just checked for (the embedded GGUF: its packed weights are ~92 MB)."""
+    packed_of = lambda engine: next(m.packed for m in engine.bundle.model.modules() if isinstance(m, GroupLinear))  # noqa: E731
+    LLMEngine(EngineConfig(device="cpu"))
+    packed_cache.wait_for_writes()
+    at_load = []
+    check = packed_cache._huge_mapped_bytes
+    monkeypatch.setattr(packed_cache, "_huge_mapped_bytes", lambda address: at_load.append(check(address)) or at_load[-1])
+    engine = LLMEngine(EngineConfig(device="cpu"))
+    if not at_load or at_load[0] < 64 << 20:
+        pytest.skip("the page cache does not hold the file in 2 MB folios here: the weights were copied")
+    assert check(packed_of(engine).data_ptr()) == at_load[0]  # still mapped so once locked
