@@ -1,6 +1,6 @@
 """EngineStats: the engine's snapshot, one declaration for everyone who reads or sums it.
 
-`EngineStats.of` fills it from an LLMEngine each step; EngineThread hands out the latest copy; a
+`EngineStats.of` fills it from an LLMEngine (engine_thread.py says when); EngineThread hands out the latest copy; a
 `runengine` worker sends it as a plain dict in its heartbeat and the web side's fleet sums the
 fields marked `summed` over its workers; /stats, /health and /metrics read its attributes. A number nobody measured
 stays None (an engine still loading has no counts), never zero.

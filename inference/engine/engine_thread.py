@@ -80,6 +80,7 @@ class EngineThread:
         self.resumed_requests = 0
         self._snapshot = EngineStats()
         self._snapshot_at = 0.0
+        self._snapshot_load = (0, 0)  # (running, waiting) when it was taken
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -165,7 +166,7 @@ class EngineThread:
         return len(self._streams)
 
     def stats(self) -> EngineStats:
-        """The snapshot of the engine's last pass (empty while loading)."""
+        """The engine's latest snapshot (empty while loading): `_snapshot_due` says when one is taken."""
         return self._snapshot.replace(num_requests_resumed=self.resumed_requests)
 
     def not_ready_reason(self) -> str:
@@ -240,7 +241,7 @@ class EngineThread:
                 outputs = self.engine.step()
                 handed = time.perf_counter()
                 self._dispatch(outputs)
-                if handed - self._snapshot_at >= SNAPSHOT_EVERY_S or any(output.finished for output in outputs):
+                if self._snapshot_due(handed, outputs):
                     self._refresh_snapshot()
                 self.engine.step_times.handoff(time.perf_counter() - handed)
             else:
@@ -317,9 +318,18 @@ class EngineThread:
         for request_id in leftovers:
             self._end_stream(request_id, "error", error)
 
+    def _snapshot_due(self, now: float, outputs: list[RequestOutput]) -> bool:
+        """Whether a busy loop's stats must be taken now: SNAPSHOT_EVERY_S has passed, a request ended,
+        or the requests running or waiting changed (one that has just started is never missing)."""
+        scheduler = self.engine.scheduler
+        if (len(scheduler.running), len(scheduler.waiting)) != self._snapshot_load:
+            return True
+        return now - self._snapshot_at >= SNAPSHOT_EVERY_S or any(output.finished for output in outputs)
+
     def _refresh_snapshot(self) -> None:
         """The stats readers see (/stats, /health, /metrics, a worker's heartbeat). Taking it costs
         ~25-50 µs of the GIL: a busy loop takes one per SNAPSHOT_EVERY_S, and whenever a request
         ends (so a finished request is never still counted), an idle one every pass."""
         self._snapshot_at = time.perf_counter()
+        self._snapshot_load = (len(self.engine.scheduler.running), len(self.engine.scheduler.waiting))
         self._snapshot = self.engine.stats().replace(last_step_at=self.last_loop_at)
