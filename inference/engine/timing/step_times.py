@@ -72,3 +72,19 @@ class StepTimes:
             "totals_s": dict(self.totals),
             "steps": self.steps,
         }
+
+
+def merged(snapshots) -> dict | None:
+    """A fleet's step times from its workers' snapshots: totals and steps summed, the recent
+    averages weighted by each worker's steps (None where no worker has counted a step)."""
+    counted = [s for s in snapshots if s and s.get("steps")]
+    if not counted:
+        return None
+    steps = sum(s["steps"] for s in counted)
+    recent = {p: sum(s["recent_ms"][p] * s["steps"] for s in counted) / steps for p in PHASES}
+    return {
+        "recent_ms": {p: round(ms, 3) for p, ms in recent.items()},
+        "overhead_ms": round(sum(ms for p, ms in recent.items() if p != "forward"), 3),
+        "totals_s": {p: sum(s["totals_s"][p] for s in counted) for p in PHASES},
+        "steps": steps,
+    }

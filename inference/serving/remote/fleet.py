@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ...engine.engine_state import EngineState
 from ...engine.engine_stats import EngineStats
+from ...engine.timing.step_times import merged
 
 
 @dataclass
@@ -119,6 +120,7 @@ class EngineFleet:
             architecture=_joined(v.stats.architecture for v in ready),
             weights=_joined(v.stats.weights for v in ready),
             speculative=_joined(v.stats.speculative for v in ready),
+            step_times=merged(v.stats.step_times for v in ready),
             slots=slots,
             kv_cache_usage=_ratio(totals["kv_blocks_used"], totals["kv_blocks_total"]),
             prefix_cache_hit_rate=_ratio(totals["prefix_cache_hits"], totals["prefix_cache_queries"]) or 0.0,

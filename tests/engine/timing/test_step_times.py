@@ -1,4 +1,4 @@
-"""Where decode steps' time goes (engine/step_times.py): every step without a prefill chunk is
+"""Where decode steps' time goes (engine/timing/step_times.py): every step without a prefill chunk is
 counted by phase, the loop's hand-off after it too, and the overhead is all but the forward."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 
 from inference.engine.engine_thread import EngineThread
-from inference.engine.timing.step_times import PHASES, StepTimes
+from inference.engine.timing.step_times import PHASES, StepTimes, merged
 from tests.support.engine_helpers import engine_for, greedy
 
 
 def test_decode_steps_are_split_by_phase_and_prefill_steps_are_left_out(tiny_hf, smollm_tokenizer):
-    engine = engine_for(tiny_hf, smollm_tokenizer)
+    engine = engine_for(tiny_hf, smollm_tokenizer, speculative="off")
     engine.add_request("split", engine.tokenize("where does a step's time go"), greedy(6))
     engine.step()  # the prompt's step: its forward would swamp the loop's own time
     assert engine.step_times.steps == 0
@@ -27,7 +27,7 @@ def test_decode_steps_are_split_by_phase_and_prefill_steps_are_left_out(tiny_hf,
 
 
 def test_the_loops_handoff_is_counted_with_the_step_before_it(tiny_hf, smollm_tokenizer):
-    thread = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer)).start()
+    thread = EngineThread(engine_factory=lambda: engine_for(tiny_hf, smollm_tokenizer, speculative="off")).start()
     try:
         assert thread.wait_ready(60)
 
@@ -57,3 +57,16 @@ def test_a_moved_interval_leaves_the_step_total_unchanged():
     times.end(counted=False)
     times.handoff(5.0)  # after a step that was not counted: not counted either
     assert times.steps == 1 and times.totals["handoff"] == 0.001
+
+
+def test_a_fleets_step_times_sum_its_workers_and_weigh_their_averages():
+    one, two = StepTimes(), StepTimes()
+    for times, seconds, steps in ((one, 0.004, 1), (two, 0.010, 3)):
+        for _ in range(steps):
+            times.begin()
+            times._step["forward"] = seconds  # a step of known length, as lap would record it
+            times.end(counted=True)
+    fleet = merged([one.snapshot(), two.snapshot(), StepTimes().snapshot(), None])
+    assert fleet["steps"] == 4 and abs(fleet["totals_s"]["forward"] - 0.034) < 1e-12
+    assert abs(fleet["recent_ms"]["forward"] - (4.0 * 1 + 10.0 * 3) / 4) < 1e-3
+    assert merged([StepTimes().snapshot()]) is None
