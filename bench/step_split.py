@@ -10,8 +10,8 @@ clients. Judged per round: the embedded model at one client >= 1.2x llama-server
 every load; ready <= 1.5x on the 0.5B (ours timed after a first start has packed the file's blocks).
 
 The step split: over ours' one-client load with speculation off (every step one token), the engine's decode steps by phase from `/stats`'s
-`step_times` (engine/timing/step_times.py: schedule, inputs, forward, sample, outputs, detokenize,
-handoff), and "serving": the client's mean inter-token gap less the engine's mean step, which
+`step_times` (engine/timing/step_times.py: schedule, inputs, forward, sample, outputs,
+detokenize, handoff; the warm-up request's steps among them), and "serving": the client's mean inter-token gap less the engine's mean step, which
 is the event loop's share (the SSE frames, the GIL they hold) and any wait for the next step.
 
     python -m bench.step_split --rounds 2 --docs-dir docs/bench   # docs/bench/raw/step_split.json
@@ -167,7 +167,9 @@ def main(argv=None) -> None:
     for gguf, _ in chosen.values():  # a start that packs the file's blocks once: ready is timed on the starts after
         with EngineServer({"MINIVLLM_MODEL": gguf}, log_path=os.path.join(args.results_dir, "split-first-start.log")):
             pass
-    command = f"python -m bench.step_split --rounds {args.rounds}"
+    command = f"python -m bench.step_split --rounds {args.rounds} --models {args.models}" + (
+        f" --docs-dir {args.docs_dir}" if args.docs_dir else ""
+    )
     result = {"machine": machine_info(), "command": command, "models": {name: [] for name in chosen}}
     for r in range(args.rounds):  # rounds outermost: a machine's slow minute lands on every side alike
         for name, (gguf, loads) in chosen.items():

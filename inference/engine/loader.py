@@ -158,8 +158,7 @@ def load_model(config: EngineConfig) -> ModelBundle:
             f"the {owner.model_type} config of {config.model or EMBEDDED_GGUF} has no {exc.name!r}, which our "
             f"{owner.model_type} code needs and cannot derive (a GGUF key its converter did not write)"
         ) from exc
-    if not phases.phases:
-        phases.lap("model and tokenizer")
+    phases.lap_rest("the rest of the load")
     bundle.start_phases = phases  # the engine ends the line once its KV pool is allocated
     return bundle
 

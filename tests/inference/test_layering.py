@@ -36,7 +36,7 @@ def sources(*parts: str) -> list[Path]:
     return found
 
 
-ENGINE_WINGS = ("gguf", "sample", "spec_decode", "runner", "layers", "models", "kernels", "kv_cache")
+ENGINE_WINGS = ("gguf", "sample", "spec_decode", "runner", "layers", "models", "kernels", "kv_cache", "timing")
 
 
 def test_the_engine_rule_covers_every_wing():

@@ -1,6 +1,6 @@
 """Who guesses, and how much (engine/spec_decode/proposer.py, spec_decode/ngram_index.py): the lookup finds the latest
 earlier occurrence of the longest recent n-gram; `auto` proposes a guess only where its measured
-cost and the sequence's hit rate say it pays, and backs off a sequence whose guesses fail."""
+cost and the sequence's hit rate say it pays, learning that rate from the lookups it does not verify too."""
 
 from __future__ import annotations
 
@@ -97,6 +97,18 @@ def test_at_one_stream_a_cheap_row_keeps_guessing():
     assert speculator.buckets[1].threshold(1) == pytest.approx(0.005)
     speculator.propose([seq], max_model_len=8192)
     assert len(seq.draft) == 8  # every guess has landed: as many as it may
+
+
+def test_as_many_guesses_as_the_hit_rate_pays_for():
+    """The i-th guess is proposed while alpha^i exceeds the row's price: at alpha 0.5 and a 0.5%
+    threshold, seven (0.5^7 > 0.005 > 0.5^8)."""
+    speculator = Speculator("auto", max_tokens=8)
+    seq = decoding(REPEATING)
+    speculator.attach(seq, None)
+    measured(speculator, [seq], lambda rows: 0.050 + 0.00025 * rows)
+    seq.spec.acceptance = 0.5
+    speculator.propose([seq], max_model_len=8192)
+    assert len(seq.draft) == 7
 
 
 def test_a_sequence_guesses_only_once_its_lookups_have_landed():

@@ -9,10 +9,12 @@ import re
 from inference.engine.config import EngineConfig
 from inference.engine.engine import LLMEngine
 from inference.engine.loader import load_model
+from inference.engine.timing import start_phases
 from inference.engine.timing.start_phases import StartPhases, process_age
 
 
-def test_a_gguf_start_logs_each_part_of_its_load(caplog):
+def test_a_gguf_start_logs_each_part_of_its_load(caplog, monkeypatch):
+    monkeypatch.setattr(start_phases, "_loads", 0)  # as the process's first load (other tests loaded before)
     with caplog.at_level(logging.INFO, logger="minivllm.engine"):
         bundle = load_model(EngineConfig())  # the embedded GGUF
         names = [name for name, _ in bundle.start_phases.phases]
@@ -28,6 +30,10 @@ def test_a_gguf_start_logs_each_part_of_its_load(caplog):
     caplog.clear()
     engine.fresh_copy()
     assert not [r for r in caplog.records if r.getMessage().startswith("start-up: ")]
+    with caplog.at_level(logging.INFO, logger="minivllm.engine"):  # a later load: a model switch, not the start
+        LLMEngine(EngineConfig())
+    (later,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("start-up: ")]
+    assert re.match(r"start-up: a load of [0-9.]+ s: GGUF header", later)
 
 
 def test_laps_follow_each_other():

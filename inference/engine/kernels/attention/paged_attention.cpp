@@ -93,9 +93,6 @@ inline void score_eight(const float* query, const PagedView<T>& keys, int64_t h,
   _mm256_storeu_ps(out, _mm256_mul_ps(horizontal_sums(acc), _mm256_set1_ps(scale)));
 }
 
-// Up to 32 output floats of up to 3 heads of a group, accumulated in registers over every token
-// in order: each output is p[0] * v[0] + p[1] * v[1] + ..., one fused multiply-add per token.
-// Several heads per pass share each V load and keep 4-12 independent accumulator chains busy.
 // Below this many multiply-adds a call's tasks run on the calling thread: at one sequence of a
 // short context the whole call is a few microseconds, less than waking the other threads costs.
 constexpr int64_t kInlineWork = 1 << 17;
@@ -110,6 +107,9 @@ inline int64_t total_keys(const int64_t* lens, int64_t batch) {
   return keys;
 }
 
+// Up to 32 output floats of up to 3 heads of a group, accumulated in registers over every token
+// in order: each output is p[0] * v[0] + p[1] * v[1] + ..., one fused multiply-add per token.
+// Several heads per pass share each V load and keep 4-12 independent accumulator chains busy.
 constexpr int64_t kValueSlice = 32;
 constexpr int64_t kValueHeads = 3;
 
