@@ -28,9 +28,9 @@ from .prompt import check_request, prompt_token_ids
 from .resume import check_resume, replay
 from .runner.memory_profile import engine_bytes
 from .sample.request_decoding import RequestDecoding
-from .sample.sampler import Sampler, SamplerOutput, SamplingContext
+from .sample.sampler import Sampler, SamplerOutput
 from .sample.sampling_params import SamplingParams
-from .sample.structured import NO_MASKS, Grammars, PendingMasks, one_token_mask
+from .sample.structured import NO_MASKS, Grammars, PendingMasks
 from .sample.tool_call_steps import ToolCallSteps
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import Sequence
@@ -332,33 +332,6 @@ class LLMEngine(RequestDecoding, ToolCallSteps):
             child.reported_cached_tokens = parent.reported_cached_tokens
             running.append(child)
         return running
-
-    def _collect_masks(self, pending: PendingMasks, seqs: list[Sequence]) -> dict:
-        """{id(seq): allowed tokens} for the constrained sequences about to sample."""
-        masks, times = pending.collect(seqs)
-        self.grammar_mask_seconds += times.computing
-        self.grammar_mask_wait_seconds += times.waited
-        self.grammar_mask_rows += times.rows
-        return masks
-
-    def _context(self, seq: Sequence, allowed, guessed: list[int] = ()) -> SamplingContext:
-        """A row's sampling context; `guessed`: the guesses before this row, taken as written."""
-        return SamplingContext(
-            params=seq.params,
-            prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
-            output_token_ids=seq.output_token_ids + list(guessed),
-            generator=seq.generator,
-            eos_token_ids=self.bundle.eos_token_ids,
-            allowed=allowed,
-        )
-
-    def _allowed(self, seq: Sequence, masks: dict):
-        """The tokens the sequence may sample: its grammar's, or only the next token of its reasoning's
-        end marker once its thinking budget is spent."""
-        forced = seq.reasoning.forced_token if seq.reasoning is not None else None
-        if forced is not None:
-            return one_token_mask(self.bundle.model.vocab_size, forced)
-        return masks.get(id(seq))
 
     # -- observation ----------------------------------------------------------------------
 

@@ -1,15 +1,16 @@
 """What a request's sequence decodes with, made once as it is queued: its grammar matcher, reasoning
-state, seeded generator, speculation state, incremental detokenizer and tool-call trigger. A part of
-LLMEngine (a mixin): it reads the engine's tokenizer, grammars, speculator and bundle."""
+state, seeded generator, speculation state, incremental detokenizer and tool-call trigger; and each
+step, a row's sampling context (its allowed tokens among it). A part of LLMEngine (a mixin): it
+reads the engine's tokenizer, grammars, speculator and bundle."""
 
 from __future__ import annotations
 
 from ..detokenizer import IncrementalDetokenizer, hidden_special_ids
 from ..sequence import Sequence
 from .reasoning import ReasoningState
-from .sampler import make_generator
+from .sampler import SamplingContext, make_generator
 from .sampling_params import SamplingParams
-from .structured import Grammars
+from .structured import Grammars, PendingMasks, one_token_mask
 
 
 class RequestDecoding:
@@ -53,3 +54,30 @@ class RequestDecoding:
         if marker not in self._markers:
             self._markers[marker] = self.tokenizer.encode(marker, add_special_tokens=False)
         return self._markers[marker]
+
+    def _collect_masks(self, pending: PendingMasks, seqs: list[Sequence]) -> dict:
+        """{id(seq): allowed tokens} for the constrained sequences about to sample."""
+        masks, times = pending.collect(seqs)
+        self.grammar_mask_seconds += times.computing
+        self.grammar_mask_wait_seconds += times.waited
+        self.grammar_mask_rows += times.rows
+        return masks
+
+    def _context(self, seq: Sequence, allowed, guessed: list[int] = ()) -> SamplingContext:
+        """A row's sampling context; `guessed`: the guesses before this row, taken as written."""
+        return SamplingContext(
+            params=seq.params,
+            prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
+            output_token_ids=seq.output_token_ids + list(guessed),
+            generator=seq.generator,
+            eos_token_ids=self.bundle.eos_token_ids,
+            allowed=allowed,
+        )
+
+    def _allowed(self, seq: Sequence, masks: dict):
+        """The tokens the sequence may sample: its grammar's, or only the next token of its reasoning's
+        end marker once its thinking budget is spent."""
+        forced = seq.reasoning.forced_token if seq.reasoning is not None else None
+        if forced is not None:
+            return one_token_mask(self.bundle.model.vocab_size, forced)
+        return masks.get(id(seq))
