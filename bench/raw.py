@@ -31,6 +31,12 @@ def save_raw(docs_dir: str, name: str, result: dict) -> str:
     """Writes one bench's raw result where the page is rendered from; returns the path."""
     if name not in RAW_SECTIONS:
         raise ValueError(f"no page section reads raw result {name!r} (known: {', '.join(RAW_SECTIONS)})")
+    return write_raw(docs_dir, name, result)
+
+
+def write_raw(docs_dir: str, name: str, result: dict) -> str:
+    """Writes a raw result beside the page, whether or not a section of the page reads it (the
+    performance pages cite some directly); returns the path."""
     path = raw_path(docs_dir, name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:

@@ -16,11 +16,10 @@ minutes rather than an hour.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from .llama_server import LlamaServer, build, build_that_runs
-from .raw import raw_path
+from .raw import write_raw
 from .server import EngineServer
 
 TARGETS = {"ready": 1.5, "memory": 1.0}  # ours / llama-server, at most
@@ -91,11 +90,7 @@ def main(argv=None) -> None:
     for name, gguf in files().items():
         result["models"][name] = [one_round(gguf, name, r, args.results_dir) for r in range(args.rounds)]
     if args.docs_dir:
-        path = raw_path(args.docs_dir, "start_memory")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as out:
-            json.dump(result, out, indent=1)
-        print(f"wrote {path}")
+        print(f"wrote {write_raw(args.docs_dir, 'start_memory', result)}")
     print("\n".join(verdict_rows(result)))
 
 

@@ -28,7 +28,7 @@ import httpx
 
 from .llama_server import LlamaServer, build, build_that_runs
 from .prompts import CHAT, requests_for
-from .raw import raw_path
+from .raw import write_raw
 from .server import EngineServer
 
 LOADS = {"1 client": (1, 16), "8 clients": (8, 32), "32 clients": (32, 96)}  # concurrency, prompts
@@ -180,11 +180,7 @@ def main(argv=None) -> None:
                 shown = {load: (round(f["tok/s"], 1), round(f["TTFT p50"], 1)) for load, f in figures.items() if load in LOADS}
                 print(f"  {side}: ready {figures['ready s']:.2f} s; tok/s, TTFT p50 ms: {shown}", flush=True)
     if args.docs_dir:
-        path = raw_path(args.docs_dir, "step_split")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as out:
-            json.dump(result, out, indent=1)
-        print(f"wrote {path}")
+        print(f"wrote {write_raw(args.docs_dir, 'step_split', result)}")
     print("\n".join(verdicts(result)))
 
 
